@@ -1,0 +1,8 @@
+"""`python -m dqn_cartpole`."""
+
+import sys
+
+from dqn_cartpole.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""Command line: `python -m dqn_cartpole {train,evaluate,record,plot}`.
+
+Bad input ends in one line on stderr and exit status 2; heavy imports (TensorFlow) happen only
+after the arguments and the config have been checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import sys
+from typing import Optional, Sequence
+
+from dqn_cartpole.errors import UserError
+
+EXIT_USAGE = 2
+REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+DEFAULT_CONFIG = os.path.join(REPO_CONFIGS, "default.yaml")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dqn-cartpole", description="Train, watch and understand a DQN on CartPole.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    train = sub.add_parser("train", help="train an agent and write a run folder",
+                           description="Train a DQN agent. Writes config, metrics, plots, videos, the policy "
+                                       "and TensorBoard events to outputs/<run-name>/.")
+    train.add_argument("--config", metavar="PATH", help=f"YAML config (default: configs/default.yaml)")
+    train.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
+                       help="override one config key, e.g. --set agent.learning_rate=5e-4 (repeatable)")
+    train.add_argument("--output-dir", metavar="DIR", help="run folder (default: outputs/<env>__s<seed>__<time>)")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --output-dir")
+    train.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
+
+    evaluate = sub.add_parser("evaluate", help="average return of a saved policy",
+                              description="Load a saved policy and report the return over N greedy episodes.")
+    evaluate.add_argument("policy", metavar="RUN_DIR_OR_POLICY", help="a run folder or a policy SavedModel folder")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    evaluate.add_argument("--env", help="gymnasium env id (default: the run's env, else CartPole-v1)")
+    evaluate.add_argument("--seed", type=int, default=0, help="env seed (default 0)")
+
+    record = sub.add_parser("record", help="write an mp4 of a saved or the random policy",
+                            description="Record episodes of a saved policy (or of the random policy) to an mp4.")
+    record.add_argument("policy", metavar="RUN_DIR_OR_POLICY", nargs="?", help="a run folder or a policy folder")
+    record.add_argument("--random", action="store_true", help="record the uniformly random policy instead")
+    record.add_argument("--output", "-o", metavar="MP4", help="output file (default: videos/ of the run, or ./)")
+    record.add_argument("--episodes", type=int, default=1, help="episodes to record (default 1)")
+    record.add_argument("--fps", type=int, default=50, help="frames per second (default 50)")
+    record.add_argument("--env", help="gymnasium env id (default: the run's env, else CartPole-v1)")
+    record.add_argument("--seed", type=int, default=0, help="env seed (default 0)")
+
+    plot = sub.add_parser("plot", help="redraw a run's plots from its CSV metrics",
+                          description="Redraw plots/returns.png and plots/loss.png from a run folder's CSVs.")
+    plot.add_argument("run_dir", metavar="RUN_DIR")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of `python -m dqn_cartpole` and the `dqn-cartpole` script."""
+    try:
+        args = build_parser().parse_args(argv)
+        from dqn_cartpole import quiet
+
+        quiet.silence()  # before anything imports TensorFlow (config checks import gymnasium/tf-agents)
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+# ---------------------------------------------------------------------------- train
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from dqn_cartpole.config import load_config
+
+    config_path = args.config or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
+    config = load_config(config_path, args.overrides)
+    run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
+
+    from dqn_cartpole.layout import RunLayout
+    from dqn_cartpole.progress import Progress
+    from dqn_cartpole.training import train
+
+    created = _make_run_dir(run_dir, args.overwrite)
+    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
+    progress.message(f"Training {config.env.id} with {os.path.basename(config_path or 'defaults')} "
+                     f"(seed {config.training.seed}, replay {config.replay.backend}) -> {run_dir}")
+    try:
+        result = train(config, RunLayout(run_dir), progress)
+    except UserError:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
+        raise
+    finally:
+        progress.close()
+    print_summary(result)
+    return 0
+
+
+def _check_positive(label: str, value: int) -> None:
+    if value is not None and value <= 0:
+        raise UserError(f"{label}: must be positive, got {value}")
+
+
+def resolve_run_dir(config, output_dir: Optional[str], overwrite: bool) -> str:
+    """The run folder: --output-dir, else output.root/output.run_name, else a fresh name."""
+    if output_dir:
+        path = output_dir
+    elif config.output.run_name:
+        path = os.path.join(config.output.root, config.output.run_name)
+    else:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        base = os.path.join(config.output.root, f"{config.env.id}__s{config.training.seed}__{stamp}")
+        path, n = base, 1
+        while os.path.exists(path):
+            n += 1
+            path = f"{base}-{n}"
+    if os.path.isfile(path):
+        raise UserError(f"--output-dir {path}: is a file, not a folder")
+    if os.path.isdir(path) and os.listdir(path) and not overwrite:
+        raise UserError(f"{path}: already holds a run; pass --overwrite to replace it or choose another --output-dir")
+    parent = os.path.dirname(os.path.abspath(path))
+    probe = parent
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"{path}: cannot write there (no permission on {probe})")
+    return path
+
+
+def _make_run_dir(path: str, overwrite: bool) -> bool:
+    """Creates the run folder; returns whether it is new."""
+    existed = os.path.isdir(path)
+    if existed and overwrite:
+        shutil.rmtree(path)
+        existed = False
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot create the run folder: {exc.strerror}") from None
+    return not existed
+
+
+def print_summary(result) -> None:
+    def fmt(value: Optional[float]) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    lines = [
+        f"Done in {result.wall_s:.1f} s: {result.iterations} iterations, {result.train_steps} train steps, "
+        f"{result.env_steps} env steps.",
+        f"  best average return   {fmt(result.best_return)}",
+        f"  final average return  {fmt(result.final_return)}",
+    ]
+    if result.solved_at_iteration is not None:
+        lines.append(f"  solved                at iteration {result.solved_at_iteration}, "
+                     f"policy saved after {result.solved_wall_s:.1f} s")
+    lines.append(f"Artifacts in {result.run_dir}:")
+    width = max(len(k) for k in result.artifacts)
+    lines += [f"  {name:<{width}}  {path}" for name, path in result.artifacts.items()]
+    print("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------- saved policies
+
+
+def resolve_policy(path: str) -> tuple[str, Optional[str]]:
+    """Returns (policy folder, run folder or None) for a run folder or a policy folder."""
+    from dqn_cartpole import layout
+
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such run or policy folder")
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        run = os.path.dirname(os.path.abspath(path))
+        return path, run if os.path.exists(os.path.join(run, layout.CONFIG_FILE)) else None
+    candidate = os.path.join(path, layout.POLICY_DIR)
+    if os.path.exists(os.path.join(candidate, "saved_model.pb")):
+        return candidate, path
+    raise UserError(f"{path}: not a run folder or a saved policy (no saved_model.pb)")
+
+
+def env_for(args: argparse.Namespace, run_dir: Optional[str]) -> tuple[str, Optional[int]]:
+    """The env id (and time-limit override) to use: --env, else the run's config, else CartPole-v1."""
+    if args.env:
+        from dqn_cartpole.config import _validate_env_id
+
+        _validate_env_id(args.env, "--env")
+        return args.env, None
+    if run_dir:
+        from dqn_cartpole import layout
+        from dqn_cartpole.config import load_config
+
+        config = load_config(os.path.join(run_dir, layout.CONFIG_FILE))
+        return config.env.id, config.env.max_episode_steps
+    return "CartPole-v1", None
+
+
+def _load_act(policy_dir: str, env):
+    from tf_agents.specs import tensor_spec
+
+    from dqn_cartpole.export import load_policy
+    from dqn_cartpole.policies import compiled_act_fn
+
+    try:
+        policy = load_policy(policy_dir)
+    except Exception as exc:  # pylint: disable=broad-except
+        raise UserError(f"{policy_dir}: cannot load the policy: {str(exc).splitlines()[0]}") from None
+    return compiled_act_fn(policy, tensor_spec.from_spec(env.time_step_spec()))
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    _check_positive("--episodes", args.episodes)
+    policy_dir, run_dir = resolve_policy(args.policy)
+    env_id, max_steps = env_for(args, run_dir)
+    import numpy as np
+
+    from dqn_cartpole.envs import make_batched_env
+    from dqn_cartpole.evaluation import run_episodes
+
+    env = make_batched_env(env_id, args.episodes, seed=args.seed, max_episode_steps=max_steps)
+    try:
+        result = run_episodes(_load_act(policy_dir, env), env)
+    finally:
+        env.close()
+    returns = result.returns
+    print(f"{policy_dir} on {env_id}, {len(returns)} greedy episodes: mean {np.mean(returns):.1f}, "
+          f"std {np.std(returns):.1f}, min {np.min(returns):.1f}, max {np.max(returns):.1f}")
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    _check_positive("--episodes", args.episodes)
+    _check_positive("--fps", args.fps)
+    if args.random == bool(args.policy):
+        raise UserError("record: give either a run folder / policy folder or --random")
+    policy_dir, run_dir = resolve_policy(args.policy) if args.policy else (None, None)
+    env_id, max_steps = env_for(args, run_dir)
+    from dqn_cartpole import layout
+
+    name = layout.RANDOM_VIDEO if args.random else layout.TRAINED_VIDEO
+    output = args.output or (os.path.join(run_dir, layout.VIDEOS_DIR, name) if run_dir else name)
+    if os.path.isdir(output):
+        raise UserError(f"--output {output}: is a folder; give an .mp4 file name")
+    from tf_agents.specs import tensor_spec
+
+    from dqn_cartpole.envs import make_env
+    from dqn_cartpole.policies import random_act_fn
+    from dqn_cartpole.video import record_video
+
+    env = make_env(env_id)
+    try:
+        if args.random:
+            act = random_act_fn(tensor_spec.from_spec(env.time_step_spec()), tensor_spec.from_spec(env.action_spec()),
+                                seed=args.seed)
+        else:
+            act = _load_act(policy_dir, env)
+    finally:
+        env.close()
+    returns = record_video(act, env_id, output, args.episodes, args.fps, args.seed, max_steps)
+    print(f"wrote {output}: {len(returns)} episode(s), returns {', '.join(f'{r:.0f}' for r in returns)}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from dqn_cartpole import layout as layout_lib
+
+    run = layout_lib.RunLayout(args.run_dir)
+    if not os.path.isdir(args.run_dir) or not os.path.exists(run.eval_metrics):
+        raise UserError(f"{args.run_dir}: not a run folder (no {layout_lib.EVAL_METRICS_FILE})")
+    env_id, _ = env_for(argparse.Namespace(env=None), args.run_dir if os.path.exists(run.config) else None)
+    from dqn_cartpole import envs, plots
+
+    for path in plots.plot_run(run, envs.max_return(env_id), env_id):
+        print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "record": cmd_record, "plot": cmd_plot}

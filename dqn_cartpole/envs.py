@@ -1,0 +1,464 @@
+"""Gymnasium -> TF-Agents ``PyEnvironment`` adapters.
+
+tf-agents 0.19 only ships ``suite_gym`` for the legacy ``gym`` API, so this
+module adapts gymnasium environments (single and vectorised) to TF-Agents.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Must happen before anything imports pygame (gymnasium's renderers do), so
+# rendering never tries to open an audio device and stays quiet on import.
+os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+import difflib  # noqa: E402
+import functools  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gymnasium  # noqa: E402
+import numpy as np  # noqa: E402
+from gymnasium import spaces  # noqa: E402
+from gymnasium.envs.registration import EnvSpec  # noqa: E402
+from gymnasium.vector import AutoresetMode, VectorEnv  # noqa: E402
+from tf_agents.environments import py_environment  # noqa: E402
+from tf_agents.specs import array_spec  # noqa: E402
+from tf_agents.trajectories import time_step as ts  # noqa: E402
+from tf_agents.typing import types  # noqa: E402
+
+__all__ = [
+    "EnvSpecError",
+    "check_env_id",
+    "GymnasiumEnvironment",
+    "BatchedGymnasiumEnvironment",
+    "make_env",
+    "make_batched_env",
+    "max_return",
+]
+
+# Maximum reward per step for env families whose max return is
+# max_episode_steps * per-step reward (CartPole pays +1 for every step alive).
+_MAX_REWARD_PER_STEP: dict[str, float] = {"CartPole": 1.0}
+
+
+class EnvSpecError(ValueError):
+    """Raised when an env id is unknown or its spaces are unsupported.
+
+    The message is always one clear line.
+    """
+
+
+# --------------------------------------------------------------------------
+# Env id / space validation
+# --------------------------------------------------------------------------
+
+
+def _suggest_env_id(env_id: str) -> str | None:
+    """Returns the registered env id closest to ``env_id``, if any is close."""
+    # Match case-insensitively so 'cartpole-v1' suggests 'CartPole-v1'.
+    by_lower = {key.lower(): key for key in gymnasium.registry}
+    matches = difflib.get_close_matches(env_id.lower(), list(by_lower), n=1)
+    return by_lower[matches[0]] if matches else None
+
+
+def _registered_spec(env_id: str) -> EnvSpec:
+    """Returns the registry spec of ``env_id`` or raises ``EnvSpecError``."""
+    spec = gymnasium.registry.get(env_id)
+    if spec is None:
+        suggestion = _suggest_env_id(env_id)
+        hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+        raise EnvSpecError(f"unknown gymnasium env id {env_id!r}{hint}")
+    return spec
+
+
+def _spaces_problem(
+    name: str, observation_space: spaces.Space, action_space: spaces.Space
+) -> str | None:
+    """Describes why the spaces are unsupported, or None if they are fine."""
+    if not isinstance(observation_space, spaces.Box):
+        return (
+            f"env {name!r} has unsupported observation space "
+            f"{observation_space} (need gymnasium.spaces.Box)"
+        )
+    if not isinstance(action_space, spaces.Discrete):
+        return (
+            f"env {name!r} has unsupported action space {action_space} "
+            "(need gymnasium.spaces.Discrete)"
+        )
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _env_id_spaces_problem(env_id: str) -> str | None:
+    """Builds ``env_id`` once to inspect its spaces (cached: spaces are static)."""
+    try:
+        env = _make_single(env_id, render_mode=None, max_episode_steps=None)
+    except gymnasium.error.DependencyNotInstalled as e:
+        first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return f"cannot construct env {env_id!r}: {first_line}"
+    try:
+        return _spaces_problem(env_id, env.observation_space, env.action_space)
+    finally:
+        env.close()
+
+
+def check_env_id(env_id: str) -> None:
+    """Checks that ``env_id`` is registered and has Box obs / Discrete actions.
+
+    Args:
+      env_id: A gymnasium env id such as ``'CartPole-v1'``.
+
+    Raises:
+      EnvSpecError: If the id is unknown (with a suggestion) or its spaces are
+        unsupported.
+    """
+    _registered_spec(env_id)
+    problem = _env_id_spaces_problem(env_id)
+    if problem is not None:
+        raise EnvSpecError(problem)
+
+
+# --------------------------------------------------------------------------
+# Specs
+# --------------------------------------------------------------------------
+
+
+def _observation_spec(box: spaces.Box) -> array_spec.BoundedArraySpec:
+    """Converts a Box to a spec; float boxes become float32 (what TF nets use)."""
+    dtype = np.float32 if np.issubdtype(box.dtype, np.floating) else box.dtype
+    return array_spec.BoundedArraySpec(
+        shape=box.shape,
+        dtype=dtype,
+        minimum=np.asarray(box.low, dtype=dtype),
+        maximum=np.asarray(box.high, dtype=dtype),
+        name="observation",
+    )
+
+
+def _action_spec(discrete: spaces.Discrete) -> array_spec.BoundedArraySpec:
+    """Converts a Discrete space to a scalar int64 spec."""
+    start = int(discrete.start)
+    return array_spec.BoundedArraySpec(
+        shape=(),
+        dtype=np.int64,
+        minimum=start,
+        maximum=start + int(discrete.n) - 1,
+        name="action",
+    )
+
+
+# --------------------------------------------------------------------------
+# Single environment
+# --------------------------------------------------------------------------
+
+
+class GymnasiumEnvironment(py_environment.PyEnvironment):
+    """Single (unbatched) gymnasium env as a PyEnvironment."""
+
+    def __init__(self, env: gymnasium.Env, seed: int | None = None):
+        """Wraps ``env``.
+
+        Args:
+          env: A gymnasium env with a Box observation and Discrete action space.
+          seed: Seed for the first reset only; later resets continue the env's
+            RNG so successive episodes differ but stay reproducible.
+
+        Raises:
+          EnvSpecError: If the env's spaces are unsupported.
+        """
+        # The base class resets on the step() after a LAST time step.
+        super().__init__(handle_auto_reset=True)
+        name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+        problem = _spaces_problem(name, env.observation_space, env.action_space)
+        if problem is not None:
+            raise EnvSpecError(problem)
+        self._env = env
+        self._seed = seed
+        self._seeded = False
+        self._observation_spec = _observation_spec(env.observation_space)
+        self._action_spec = _action_spec(env.action_space)
+
+    @property
+    def gym_env(self) -> gymnasium.Env:
+        """The wrapped gymnasium env."""
+        return self._env
+
+    def observation_spec(self) -> array_spec.BoundedArraySpec:
+        """See base class."""
+        return self._observation_spec
+
+    def action_spec(self) -> array_spec.BoundedArraySpec:
+        """See base class."""
+        return self._action_spec
+
+    def _observation(self, observation: Any) -> np.ndarray:
+        """Casts a gymnasium observation to the spec dtype."""
+        return np.asarray(observation, dtype=self._observation_spec.dtype)
+
+    def _reset(self) -> ts.TimeStep:
+        """Resets the gymnasium env; seeds it only the first time."""
+        if self._seeded:
+            observation, _ = self._env.reset()
+        else:
+            observation, _ = self._env.reset(seed=self._seed)
+            self._seeded = True
+        return ts.restart(self._observation(observation))
+
+    def _step(self, action: types.NestedArray) -> ts.TimeStep:
+        """Steps the gymnasium env and maps terminated/truncated to LAST."""
+        observation, reward, terminated, truncated, _ = self._env.step(
+            int(np.asarray(action).item())
+        )
+        observation = self._observation(observation)
+        reward = np.asarray(reward, dtype=np.float32)
+        # A real terminal state has no future value; a time limit does.
+        if terminated:
+            return ts.termination(observation, reward)
+        if truncated:
+            return ts.truncation(observation, reward)
+        return ts.transition(observation, reward)
+
+    def render(self, mode: str = "rgb_array") -> np.ndarray:
+        """Returns the current frame as a uint8 HxWx3 array.
+
+        Args:
+          mode: Only ``'rgb_array'`` is supported.
+
+        Raises:
+          ValueError: If ``mode`` is not ``'rgb_array'`` or the env was not
+            created with ``render_mode='rgb_array'``.
+        """
+        if mode != "rgb_array":
+            raise ValueError(f"unsupported render mode {mode!r} (only 'rgb_array')")
+        if self._env.render_mode != "rgb_array":
+            raise ValueError(
+                "env was created with render_mode="
+                f"{self._env.render_mode!r}; use render_mode='rgb_array'"
+            )
+        return np.asarray(self._env.render(), dtype=np.uint8)
+
+    def close(self) -> None:
+        """Closes the gymnasium env."""
+        self._env.close()
+
+
+# --------------------------------------------------------------------------
+# Batched environment
+# --------------------------------------------------------------------------
+
+
+def _autoreset_mode(vector_env: VectorEnv) -> AutoresetMode:
+    """Returns the vector env's autoreset mode (gymnasium's default: NEXT_STEP)."""
+    mode = vector_env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    return AutoresetMode(mode)  # Accepts the enum or its string value.
+
+
+class BatchedGymnasiumEnvironment(py_environment.PyEnvironment):
+    """N copies of an env stepped together as one batched PyEnvironment."""
+
+    def __init__(self, vector_env: VectorEnv, seed: int | None = None):
+        """Wraps ``vector_env``.
+
+        Args:
+          vector_env: A gymnasium vector env in NEXT_STEP autoreset mode.
+          seed: Seed for the first reset only (how it maps to sub-envs is up to
+            the vector env: ``SyncVectorEnv`` seeds sub-env i with seed + i,
+            ``CartPoleVectorEnv`` uses one RNG for the whole batch).
+
+        Raises:
+          EnvSpecError: If the spaces or the autoreset mode are unsupported.
+        """
+        # Gymnasium resets finished sub-envs itself; the base class must not
+        # reset the whole batch when all elements happen to be LAST.
+        super().__init__(handle_auto_reset=False)
+        name = (
+            vector_env.spec.id
+            if vector_env.spec is not None
+            else type(vector_env.unwrapped).__name__
+        )
+        problem = _spaces_problem(
+            name, vector_env.single_observation_space, vector_env.single_action_space
+        )
+        if problem is not None:
+            raise EnvSpecError(problem)
+        mode = _autoreset_mode(vector_env)
+        if mode != AutoresetMode.NEXT_STEP:
+            raise EnvSpecError(
+                f"vector env {name!r} has autoreset mode {mode.value!r}; "
+                f"only {AutoresetMode.NEXT_STEP.value!r} is supported"
+            )
+        self._env = vector_env
+        self._num_envs = int(vector_env.num_envs)
+        self._seed = seed
+        self._seeded = False
+        self._observation_spec = _observation_spec(vector_env.single_observation_space)
+        self._action_spec = _action_spec(vector_env.single_action_space)
+        # Sub-envs gymnasium will reset (ignoring the action) on the next step.
+        self._resetting = np.zeros(self._num_envs, dtype=bool)
+
+    @property
+    def batched(self) -> bool:
+        """See base class."""
+        return True
+
+    @property
+    def batch_size(self) -> int:
+        """See base class."""
+        return self._num_envs
+
+    @property
+    def gym_env(self) -> VectorEnv:
+        """The wrapped gymnasium vector env."""
+        return self._env
+
+    def observation_spec(self) -> array_spec.BoundedArraySpec:
+        """See base class."""
+        return self._observation_spec
+
+    def action_spec(self) -> array_spec.BoundedArraySpec:
+        """See base class."""
+        return self._action_spec
+
+    def _observation(self, observation: Any) -> np.ndarray:
+        """Casts a batched gymnasium observation to the spec dtype."""
+        return np.asarray(observation, dtype=self._observation_spec.dtype)
+
+    def _reset(self) -> ts.TimeStep:
+        """Resets all sub-envs; seeds them only the first time."""
+        if self._seeded:
+            observation, _ = self._env.reset()
+        else:
+            observation, _ = self._env.reset(seed=self._seed)
+            self._seeded = True
+        self._resetting[:] = False
+        return ts.restart(self._observation(observation), batch_size=self._num_envs)
+
+    def _step(self, action: types.NestedArray) -> ts.TimeStep:
+        """Steps all sub-envs; ones gymnasium just reset come back as FIRST."""
+        actions = np.asarray(action, dtype=np.int64).reshape(self._num_envs)
+        observation, reward, terminated, truncated, _ = self._env.step(actions)
+        first = self._resetting
+        terminated = np.asarray(terminated, dtype=bool) & ~first
+        last = (terminated | np.asarray(truncated, dtype=bool)) & ~first
+        self._resetting = last
+
+        step_type = np.where(
+            first, ts.StepType.FIRST, np.where(last, ts.StepType.LAST, ts.StepType.MID)
+        ).astype(np.int32)
+        # FIRST steps get reward 0 (gymnasium already does, but be explicit);
+        # only true terminations cut the bootstrap, truncations keep discount 1.
+        reward = np.where(first, 0.0, reward).astype(np.float32)
+        discount = np.where(terminated, 0.0, 1.0).astype(np.float32)
+        return ts.TimeStep(step_type, reward, discount, self._observation(observation))
+
+    def close(self) -> None:
+        """Closes the gymnasium vector env."""
+        self._env.close()
+
+
+# --------------------------------------------------------------------------
+# Factories
+# --------------------------------------------------------------------------
+
+
+def _make_single(
+    env_id: str, render_mode: str | None, max_episode_steps: int | None
+) -> gymnasium.Env:
+    """``gymnasium.make`` without the env checker or the 'out of date' warning."""
+    kwargs: dict[str, Any] = {"disable_env_checker": True}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
+    # Passing the EnvSpec (not the id string) skips gymnasium's version lookup,
+    # which warns for deliberately chosen older versions such as CartPole-v0.
+    return gymnasium.make(_registered_spec(env_id), **kwargs)
+
+
+def make_env(
+    env_id: str,
+    seed: int | None = None,
+    render_mode: str | None = None,
+    max_episode_steps: int | None = None,
+) -> GymnasiumEnvironment:
+    """Creates a single gymnasium env wrapped as a PyEnvironment.
+
+    Args:
+      env_id: Gymnasium env id.
+      seed: Seed for the first reset.
+      render_mode: e.g. ``'rgb_array'`` to enable ``render()``.
+      max_episode_steps: Overrides the registered time limit when given.
+
+    Raises:
+      EnvSpecError: If the env id or its spaces are unsupported.
+    """
+    check_env_id(env_id)
+    env = _make_single(env_id, render_mode, max_episode_steps)
+    return GymnasiumEnvironment(env, seed=seed)
+
+
+def make_batched_env(
+    env_id: str,
+    num_envs: int,
+    seed: int | None = None,
+    max_episode_steps: int | None = None,
+) -> BatchedGymnasiumEnvironment:
+    """Creates ``num_envs`` copies of an env as one batched PyEnvironment.
+
+    Uses the env's numpy-vectorised ``vector_entry_point`` when it has one
+    (CartPole does; much faster), else a ``SyncVectorEnv``.
+
+    Args:
+      env_id: Gymnasium env id.
+      num_envs: Batch size.
+      seed: Seed for the first reset.
+      max_episode_steps: Overrides the registered time limit when given.
+
+    Raises:
+      EnvSpecError: If the env id or its spaces are unsupported.
+      ValueError: If ``num_envs`` < 1.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    check_env_id(env_id)
+    spec = _registered_spec(env_id)
+    kwargs: dict[str, Any] = {}
+    if spec.vector_entry_point is not None:
+        mode = "vector_entry_point"
+        # Vector entry points implement the time limit themselves; pass it
+        # explicitly so it never silently falls back to the class default.
+        steps = max_episode_steps
+        if steps is None:
+            steps = spec.max_episode_steps
+        if steps is not None:
+            kwargs["max_episode_steps"] = steps
+    else:
+        mode = "sync"
+        # These kwargs go to gymnasium.make for each sub-env (TimeLimit there).
+        kwargs["disable_env_checker"] = True
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+    vector_env = gymnasium.make_vec(
+        spec, num_envs=num_envs, vectorization_mode=mode, **kwargs
+    )
+    return BatchedGymnasiumEnvironment(vector_env, seed=seed)
+
+
+def max_return(env_id: str) -> float | None:
+    """Returns the maximum achievable episode return where known.
+
+    For CartPole-vX this is ``max_episode_steps * 1.0`` (500 for v1, 200 for
+    v0). Assumes the registered time limit.
+
+    Args:
+      env_id: Gymnasium env id.
+
+    Returns:
+      The maximum return, or None when unknown.
+    """
+    spec = gymnasium.registry.get(env_id)
+    if spec is None or spec.namespace is not None or spec.max_episode_steps is None:
+        return None
+    per_step = _MAX_REWARD_PER_STEP.get(spec.name)
+    return None if per_step is None else spec.max_episode_steps * per_step

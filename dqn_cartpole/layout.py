@@ -1,0 +1,82 @@
+"""The fixed layout of a run folder. Every file and folder name lives here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+CONFIG_FILE = "config.yaml"
+TRAIN_METRICS_FILE = "train_metrics.csv"
+EVAL_METRICS_FILE = "eval_metrics.csv"
+PLOTS_DIR = "plots"
+RETURNS_PLOT = "returns.png"
+LOSS_PLOT = "loss.png"
+VIDEOS_DIR = "videos"
+TRAINED_VIDEO = "trained-agent.mp4"
+RANDOM_VIDEO = "random-agent.mp4"
+POLICY_DIR = "policy"
+CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Paths inside one run folder."""
+
+    root: str
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    @property
+    def config(self) -> str:
+        return self.path(CONFIG_FILE)
+
+    @property
+    def train_metrics(self) -> str:
+        return self.path(TRAIN_METRICS_FILE)
+
+    @property
+    def eval_metrics(self) -> str:
+        return self.path(EVAL_METRICS_FILE)
+
+    @property
+    def plots(self) -> str:
+        return self.path(PLOTS_DIR)
+
+    @property
+    def returns_plot(self) -> str:
+        return self.path(PLOTS_DIR, RETURNS_PLOT)
+
+    @property
+    def loss_plot(self) -> str:
+        return self.path(PLOTS_DIR, LOSS_PLOT)
+
+    @property
+    def videos(self) -> str:
+        return self.path(VIDEOS_DIR)
+
+    @property
+    def trained_video(self) -> str:
+        return self.path(VIDEOS_DIR, TRAINED_VIDEO)
+
+    @property
+    def random_video(self) -> str:
+        return self.path(VIDEOS_DIR, RANDOM_VIDEO)
+
+    @property
+    def policy(self) -> str:
+        return self.path(POLICY_DIR)
+
+    @property
+    def checkpoints(self) -> str:
+        return self.path(CHECKPOINTS_DIR)
+
+    @property
+    def tensorboard(self) -> str:
+        return self.path(TENSORBOARD_DIR)
+
+    @property
+    def summary(self) -> str:
+        return self.path(SUMMARY_FILE)
