@@ -66,6 +66,7 @@ class ReplayConfig:
 
     backend: str = _f("reverb", "'reverb' (embedded server, opens a port), 'tf_uniform' or 'py_uniform'")
     capacity: int = _f(100_000, "maximum transitions kept; the oldest are evicted first")
+    sampling: str = _f("dataset", "'dataset' (tf.data, parallel + prefetch) or 'direct' (in program order, reproducible)")
     num_parallel_calls: int = _f(3, "parallel sampling calls in the tf.data pipeline")
     prefetch: int = _f(3, "batches the tf.data pipeline prepares ahead")
     reverb_port: Optional[int] = _f(None, "port of the embedded Reverb server (null = a free port)")
@@ -129,7 +130,8 @@ class Config:
 
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)
-CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform")}
+CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
+           ("replay", "sampling"): ("dataset", "direct")}
 
 
 # ---------------------------------------------------------------------------- loading
@@ -319,6 +321,8 @@ def validate(config: Config, source: str) -> None:
         fail("network.fc_layer_params", f"must be a non-empty list of positive sizes, got {list(config.network.fc_layer_params)}")
     if config.training.batch_size > config.replay.capacity:
         fail("training.batch_size", f"{config.training.batch_size} is larger than replay.capacity ({config.replay.capacity})")
+    if config.replay.backend == "reverb" and config.replay.sampling == "direct":
+        fail("replay.sampling", "Reverb is read through a tf.data dataset; use sampling: dataset with backend: reverb")
     if config.replay.reverb_port is not None and not 0 < config.replay.reverb_port < 65536:
         fail("replay.reverb_port", f"must be a port in 1..65535, got {config.replay.reverb_port}")
     if config.env.num_envs > 1 and config.training.collect_steps_per_iteration % config.env.num_envs:

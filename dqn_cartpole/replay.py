@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -45,6 +45,7 @@ class Replay:
         self.data_spec = data_spec
         self.num_envs = num_envs
         self.config = config
+        self._iterators: list = []
 
     # -- writing
     def add_batch(self, items: trajectory_lib.Trajectory) -> tf.Operation:
@@ -62,8 +63,21 @@ class Replay:
 
     def get_next(self, sample_batch_size: Optional[int] = None, num_steps: Optional[int] = None,
                  time_stacked: bool = True) -> Any:
-        """One uniform sample (replaces the deprecated `ReplayBuffer.get_next`)."""
+        """One uniform sample: (items, info)."""
         return self.buffer.get_next(sample_batch_size, num_steps, time_stacked)
+
+    def sampler(self, sample_batch_size: int, num_steps: int) -> Callable[[], Any]:
+        """An in-graph callable returning one training batch, as `config.sampling` says.
+
+        "dataset" reads the tf.data pipeline (parallel calls + prefetch overlap sampling with
+        training, at the price of bit-for-bit reproducibility); "direct" samples in program
+        order inside the compiled step, after that iteration's collection.
+        """
+        if self.config.sampling == "direct":
+            return lambda: self.get_next(sample_batch_size, num_steps)[0]
+        iterator = iter(self.as_dataset(sample_batch_size, num_steps))
+        self._iterators.append(iterator)  # keep it alive as long as the replay
+        return lambda: iterator.get_next()[0]
 
     def single_pass(self) -> Any:
         """Everything stored, in order, as one nest shaped [envs, time, ...]."""
@@ -150,7 +164,20 @@ class PyUniformReplay(Replay):
         return dataset.map(lambda items: (items, ())).prefetch(self.config.prefetch)
 
     def get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
-        return self.buffer.get_next(sample_batch_size, num_steps, time_stacked), ()
+        if tf.executing_eagerly():
+            return self.buffer.get_next(sample_batch_size, num_steps, time_stacked), ()
+        # Inside a compiled step: sample in numpy, in program order (seeded by NumPy's seed).
+        outer = [d for d in (sample_batch_size, num_steps if time_stacked else None) if d is not None]
+        specs = tf.nest.flatten(tensor_spec.add_outer_dims_nest(self.data_spec, tuple(outer)))
+
+        def sample() -> list:
+            return [np.asarray(a) for a in tf.nest.flatten(
+                self.buffer.get_next(sample_batch_size, num_steps, time_stacked))]
+
+        flat = tf.numpy_function(sample, [], [s.dtype for s in specs], stateful=True, name="py_uniform_sample")
+        for tensor, spec in zip(flat, specs):
+            tensor.set_shape(spec.shape)
+        return tf.nest.pack_sequence_as(self.data_spec, flat), ()
 
     def single_pass(self) -> Any:
         size = self.size()

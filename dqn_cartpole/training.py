@@ -141,13 +141,11 @@ def make_run_iterations(pipeline: Pipeline, config: Config) -> Callable:
     Returns f(time_step, policy_state, num_iterations) -> (time_step, policy_state, losses).
     """
     agent, driver = pipeline.agent, pipeline.collect_driver
-    dataset = pipeline.replay.as_dataset(config.training.batch_size, sequence_length_for(config.agent.n_step))
-    iterator = iter(dataset)
+    sample = pipeline.replay.sampler(config.training.batch_size, sequence_length_for(config.agent.n_step))
     train_steps = config.training.train_steps_per_iteration
 
     def train_once() -> tf.Tensor:
-        experience, _ = iterator.get_next()
-        return agent.train(experience).loss
+        return agent.train(sample()).loss
 
     def train_many() -> tf.Tensor:
         if train_steps == 1:
@@ -170,7 +168,6 @@ def make_run_iterations(pipeline: Pipeline, config: Config) -> Callable:
             lambda i, *_: i < num_iterations, body, (tf.constant(0), time_step, policy_state, losses))
         return time_step, policy_state, losses.stack()
 
-    run_iterations.iterator = iterator  # keep the iterator alive as long as the function
     return run_iterations
 
 
