@@ -161,7 +161,9 @@ def print_summary(result) -> None:
 
     lines = [
         f"Done in {result.wall_s:.1f} s: {result.iterations} iterations, {result.train_steps} train steps, "
-        f"{result.env_steps} env steps.",
+        f"{result.env_steps} env steps"
+        + (f" ({result.iterations_per_s:.0f} it/s in the loop, {result.eval_s:.1f} s evaluating)."
+           if result.iterations_per_s else "."),
         f"  best average return   {fmt(result.best_return)}",
         f"  final average return  {fmt(result.final_return)}",
     ]

@@ -53,6 +53,9 @@ class RunState:
     solved_return: Optional[float] = None
     solved_wall_s: Optional[float] = None
     stop: bool = False
+    loop_s: float = 0.0  # inside compiled chunks, excluding the first (which traces)
+    loop_iterations: int = 0
+    eval_s: float = 0.0
 
 
 @dataclass
@@ -68,6 +71,8 @@ class TrainResult:
     solved_at_iteration: Optional[int]
     solved_wall_s: Optional[float]
     wall_s: float
+    iterations_per_s: Optional[float] = None
+    eval_s: float = 0.0
     artifacts: dict[str, str] = field(default_factory=dict)
 
 
@@ -238,7 +243,11 @@ class TrainingRun:
         total = cfg.training.num_iterations
         while self.state.iteration < total and not self.state.stop:
             chunk = min([total - self.state.iteration] + [i - self.state.iteration % i for i in intervals])
+            started = time.perf_counter()
             time_step, policy_state, losses = run_iterations(time_step, policy_state, tf.constant(chunk))
+            if self.state.iteration > 0:  # the first call includes tracing
+                self.state.loop_s += time.perf_counter() - started
+                self.state.loop_iterations += chunk
             self.state.iteration += chunk
             self.state.loss = float(losses[-1])
             for trigger in triggers:
@@ -278,7 +287,9 @@ class TrainingRun:
         self.scalars.write("train", self.train_step(), {k: row[k] for k in ("loss", "epsilon", "samples_per_insert")})
 
     def evaluate(self) -> None:
+        started = time.perf_counter()
         result = run_episodes(self.pipeline.greedy_act, self.pipeline.eval_env)
+        self.state.eval_s += time.perf_counter() - started
         self.record_eval(result)
         if self.config.evaluation.stop_when_solved and result.average_return >= self.solve_return:
             self.check_solved()
@@ -339,7 +350,8 @@ class TrainingRun:
             run_dir=self.layout.root, iterations=self.state.iteration, train_steps=self.train_step(),
             env_steps=self.env_steps(), best_return=self.state.best_return, final_return=self.state.last_return,
             solved_at_iteration=self.state.solved_at_iteration, solved_wall_s=self.state.solved_wall_s,
-            wall_s=self.wall(), artifacts=artifacts)
+            wall_s=self.wall(), artifacts=artifacts, eval_s=self.state.eval_s,
+            iterations_per_s=self.state.loop_iterations / self.state.loop_s if self.state.loop_s else None)
 
     def record_videos(self) -> dict[str, str]:
         cfg, pipeline = self.config, self.pipeline
