@@ -9,7 +9,7 @@ import pytest
 from dqn_cartpole.config import Config, describe, dump_yaml, load_config
 from dqn_cartpole.errors import ConfigError
 
-from conftest import CONFIGS, REPO
+from helpers import CONFIGS, REPO
 
 
 def write(tmp_path, text: str) -> str:

@@ -1,0 +1,149 @@
+"""An end-to-end train on configs/smoke.yaml, then every artifact checked on disk."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+
+import imageio.v2 as imageio
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+
+from helpers import CONFIGS, run_cli, run_python
+
+from dqn_cartpole.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    run_dir = str(tmp_path_factory.mktemp("smoke") / "run")
+    result = run_cli("train", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--output-dir", run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir, result
+
+
+def rows(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_console_is_clean_and_summarises(smoke_run):
+    run_dir, result = smoke_run
+    noise = [l for l in result.stderr.splitlines() if any(w in l for w in
+             ("tensorflow/", "ALSA", "absl", "WARNING", "Traceback", "unmaintained", "cuda"))]
+    assert noise == []
+    assert "best average return" in result.stdout and "final average return" in result.stdout
+    assert "Done in" in result.stdout
+    assert run_dir in result.stdout
+
+
+def test_config_is_fully_resolved(smoke_run):
+    import yaml
+
+    run_dir, _ = smoke_run
+    with open(os.path.join(run_dir, "config.yaml")) as handle:
+        saved = yaml.safe_load(handle)
+    assert set(saved) == {"env", "network", "agent", "replay", "training", "evaluation", "video", "output"}
+    assert saved["training"]["num_iterations"] == 300
+    assert saved["agent"]["td_loss"] == "squared"  # a default, written out
+
+
+def test_metrics_csv_columns_and_rows(smoke_run):
+    run_dir, _ = smoke_run
+    train = rows(os.path.join(run_dir, "train_metrics.csv"))
+    assert list(train[0].keys())[:len(TRAIN_COLUMNS)] == list(TRAIN_COLUMNS)
+    assert [int(r["train_step"]) for r in train] == [50, 100, 150, 200, 250, 300]
+    assert all(float(r["loss"]) >= 0 for r in train)
+    env_steps = [int(r["env_steps"]) for r in train]
+    assert env_steps == sorted(env_steps) and env_steps[0] >= 64
+    evals = rows(os.path.join(run_dir, "eval_metrics.csv"))
+    assert list(evals[0].keys())[:len(EVAL_COLUMNS)] == list(EVAL_COLUMNS)
+    assert [int(r["train_step"]) for r in evals] == [0, 100, 200, 300]
+    assert all(0 < float(r["average_return"]) <= 500 for r in evals)
+    assert all(float(r["average_episode_length"]) > 0 for r in evals)
+
+
+def test_plots_open(smoke_run):
+    run_dir, _ = smoke_run
+    for name in ("returns.png", "loss.png"):
+        image = mpimg.imread(os.path.join(run_dir, "plots", name))
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_videos_decode_with_rendered_frame_size(smoke_run):
+    run_dir, _ = smoke_run
+    for name in ("trained-agent.mp4", "random-agent.mp4"):
+        reader = imageio.get_reader(os.path.join(run_dir, "videos", name))
+        frames = [frame for frame in reader]
+        reader.close()
+        assert len(frames) >= 9  # at least one whole CartPole episode
+        assert frames[0].shape == (400, 600, 3)
+        assert frames[0].dtype == np.uint8 and frames[0].std() > 0
+
+
+def test_tensorboard_events_written(smoke_run):
+    run_dir, _ = smoke_run
+    assert glob.glob(os.path.join(run_dir, "tensorboard", "events.out.tfevents.*"))
+
+
+def saved_policies(run_dir: str) -> list[str]:
+    return sorted(os.path.dirname(p) for p in glob.glob(os.path.join(run_dir, "policy", "**", "saved_model.pb"),
+                                                         recursive=True))
+
+
+def test_saved_model_loads_in_fresh_process_with_only_tf_agents(smoke_run, tmp_path):
+    run_dir, _ = smoke_run
+    policies = saved_policies(run_dir)
+    assert policies
+    code = f"""
+import numpy as np, tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+policy = tf.saved_model.load({policies[-1]!r})
+obs = tf.constant(np.random.uniform(-0.05, 0.05, size=(5, 4)).astype(np.float32))
+step = ts.restart(obs, batch_size=5)
+actions = policy.action(step).action.numpy()
+assert actions.shape == (5,) and set(actions.tolist()) <= {{0, 1}}, actions
+print("ok", actions.tolist())
+"""
+    result = run_python(code, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("ok")
+
+
+def test_evaluate_command(smoke_run):
+    run_dir, _ = smoke_run
+    result = run_cli("evaluate", run_dir, "--episodes", "4")
+    assert result.returncode == 0, result.stderr[-2000:]
+    for word in ("mean", "std", "min", "max", "4 greedy episodes"):
+        assert word in result.stdout
+
+
+def test_record_command_saved_and_random(smoke_run, tmp_path):
+    run_dir, _ = smoke_run
+    out = str(tmp_path / "agent.mp4")
+    result = run_cli("record", run_dir, "--output", out, "--episodes", "1", "--fps", "30")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert imageio.get_reader(out).get_meta_data()["fps"] == 30
+    out_random = str(tmp_path / "random.mp4")
+    result = run_cli("record", "--random", "--output", out_random)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert os.path.getsize(out_random) > 1000
+
+
+def test_plot_command_redraws(smoke_run):
+    run_dir, _ = smoke_run
+    os.remove(os.path.join(run_dir, "plots", "returns.png"))
+    result = run_cli("plot", run_dir)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert os.path.exists(os.path.join(run_dir, "plots", "returns.png"))
+
+
+def test_existing_run_is_not_overwritten(smoke_run):
+    run_dir, _ = smoke_run
+    before = sorted(os.listdir(run_dir))
+    result = run_cli("train", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--output-dir", run_dir)
+    assert result.returncode == 2
+    assert "--overwrite" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert sorted(os.listdir(run_dir)) == before
