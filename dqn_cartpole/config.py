@@ -84,6 +84,7 @@ class TrainingConfig:
     batch_size: int = _f(64, "transitions per gradient step")
     log_interval: int = _f(200, "iterations between loss rows in the metrics")
     checkpoint_interval: int = _f(5000, "iterations between checkpoints")
+    jit_compile: bool = _f(True, "compile each gradient step with XLA (faster on CPU; false for plain TF)")
 
 
 @dataclass(frozen=True)

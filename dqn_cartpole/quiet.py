@@ -32,3 +32,34 @@ def silence() -> None:
     tf.get_logger().setLevel(logging.ERROR)
     tf.autograph.set_verbosity(0)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
+# C++ log lines that carry no information for the user (XLA announces its first compile once).
+NATIVE_NOISE = ("absl::InitializeLog", "Compiled cluster using XLA", "device_compiler.h")
+
+
+@contextlib.contextmanager
+def filtered_native_stderr(noise: tuple = NATIVE_NOISE):
+    """Captures what native code writes to fd 2 meanwhile, and re-emits all but known noise.
+
+    TensorFlow's C++ (absl) logging ignores TF_CPP_MIN_LOG_LEVEL for a few lines, so the only
+    way to keep them off the console is at the file-descriptor level.
+    """
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            for line in capture.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not any(n in line for n in noise):
+                    sys.stderr.write(line)
+            sys.stderr.flush()
