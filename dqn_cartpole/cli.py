@@ -107,8 +107,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise
     finally:
         progress.close()
+    write_summary_json(result, RunLayout(run_dir).summary)
     print_summary(result)
     return 0
+
+
+def write_summary_json(result, path: str) -> None:
+    """The summary as JSON, for scripts (benchmarks, sweeps) that read a finished run."""
+    import dataclasses
+    import json
+
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(dataclasses.asdict(result), handle, indent=2)
 
 
 def _check_positive(label: str, value: int) -> None:
