@@ -117,8 +117,12 @@ def write_summary_json(result, path: str) -> None:
     import dataclasses
     import json
 
+    import resource
+
+    summary = dataclasses.asdict(result)
+    summary["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump(dataclasses.asdict(result), handle, indent=2)
+        json.dump(summary, handle, indent=2)
 
 
 def _check_positive(label: str, value: int) -> None:
