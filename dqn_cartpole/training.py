@@ -24,7 +24,7 @@ from tf_agents.metrics import tf_metrics
 from tf_agents.policies import random_tf_policy
 from tf_agents.train import interval_trigger
 
-from dqn_cartpole import envs, export, plots, quiet, video
+from dqn_cartpole import envs, export, quiet
 from dqn_cartpole.agents import build_agent
 from dqn_cartpole.config import Config, dump_yaml
 from dqn_cartpole.evaluation import EvalResult, run_episodes
@@ -358,6 +358,8 @@ class TrainingRun:
             self.save_policy()
         artifacts["policy"] = self.layout.policy
         self.close_logs()
+        from dqn_cartpole import plots  # matplotlib costs ~1 s to import: not before the policy is saved
+
         for path in plots.plot_run(self.layout, self.max_return, self.config.env.id):
             artifacts[path.rsplit("/", 1)[-1]] = path
         if self.config.video.enabled:
@@ -374,6 +376,8 @@ class TrainingRun:
     def record_videos(self) -> dict[str, str]:
         cfg, pipeline = self.config, self.pipeline
         seed = cfg.training.seed + VIDEO_SEED_OFFSET
+        from dqn_cartpole import video  # imageio/ffmpeg: only once training is over
+
         video.record_video(pipeline.greedy_act, cfg.env.id, self.layout.trained_video, cfg.video.num_episodes,
                            cfg.video.fps, seed, cfg.env.max_episode_steps)
         random_act = random_act_fn(pipeline.tf_env.time_step_spec(), pipeline.tf_env.action_spec(), seed=seed)
