@@ -1,0 +1,447 @@
+"""Checkpoints that survive a crash at any moment, and finding the newest good one on resume.
+
+One checkpoint is one folder under `RUN/checkpoints/`:
+
+    ckpt-0000005000/            the iteration is in the name
+      tf/ckpt.index, tf/ckpt.data-00000-of-00001
+                                a `tf.train.Checkpoint` of the agent (Q-network, target network,
+                                optimizer slots and step, train-step counter, hence the epsilon
+                                schedule), the env-step metric and, for `tf_uniform` and
+                                `py_uniform`, the replay buffer's contents
+      reverb/<timestamp>/       Reverb's own checkpoint of the table (backend `reverb` only)
+      metrics/*.csv             the metrics CSVs as they were at this checkpoint
+      state.json                the loop: iteration, best return so far, RNG states, wall time, config
+      MANIFEST.json             written last: every file above with its size and SHA-256
+    ckpt-0000010000.tmp/        being written, or left behind by a crash: never read
+    reverb-server/              where the Reverb server writes (and, on resume, loads) its checkpoint
+
+A checkpoint is written into `ckpt-N.tmp/`, every file is fsync'ed, then the folder is renamed
+to `ckpt-N` (a single atomic rename). A SIGKILL at any moment therefore leaves either the old
+set of checkpoints or the old set plus the new one. On resume the newest folder whose manifest
+checks out is used; partial (`.tmp`) and damaged ones are reported on one line each and set
+aside. The newest `keep` complete checkpoints are kept.
+
+This module imports TensorFlow only inside `CheckpointWriter`, so the CLI can look for a
+usable checkpoint before any heavy import.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from dqn_cartpole.layout import CHECKPOINTS_DIR
+
+FORMAT = 1
+PREFIX = "ckpt-"
+TMP_SUFFIX = ".tmp"
+DAMAGED_SUFFIX = ".damaged"
+OLD_SUFFIX = ".old"
+MANIFEST_FILE = "MANIFEST.json"
+STATE_FILE = "state.json"
+TF_PREFIX = os.path.join("tf", "ckpt")
+REVERB_DIR = "reverb"
+METRICS_DIR = "metrics"
+REVERB_SERVER_DIR = "reverb-server"
+_NAME = re.compile(r"^ckpt-(\d+)$")
+_OLD_NAME = re.compile(r"^ckpt-(\d+)\.old$")  # replaced by a newer write of the same iteration
+
+# Config keys a resumed run cannot change: they fix the shapes of what the checkpoint holds
+# (env spaces, network weights, replay storage and sequence length) or the run's identity.
+FROZEN_SECTIONS = ("env", "network")
+FROZEN_KEYS = (("agent", "n_step"), ("replay", "backend"), ("replay", "capacity"), ("training", "seed"))
+
+TEST_KILL_ENV = "DQN_CARTPOLE_TEST_KILL"
+# Reverb's C++ log lines about writing and loading its checkpoints (every one, at INFO level).
+REVERB_CHECKPOINT_NOISE = ("reverb_service_impl.cc", "tfrecord_checkpointer.cc")
+
+
+class CheckpointError(Exception):
+    """A checkpoint cannot be used; the message is one line."""
+
+
+class DiskFullError(Exception):
+    """The disk filled up while the run was writing; the message is one line."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for ENOSPC/EDQUOT from Python, and for TensorFlow's and Reverb's wording of it."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "Disk quota exceeded" in text
+
+
+def crash_point(stage: str) -> None:
+    """Test hook: SIGKILLs this process at the n-th time it reaches `stage`.
+
+    `DQN_CARTPOLE_TEST_KILL=checkpoint-write:2` kills during the second checkpoint write, after
+    the TensorFlow files are on disk and before the folder is renamed. Does nothing unless set.
+    """
+    spec = os.environ.get(TEST_KILL_ENV)
+    if not spec:
+        return
+    counts = crash_point.__dict__.setdefault("counts", {})
+    counts[stage] = counts.get(stage, 0) + 1
+    for item in spec.split(","):
+        name, _, nth = item.partition(":")
+        if name == stage and counts[stage] == int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------- finding checkpoints
+
+
+def checkpoint_name(iteration: int) -> str:
+    return f"{PREFIX}{iteration:010d}"
+
+
+@dataclass(frozen=True)
+class Found:
+    """A checkpoint whose manifest checks out."""
+
+    path: str
+    iteration: int
+    state: dict
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def tf_prefix(self) -> str:
+        return os.path.join(self.path, TF_PREFIX)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.state.get("finished"))
+
+
+@dataclass(frozen=True)
+class Bad:
+    """A partial or damaged checkpoint, and why it cannot be used."""
+
+    path: str
+    reason: str
+
+    @property
+    def partial(self) -> bool:
+        return self.path.endswith(TMP_SUFFIX)
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What `--resume` found: the checkpoint to continue from (None: start again) and the unusable ones."""
+
+    found: Optional[Found]
+    bad: tuple = ()
+
+
+def plan_resume(run_dir: str) -> ResumePlan:
+    """Picks the newest usable checkpoint of a run folder (no TensorFlow needed)."""
+    good, bad = scan(os.path.join(run_dir, CHECKPOINTS_DIR))
+    return ResumePlan(good[0] if good else None, tuple(bad))
+
+
+def scan(root: str) -> tuple[list[Found], list[Bad]]:
+    """Every checkpoint under `root`: usable ones newest first, then partial or damaged ones."""
+    good: list[Found] = []
+    bad: list[Bad] = []
+    if not os.path.isdir(root):
+        return good, bad
+    for name in sorted(os.listdir(root), reverse=True):
+        path = os.path.join(root, name)
+        if name.startswith(PREFIX) and name.endswith(TMP_SUFFIX):
+            bad.append(Bad(path, "partial: the process stopped while writing it"))
+            continue
+        match = _NAME.match(name) or _OLD_NAME.match(name)
+        if not match or not os.path.isdir(path):
+            continue
+        if name.endswith(OLD_SUFFIX) and os.path.isdir(path[:-len(OLD_SUFFIX)]):
+            continue  # the replacement is complete; the old one is only left over
+        try:
+            state = verify(path)
+        except CheckpointError as exc:
+            bad.append(Bad(path, str(exc)))
+            continue
+        if state.get("iteration") != int(match.group(1)):
+            bad.append(Bad(path, f"damaged: state.json says iteration {state.get('iteration')}"))
+            continue
+        good.append(Found(path, int(match.group(1)), state))
+    good.sort(key=lambda f: f.iteration, reverse=True)
+    return good, bad
+
+
+def verify(path: str) -> dict:
+    """Checks every file against the manifest; returns state.json. Raises CheckpointError."""
+    try:
+        with open(os.path.join(path, MANIFEST_FILE), encoding="utf-8") as handle:
+            manifest = json.load(handle)
+        files = manifest["files"]
+        if manifest.get("format") != FORMAT or not isinstance(files, dict) or STATE_FILE not in files:
+            raise ValueError("unknown manifest format")
+    except FileNotFoundError:
+        raise CheckpointError("damaged: no MANIFEST.json") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"damaged: unreadable MANIFEST.json ({_first_line(exc)})") from None
+    for rel, expected in files.items():
+        full = os.path.join(path, rel)
+        if not os.path.isfile(full):
+            raise CheckpointError(f"damaged: {rel} is missing")
+        if os.path.getsize(full) != expected.get("size"):
+            raise CheckpointError(f"damaged: {rel} has {os.path.getsize(full)} bytes, expected {expected.get('size')}")
+        if _sha256(full) != expected.get("sha256"):
+            raise CheckpointError(f"damaged: {rel} does not match its checksum")
+    try:
+        with open(os.path.join(path, STATE_FILE), encoding="utf-8") as handle:
+            state = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"damaged: unreadable state.json ({_first_line(exc)})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError("written by an incompatible version (state.json format)")
+    return state
+
+
+def set_aside(bad: list[Bad]) -> None:
+    """Deletes partial checkpoints and renames damaged ones to `<name>.damaged` (kept for a look)."""
+    for item in bad:
+        if item.partial:
+            shutil.rmtree(item.path, ignore_errors=True)
+        elif not item.path.endswith(DAMAGED_SUFFIX):
+            target = item.path + DAMAGED_SUFFIX
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(item.path, target)
+
+
+def frozen_changes(old: dict, new: dict) -> list[str]:
+    """`section.key (old -> new)` for every frozen key that differs between two config dicts."""
+    keys = [(section, key) for section in FROZEN_SECTIONS
+            for key in sorted(set(old.get(section, {})) | set(new.get(section, {})))] + list(FROZEN_KEYS)
+    out = []
+    for section, key in keys:
+        before, after = old.get(section, {}).get(key), new.get(section, {}).get(key)
+        if _plain(before) != _plain(after):
+            out.append(f"{section}.{key} ({_show(before)} -> {_show(after)})")
+    return out
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _show(value: Any) -> str:
+    return json.dumps(_plain(value))
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def fsync_tree(path: str) -> None:
+    """fsyncs every file and folder under `path`, then `path`'s parent, so a rename is durable."""
+    for folder, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(folder)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def dir_size(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, files in os.walk(path) for name in files)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One written checkpoint: where, how big, how long it took."""
+
+    path: str
+    iteration: int
+    bytes: int
+    seconds: float
+
+
+def _build_optimizer(agent) -> None:
+    """Creates the optimizer's slots and hyperparameters now, so a restore fills them at once.
+
+    Without this the optimizer's variables are restored later, on their creation inside the
+    first training step, and would overwrite a learning rate changed on resume.
+    """
+    optimizer = agent._optimizer  # pylint: disable=protected-access
+    variables = agent._q_network.trainable_variables  # pylint: disable=protected-access
+    if hasattr(optimizer, "_create_all_weights"):  # Keras 2 legacy optimizers
+        optimizer._create_all_weights(variables)  # pylint: disable=protected-access
+    elif hasattr(optimizer, "build"):
+        optimizer.build(variables)
+
+
+class CheckpointWriter:
+    """Saves and restores the trainable state of one pipeline under `root` (RUN/checkpoints)."""
+
+    def __init__(self, root: str, pipeline: Any, keep: int):
+        import tensorflow as tf
+
+        self.root, self.pipeline, self.keep = root, pipeline, keep
+        replay = pipeline.replay
+        objects = {"agent": pipeline.agent, "env_steps": pipeline.env_steps}
+        self.reverb = replay.backend == "reverb"
+        if not self.reverb:
+            objects["replay"] = replay.buffer  # TFUniformReplayBuffer variables / PyUniform's NumpyState
+        self._checkpoint = tf.train.Checkpoint(**objects)
+        self._agent_only = tf.train.Checkpoint(agent=pipeline.agent)
+
+    # -- saving
+    def save(self, iteration: int, state: dict, metrics: dict[str, str]) -> Saved:
+        """Writes checkpoint `iteration`; `metrics` maps CSV names to paths copied in as they are."""
+        started = time.perf_counter()
+        final = os.path.join(self.root, checkpoint_name(iteration))
+        tmp = final + TMP_SUFFIX
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(os.path.join(tmp, METRICS_DIR), exist_ok=True)
+        try:
+            self._checkpoint.write(os.path.join(tmp, TF_PREFIX))
+            crash_point("checkpoint-write")
+            if self.reverb:
+                from dqn_cartpole import quiet
+
+                with quiet.filtered_native_stderr(quiet.NATIVE_NOISE + REVERB_CHECKPOINT_NOISE):
+                    written = self.pipeline.replay.checkpoint()
+                os.makedirs(os.path.join(tmp, REVERB_DIR))
+                os.replace(written, os.path.join(tmp, REVERB_DIR, os.path.basename(written.rstrip("/"))))
+            for name, path in metrics.items():
+                if os.path.exists(path):
+                    shutil.copyfile(path, os.path.join(tmp, METRICS_DIR, name))
+            with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as handle:
+                json.dump(dict(state, format=FORMAT, iteration=iteration), handle, indent=1)
+            files = {}
+            for folder, _, names in os.walk(tmp):
+                for name in names:
+                    full = os.path.join(folder, name)
+                    files[os.path.relpath(full, tmp)] = {"size": os.path.getsize(full), "sha256": _sha256(full)}
+            with open(os.path.join(tmp, MANIFEST_FILE), "w", encoding="utf-8") as handle:
+                json.dump({"format": FORMAT, "iteration": iteration, "files": files}, handle, indent=1)
+            fsync_tree(tmp)
+            crash_point("checkpoint-rename")
+            if os.path.exists(final):  # the same iteration again: keep the old one until the new is in place
+                shutil.rmtree(final + OLD_SUFFIX, ignore_errors=True)
+                os.replace(final, final + OLD_SUFFIX)
+            os.replace(tmp, final)
+            fsync_dir(self.root)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if is_disk_full(exc):
+                raise DiskFullError(f"disk full while writing checkpoint {final}: {_first_line(exc)}") from None
+            raise
+        shutil.rmtree(final + OLD_SUFFIX, ignore_errors=True)
+        self.prune()
+        return Saved(final, iteration, dir_size(final), time.perf_counter() - started)
+
+    def prune(self) -> None:
+        """Keeps the newest `keep` complete checkpoints; removes older ones and stale partial ones."""
+        names = sorted(n for n in os.listdir(self.root) if _NAME.match(n))
+        for name in names[:-self.keep]:
+            shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+        for name in os.listdir(self.root):
+            if name.startswith(PREFIX) and name.endswith(TMP_SUFFIX):
+                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+    # -- restoring
+    def restore(self, found: Found) -> None:
+        """Loads everything but Reverb's table (the server loaded that when it started)."""
+        _build_optimizer(self.pipeline.agent)
+        try:
+            self._checkpoint.read(found.tf_prefix).assert_consumed()
+        except Exception as exc:  # pylint: disable=broad-except
+            raise CheckpointError(f"cannot restore {found.path}: {_first_line(exc)}") from None
+
+    def restore_agent(self, tf_prefix: str) -> None:
+        """Loads only the agent's variables (after a divergence, to export the last good policy)."""
+        self._agent_only.read(tf_prefix).expect_partial()
+
+
+def reverb_server_dir(root: str) -> str:
+    return os.path.join(root, REVERB_SERVER_DIR)
+
+
+def stage_reverb(root: str, found: Optional[Found]) -> str:
+    """Empties the Reverb server's checkpoint folder and copies `found`'s table into it.
+
+    Reverb loads the newest checkpoint in that folder when the server starts; a fresh run
+    starts from an empty folder. Returns the folder.
+    """
+    server_dir = reverb_server_dir(root)
+    shutil.rmtree(server_dir, ignore_errors=True)
+    os.makedirs(server_dir)
+    if found is not None:
+        source = os.path.join(found.path, REVERB_DIR)
+        if not os.path.isdir(source) or not os.listdir(source):
+            raise CheckpointError(f"{found.path}: holds no Reverb table to restore")
+        for name in os.listdir(source):
+            shutil.copytree(os.path.join(source, name), os.path.join(server_dir, name))
+    return server_dir
+
+
+def restore_metrics(found: Found, paths: dict[str, str]) -> None:
+    """Puts back each metrics CSV as it was at the checkpoint (rows written after it are dropped)."""
+    for name, path in paths.items():
+        source = os.path.join(found.path, METRICS_DIR, name)
+        if os.path.exists(source):
+            tmp = path + ".tmp"
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, path)
+        elif os.path.exists(path):
+            os.remove(path)
