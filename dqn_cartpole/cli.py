@@ -1,7 +1,8 @@
 """Command line: `python -m dqn_cartpole {train,evaluate,record,plot}`.
 
 Bad input ends in one line on stderr and exit status 2; heavy imports (TensorFlow) happen only
-after the arguments and the config have been checked.
+after the arguments and the config have been checked. A run stopped by Ctrl-C or SIGTERM exits
+with 130 or 143 and prints the command that resumes it; a diverged run or a full disk exits with 1.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import shlex
 import shutil
 import sys
 from typing import Optional, Sequence
@@ -16,6 +18,7 @@ from typing import Optional, Sequence
 from dqn_cartpole.errors import UserError
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1
 REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 DEFAULT_CONFIG = os.path.join(REPO_CONFIGS, "default.yaml")
 
@@ -40,11 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override one config key, e.g. --set agent.learning_rate=5e-4 (repeatable)")
     train.add_argument("--output-dir", metavar="DIR", help="run folder (default: outputs/<env>__s<seed>__<time>)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --output-dir")
+    train.add_argument("--resume", metavar="RUN_DIR",
+                       help="continue a stopped or crashed run from its newest good checkpoint (with its own "
+                            "config.yaml; --set may change keys that keep the env, network and replay shapes)")
     train.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
 
     evaluate = sub.add_parser("evaluate", help="average return of a saved policy",
                               description="Load a saved policy and report the return over N greedy episodes.")
     evaluate.add_argument("policy", metavar="RUN_DIR_OR_POLICY", help="a run folder or a policy SavedModel folder")
+    evaluate.add_argument("--final", action="store_true", help="use the run's policy/final (default: policy/best)")
     evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     evaluate.add_argument("--env", help="gymnasium env id (default: the run's env, else CartPole-v1)")
     evaluate.add_argument("--seed", type=int, default=0, help="env seed (default 0)")
@@ -52,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     record = sub.add_parser("record", help="write an mp4 of a saved or the random policy",
                             description="Record episodes of a saved policy (or of the random policy) to an mp4.")
     record.add_argument("policy", metavar="RUN_DIR_OR_POLICY", nargs="?", help="a run folder or a policy folder")
+    record.add_argument("--final", action="store_true", help="use the run's policy/final (default: policy/best)")
     record.add_argument("--random", action="store_true", help="record the uniformly random policy instead")
     record.add_argument("--output", "-o", metavar="MP4", help="output file (default: videos/ of the run, or ./)")
     record.add_argument("--episodes", type=int, default=1, help="episodes to record (default 1)")
@@ -76,6 +84,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:  # the disk, permissions, a vanished folder: one line, not a traceback
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
@@ -87,29 +99,105 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from dqn_cartpole.config import load_config
 
+    if args.resume:
+        return cmd_resume(args)
     config_path = args.config or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
     config = load_config(config_path, args.overrides)
     run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
 
-    from dqn_cartpole.layout import RunLayout
     from dqn_cartpole.progress import Progress
-    from dqn_cartpole.training import train
 
     created = _make_run_dir(run_dir, args.overwrite)
     progress = Progress(config.training.num_iterations, enabled=not args.quiet)
     progress.message(f"Training {config.env.id} with {os.path.basename(config_path or 'defaults')} "
                      f"(seed {config.training.seed}, replay {config.replay.backend}) -> {run_dir}")
+    return _run_training(config, run_dir, progress, None, created)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """`train --resume RUN_DIR`: the run's config (plus --set), from its newest good checkpoint."""
+    config, plan = resolve_resume(args.resume, args)
+    from dqn_cartpole.progress import Progress
+
+    run_dir = args.resume
+    for bad in plan.bad:
+        instead = f"using {os.path.basename(plan.found.path)} instead" if plan.found else "no other checkpoint"
+        print(f"warning: checkpoint {bad.path} is {bad.reason}; {instead}", file=sys.stderr)
+    if plan.found is None:
+        print(f"warning: {run_dir} has no usable checkpoint (it stopped before writing one); "
+              f"starting it again from iteration 0 with its config.yaml", file=sys.stderr)
+    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
+    start = f"{os.path.basename(plan.found.path)}" if plan.found else "the beginning"
+    progress.message(f"Resuming {run_dir} ({config.env.id}, seed {config.training.seed}, replay "
+                     f"{config.replay.backend}) from {start}")
+    return _run_training(config, run_dir, progress, plan, created=False)
+
+
+def _run_training(config, run_dir: str, progress, plan, created: bool) -> int:
+    from dqn_cartpole.checkpointing import CheckpointError, DiskFullError
+    from dqn_cartpole.layout import RunLayout
+    from dqn_cartpole.training import train
+
     try:
-        result = train(config, RunLayout(run_dir), progress)
+        result = train(config, RunLayout(run_dir), progress, plan)
     except UserError:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
         raise
+    except DiskFullError as exc:
+        progress.close()
+        print(f"error: {exc}. Free some space, then resume with: {resume_command(run_dir)}", file=sys.stderr)
+        return EXIT_FAILED
+    except CheckpointError as exc:
+        raise UserError(str(exc)) from None
     finally:
         progress.close()
     write_summary_json(result, RunLayout(run_dir).summary)
     print_summary(result)
-    return 0
+    if result.stopped_by:
+        print(f"Stopped by {result.stopped_by} at iteration {result.iterations}; the checkpoint, plots and "
+              f"policy are saved. Resume with:\n  {resume_command(run_dir)}")
+    elif result.diverged_at_iteration is not None:
+        print(f"Training diverged (the loss became NaN or Inf at iteration {result.diverged_at_iteration}) and "
+              f"stopped. Lower agent.learning_rate or set agent.gradient_clipping, then continue with:\n"
+              f"  {resume_command(run_dir)} --set agent.learning_rate=...", file=sys.stderr)
+    return result.exit_status
+
+
+def resume_command(run_dir: str) -> str:
+    return f"python -m dqn_cartpole train --resume {shlex.quote(run_dir)}"
+
+
+def resolve_resume(run_dir: str, args: argparse.Namespace):
+    """Checks `--resume RUN_DIR` before anything heavy: a run folder, a compatible config, a checkpoint plan."""
+    from dqn_cartpole import checkpointing, layout
+    from dqn_cartpole.config import load_config, to_dict
+
+    for flag, given in (("--config", args.config), ("--output-dir", args.output_dir), ("--overwrite", args.overwrite)):
+        if given:
+            raise UserError(f"--resume cannot be combined with {flag}: a resumed run keeps its folder and its "
+                            f"config.yaml (change single keys with --set)")
+    if not os.path.exists(run_dir):
+        raise UserError(f"--resume {run_dir}: no such folder")
+    if not os.path.isdir(run_dir):
+        raise UserError(f"--resume {run_dir}: is a file, not a run folder")
+    config_file = os.path.join(run_dir, layout.CONFIG_FILE)
+    if not os.path.isfile(config_file):
+        raise UserError(f"--resume {run_dir}: not a run folder (no {layout.CONFIG_FILE}); give a folder that "
+                        f"'train' wrote, e.g. outputs/<run-name>")
+    original = load_config(config_file)
+    config = load_config(config_file, args.overrides)
+    plan = checkpointing.plan_resume(run_dir)
+    for label, before in (("the run's", to_dict(original)),
+                          ("its checkpoint's", plan.found.state.get("config", {}) if plan.found else {})):
+        changes = checkpointing.frozen_changes(before, to_dict(config)) if before else []
+        if changes:
+            raise UserError(f"--resume {run_dir}: cannot change {', '.join(changes)} from {label} config; a resumed "
+                            f"run keeps its env, network, n_step, replay backend and capacity, and seed; start a "
+                            f"new run instead")
+    if not os.access(run_dir, os.W_OK):
+        raise UserError(f"--resume {run_dir}: cannot write there (no permission)")
+    return config, plan
 
 
 def write_summary_json(result, path: str) -> None:
@@ -143,14 +231,22 @@ def resolve_run_dir(config, output_dir: Optional[str], overwrite: bool) -> str:
         while os.path.exists(path):
             n += 1
             path = f"{base}-{n}"
+    from dqn_cartpole.layout import CONFIG_FILE
+
     if os.path.isfile(path):
-        raise UserError(f"--output-dir {path}: is a file, not a folder")
-    if os.path.isdir(path) and os.listdir(path) and not overwrite:
-        raise UserError(f"{path}: already holds a run; pass --overwrite to replace it or choose another --output-dir")
-    parent = os.path.dirname(os.path.abspath(path))
-    probe = parent
+        raise UserError(f"{path}: is a file, not a folder; choose another --output-dir")
+    if os.path.isdir(path) and os.listdir(path):
+        if not overwrite:
+            raise UserError(f"{path}: already holds a run; pass --overwrite to replace it, --resume {path} to "
+                            f"continue it, or choose another --output-dir")
+        if not os.path.exists(os.path.join(path, CONFIG_FILE)):
+            raise UserError(f"{path}: holds files but is not a run folder (no {CONFIG_FILE}); refusing to delete "
+                            f"it, even with --overwrite")
+    probe = os.path.abspath(path)
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UserError(f"{path}: {probe} is a file, not a folder")
     if not os.access(probe, os.W_OK):
         raise UserError(f"{path}: cannot write there (no permission on {probe})")
     return path
@@ -184,6 +280,11 @@ def print_summary(result) -> None:
     if result.solved_at_iteration is not None:
         lines.append(f"  solved                at iteration {result.solved_at_iteration}, "
                      f"policy saved after {result.solved_wall_s:.1f} s")
+    if result.resumed_from:
+        lines.append(f"  resumed from          {result.resumed_from}")
+    if result.checkpoint_bytes is not None:
+        lines.append(f"  last checkpoint       {result.checkpoint_bytes / 1e6:.2f} MB, written in "
+                     f"{result.checkpoint_write_s:.2f} s")
     lines.append(f"Artifacts in {result.run_dir}:")
     width = max(len(k) for k in result.artifacts)
     lines += [f"  {name:<{width}}  {path}" for name, path in result.artifacts.items()]
@@ -193,18 +294,30 @@ def print_summary(result) -> None:
 # ---------------------------------------------------------------------------- saved policies
 
 
-def resolve_policy(path: str) -> tuple[str, Optional[str]]:
-    """Returns (policy folder, run folder or None) for a run folder or a policy folder."""
+def resolve_policy(path: str, final: bool = False) -> tuple[str, Optional[str]]:
+    """Returns (policy folder, run folder or None) for a run folder or a policy folder.
+
+    A run folder means its `policy/best` (or `policy/final` with `final`), falling back to the other.
+    """
     from dqn_cartpole import layout
+    from dqn_cartpole.export import recover_policy
 
     if not os.path.exists(path):
         raise UserError(f"{path}: no such run or policy folder")
+
+    def run_of(folder: str) -> Optional[str]:
+        return folder if os.path.exists(os.path.join(folder, layout.CONFIG_FILE)) else None
+
     if os.path.exists(os.path.join(path, "saved_model.pb")):
-        run = os.path.dirname(os.path.abspath(path))
-        return path, run if os.path.exists(os.path.join(run, layout.CONFIG_FILE)) else None
-    candidate = os.path.join(path, layout.POLICY_DIR)
-    if os.path.exists(os.path.join(candidate, "saved_model.pb")):
-        return candidate, path
+        parent = os.path.dirname(os.path.abspath(path))
+        return path, run_of(parent) or run_of(os.path.dirname(parent))
+    order = (layout.FINAL_POLICY, layout.BEST_POLICY) if final else (layout.BEST_POLICY, layout.FINAL_POLICY)
+    for base, run in ((os.path.join(path, layout.POLICY_DIR), path), (path, os.path.dirname(os.path.abspath(path)))):
+        for name in order:
+            candidate = os.path.join(base, name)
+            recover_policy(candidate)
+            if os.path.exists(os.path.join(candidate, "saved_model.pb")):
+                return candidate, run_of(run)
     raise UserError(f"{path}: not a run folder or a saved policy (no saved_model.pb)")
 
 
@@ -239,7 +352,7 @@ def _load_act(policy_dir: str, env):
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     _check_positive("--episodes", args.episodes)
-    policy_dir, run_dir = resolve_policy(args.policy)
+    policy_dir, run_dir = resolve_policy(args.policy, args.final)
     env_id, max_steps = env_for(args, run_dir)
     import numpy as np
 
@@ -262,7 +375,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     _check_positive("--fps", args.fps)
     if args.random == bool(args.policy):
         raise UserError("record: give either a run folder / policy folder or --random")
-    policy_dir, run_dir = resolve_policy(args.policy) if args.policy else (None, None)
+    policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
     env_id, max_steps = env_for(args, run_dir)
     from dqn_cartpole import layout
 

@@ -83,7 +83,8 @@ class TrainingConfig:
     train_steps_per_iteration: int = _f(1, "gradient steps per iteration")
     batch_size: int = _f(64, "transitions per gradient step")
     log_interval: int = _f(200, "iterations between loss rows in the metrics")
-    checkpoint_interval: int = _f(5000, "iterations between checkpoints")
+    checkpoint_interval: int = _f(5000, "iterations between checkpoints (resume with: train --resume RUN_DIR)")
+    keep_checkpoints: int = _f(3, "newest complete checkpoints kept in RUN_DIR/checkpoints; older ones are deleted")
     jit_compile: bool = _f(True, "compile each gradient step with XLA (faster on CPU; false for plain TF)")
 
 
@@ -301,7 +302,7 @@ def validate(config: Config, source: str) -> None:
         "agent": ["epsilon_decay_steps", "target_update_period", "n_step", "gradient_clipping", "learning_rate"],
         "replay": ["capacity", "num_parallel_calls", "prefetch"],
         "training": ["num_iterations", "collect_steps_per_iteration", "train_steps_per_iteration",
-                     "batch_size", "log_interval", "checkpoint_interval"],
+                     "batch_size", "log_interval", "checkpoint_interval", "keep_checkpoints"],
         "evaluation": ["eval_interval", "num_eval_episodes", "solve_episodes"],
         "video": ["num_episodes", "fps"],
     }

@@ -1,12 +1,22 @@
-"""Exports the greedy policy as a SavedModel with TF-Agents' PolicySaver, atomically."""
+"""Exports the greedy policy as a SavedModel with TF-Agents' PolicySaver, atomically.
+
+A run keeps two: `policy/best` (the highest evaluation return so far; ties go to the later one)
+and `policy/final` (the policy at the end). Each is a plain SavedModel that loads with
+`tf.saved_model.load` alone, plus `policy_info.json` (train step, iteration, measured return).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from typing import Optional
 
 import tensorflow as tf
 from tf_agents.policies import policy_saver
+
+from dqn_cartpole.checkpointing import crash_point, fsync_tree
+INFO_FILE = "policy_info.json"
 
 
 def make_saver(policy, train_step: tf.Variable) -> policy_saver.PolicySaver:
@@ -14,18 +24,48 @@ def make_saver(policy, train_step: tf.Variable) -> policy_saver.PolicySaver:
     return policy_saver.PolicySaver(policy, batch_size=None, train_step=train_step)
 
 
-def save_policy(saver: policy_saver.PolicySaver, path: str) -> str:
-    """Writes the SavedModel under a temporary name, then swaps it in, so `path` is never half-written."""
+def save_policy(saver: policy_saver.PolicySaver, path: str, info: Optional[dict] = None) -> str:
+    """Writes the SavedModel under a temporary name, then swaps it in, so `path` is never half-written.
+
+    A crash between the two renames leaves `path.old` and a complete `path.tmp`;
+    `recover_policy` (called before reading) finishes the swap.
+    """
     tmp, old = path + ".tmp", path + ".old"
+    recover_policy(path)
     for stale in (tmp, old):
         shutil.rmtree(stale, ignore_errors=True)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     saver.save(tmp)
+    if info is not None:
+        with open(os.path.join(tmp, INFO_FILE), "w", encoding="utf-8") as handle:
+            json.dump(info, handle, indent=1)
+    fsync_tree(tmp)
     if os.path.exists(path):
         os.replace(path, old)
+        crash_point(f"policy-swap-{os.path.basename(path)}")
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def recover_policy(path: str) -> None:
+    """Completes a swap that a crash interrupted (see `save_policy`)."""
+    tmp, old = path + ".tmp", path + ".old"
+    if os.path.exists(path) or not os.path.exists(old):
+        return
+    # `old` exists only once `tmp` was completely written, so `tmp` is the newer, whole policy.
+    os.replace(tmp if os.path.exists(tmp) else old, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_info(path: str) -> Optional[dict]:
+    """The `policy_info.json` of a saved policy, or None."""
+    try:
+        with open(os.path.join(path, INFO_FILE), encoding="utf-8") as handle:
+            info = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def load_policy(path: str):

@@ -15,6 +15,8 @@ VIDEOS_DIR = "videos"
 TRAINED_VIDEO = "trained-agent.mp4"
 RANDOM_VIDEO = "random-agent.mp4"
 POLICY_DIR = "policy"
+BEST_POLICY = "best"  # policy/best: the highest evaluation return so far
+FINAL_POLICY = "final"  # policy/final: the policy at the end of the run
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 SUMMARY_FILE = "summary.json"
@@ -68,6 +70,14 @@ class RunLayout:
     @property
     def policy(self) -> str:
         return self.path(POLICY_DIR)
+
+    @property
+    def best_policy(self) -> str:
+        return self.path(POLICY_DIR, BEST_POLICY)
+
+    @property
+    def final_policy(self) -> str:
+        return self.path(POLICY_DIR, FINAL_POLICY)
 
     @property
     def checkpoints(self) -> str:

@@ -12,6 +12,9 @@ import contextlib
 import dataclasses
 import logging
 import math
+import os
+import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -24,9 +27,9 @@ from tf_agents.metrics import tf_metrics
 from tf_agents.policies import random_tf_policy
 from tf_agents.train import interval_trigger
 
-from dqn_cartpole import envs, export, quiet
+from dqn_cartpole import checkpointing, envs, export, quiet, signals
 from dqn_cartpole.agents import build_agent
-from dqn_cartpole.config import Config, dump_yaml
+from dqn_cartpole.config import Config, dump_yaml, to_dict
 from dqn_cartpole.evaluation import EvalResult, run_episodes
 from dqn_cartpole.layout import RunLayout
 from dqn_cartpole.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog, Scalars
@@ -39,6 +42,9 @@ log = logging.getLogger(__name__)
 
 # Offsets keep the collect, eval, solve-check and video envs on different random streams.
 EVAL_SEED_OFFSET, SOLVE_SEED_OFFSET, VIDEO_SEED_OFFSET = 10_000, 20_000, 30_000
+# A stop request (Ctrl-C, SIGTERM) waits for the compiled call in flight: keep each one about this short.
+STOP_LATENCY_S = 0.25
+FIRST_CHUNK = 100  # iterations in the first calls, before their speed is known
 
 
 @dataclass
@@ -59,6 +65,11 @@ class RunState:
     eval_s: float = 0.0
 
 
+# The RunState fields a checkpoint carries over (the timings are per process).
+RESUMED_FIELDS = ("loss", "last_return", "best_return", "best_iteration", "solved_at_iteration", "solved_return",
+                  "solved_wall_s")
+
+
 @dataclass
 class TrainResult:
     """What the summary reports."""
@@ -75,6 +86,12 @@ class TrainResult:
     iterations_per_s: Optional[float] = None
     eval_s: float = 0.0
     artifacts: dict[str, str] = field(default_factory=dict)
+    stopped_by: Optional[str] = None  # "SIGINT" / "SIGTERM": stopped early, resumable
+    exit_status: int = 0  # 130 / 143 after a signal, 1 after a divergence
+    diverged_at_iteration: Optional[int] = None
+    resumed_from: Optional[str] = None
+    checkpoint_bytes: Optional[int] = None  # the last checkpoint this process wrote
+    checkpoint_write_s: Optional[float] = None
 
 
 @dataclass
@@ -103,7 +120,8 @@ class Pipeline:
 # ---------------------------------------------------------------------------- building
 
 
-def build_pipeline(config: Config, layout: RunLayout, announce: Callable[[str], None]) -> Pipeline:
+def build_pipeline(config: Config, layout: RunLayout, announce: Callable[[str], None],
+                   replay_checkpoint_dir: Optional[str] = None) -> Pipeline:
     """Builds envs, agent, replay and drivers; everything it opens is closed by `Pipeline.close`."""
     closers: list = []
     try:
@@ -116,7 +134,8 @@ def build_pipeline(config: Config, layout: RunLayout, announce: Callable[[str], 
         closers.append(eval_env.close)
         tf_env = tf_py_environment.TFPyEnvironment(collect_env)
         agent = build_agent(config.agent, config.network, tf_env.time_step_spec(), tf_env.action_spec())
-        replay = build_replay(config.replay, agent.collect_data_spec, config.env.num_envs, config.agent.n_step)
+        replay = build_replay(config.replay, agent.collect_data_spec, config.env.num_envs, config.agent.n_step,
+                              checkpoint_dir=replay_checkpoint_dir)
         closers.append(replay.close)
         if isinstance(replay, ReverbReplay):
             announce(reverb_exposure_line(replay.port))
@@ -203,32 +222,83 @@ def reward_threshold(env_id: str) -> float:
 
 
 class TrainingRun:
-    """One training run in phases: fill replay, iterate with triggers, then write artifacts."""
+    """One training run in phases: fill replay (or restore a checkpoint), iterate with triggers, write artifacts."""
 
-    def __init__(self, config: Config, layout: RunLayout, progress: Progress):
+    def __init__(self, config: Config, layout: RunLayout, progress: Progress,
+                 resume: Optional[checkpointing.ResumePlan] = None):
         self.config, self.layout, self.progress = config, layout, progress
+        self.resume = resume
         self.start = process_start_time()  # wall times count from process start, as a user sees them
         self.state = RunState()
         self.max_return = envs.max_return(config.env.id)
         self.solve_return = config.evaluation.solve_return or reward_threshold(config.env.id)
+        self.stop_request = signals.StopRequest()
+        self.last_checkpoint: Optional[checkpointing.Saved] = None
+        self.restored: Optional[checkpointing.Found] = None
+        self.diverged_at: Optional[int] = None
 
     # -- phases
     def run(self) -> TrainResult:
+        with self.stop_request:
+            try:
+                return self._run()
+            except checkpointing.DiskFullError:
+                raise
+            except Exception as exc:  # pylint: disable=broad-except
+                if checkpointing.is_disk_full(exc):
+                    raise checkpointing.DiskFullError(
+                        f"disk full while writing to {self.layout.root}: {str(exc).strip().splitlines()[0]}") from None
+                raise
+
+    def _run(self) -> TrainResult:
         seed_everything(self.config.training.seed)
-        pipeline = build_pipeline(self.config, self.layout, self.progress.message)
+        found = self.prepare_folder()
+        reverb_dir = None
+        if self.config.replay.backend == "reverb":
+            reverb_dir = checkpointing.stage_reverb(self.layout.checkpoints, found)
+        with quiet.filtered_native_stderr(quiet.NATIVE_NOISE + checkpointing.REVERB_CHECKPOINT_NOISE) \
+                if reverb_dir and found else contextlib.nullcontext():
+            pipeline = build_pipeline(self.config, self.layout, self.progress.message, replay_checkpoint_dir=reverb_dir)
         self.pipeline = pipeline
         try:
+            self.checkpointer = checkpointing.CheckpointWriter(self.layout.checkpoints, pipeline,
+                                                               self.config.training.keep_checkpoints)
+            if found is not None:
+                time_step, policy_state = self.restore(found)
             self.open_logs()
-            time_step, policy_state = self.fill_replay()
-            self.iterate(time_step, policy_state)
+            if found is None:
+                time_step, policy_state = self.fill_replay()
+            if found is None or not self.already_done(found):
+                self.iterate(time_step, policy_state)
             return self.finish()
         finally:
             self.close_logs()
             pipeline.close()
 
+    def prepare_folder(self) -> Optional[checkpointing.Found]:
+        """Before building anything: sets aside bad checkpoints and puts back the metrics of the good one."""
+        os.makedirs(self.layout.checkpoints, exist_ok=True)
+        for path in (self.layout.best_policy, self.layout.final_policy):
+            export.recover_policy(path)
+        if self.resume is None:
+            return None
+        checkpointing.set_aside(list(self.resume.bad))
+        found = self.resume.found
+        metrics = self.metrics_files()
+        if found is None:  # stopped before its first checkpoint: start again, from the run's config
+            for path in metrics.values():
+                if os.path.exists(path):
+                    os.remove(path)
+            shutil.rmtree(self.layout.tensorboard, ignore_errors=True)
+            return None
+        checkpointing.restore_metrics(found, metrics)
+        return found
+
+    def metrics_files(self) -> dict[str, str]:
+        return {os.path.basename(p): p for p in (self.layout.train_metrics, self.layout.eval_metrics)}
+
     def open_logs(self) -> None:
-        with open(self.layout.config, "w", encoding="utf-8") as handle:
-            handle.write(dump_yaml(self.config))
+        checkpointing.write_text_atomic(self.layout.config, dump_yaml(self.config))
         self.train_log = CsvLog(self.layout.train_metrics, TRAIN_COLUMNS)
         self.eval_log = CsvLog(self.layout.eval_metrics, EVAL_COLUMNS)
         self.scalars = Scalars(self.layout.tensorboard if self.config.output.tensorboard else None)
@@ -249,36 +319,55 @@ class TrainingRun:
         return time_step, policy_state
 
     def iterate(self, time_step: Any, policy_state: Any) -> None:
-        """Runs compiled chunks of iterations, stopping at every due trigger."""
+        """Runs compiled chunks of iterations, stopping at every due trigger and at a stop request."""
         cfg = self.config
         run_iterations = make_run_iterations(self.pipeline, cfg)
         triggers = self.make_triggers()
-        intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval]
-        self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
+        intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval, cfg.training.checkpoint_interval]
+        if self.restored is None:
+            self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
         total = cfg.training.num_iterations
-        while self.state.iteration < total and not self.state.stop:
-            chunk = min([total - self.state.iteration] + [i - self.state.iteration % i for i in intervals])
+        max_chunk = FIRST_CHUNK
+        while self.state.iteration < total and not self.state.stop and not self.stop_request.requested:
+            iteration = self.state.iteration
+            chunk = min([total - iteration, max_chunk] + [i - iteration % i for i in intervals])
             started = time.perf_counter()
             first_call = not getattr(run_iterations, "traced", False)
             with quiet.filtered_native_stderr() if first_call else contextlib.nullcontext():
                 time_step, policy_state, losses = run_iterations(time_step, policy_state, tf.constant(chunk))
             run_iterations.traced = True
+            losses = losses.numpy()
             if not first_call:  # the first call includes tracing and XLA compilation
-                self.state.loop_s += time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                self.state.loop_s += elapsed
                 self.state.loop_iterations += chunk
+                # Keeps each compiled call short, so a Ctrl-C is answered within about STOP_LATENCY_S.
+                max_chunk = max(1, int(chunk * STOP_LATENCY_S / max(elapsed, 1e-6)))
+            finite = np.isfinite(losses)
+            if not finite.all():
+                bad = int(np.argmin(finite))
+                self.diverge(iteration + bad + 1, float(losses[bad]))
+                return
             self.state.iteration += chunk
             self.state.loss = float(losses[-1])
             for trigger in triggers:
                 trigger(self.state.iteration)
             self.progress.update(self.state.iteration, self.state.loss, self.state.last_return)
-        if self.state.iteration % cfg.evaluation.eval_interval != 0:
+        if not self.stop_request.requested and self.state.iteration % cfg.evaluation.eval_interval != 0:
             self.evaluate()  # the final policy always has a measured return
+        self.save_checkpoint()
 
     def make_triggers(self) -> list:
-        cfg = self.config
+        cfg, iteration = self.config, self.state.iteration
+
+        def trigger(interval: int, fn: Callable[[], None]) -> interval_trigger.IntervalTrigger:
+            # Started at the last multiple of the interval, so a resumed run misses no row.
+            return interval_trigger.IntervalTrigger(interval, fn, start=iteration - iteration % interval)
+
         return [
-            interval_trigger.IntervalTrigger(cfg.training.log_interval, self.log_train),
-            interval_trigger.IntervalTrigger(cfg.evaluation.eval_interval, self.evaluate),
+            trigger(cfg.training.log_interval, self.log_train),
+            trigger(cfg.evaluation.eval_interval, self.evaluate),
+            trigger(cfg.training.checkpoint_interval, self.periodic_checkpoint),  # last: after the rows it keeps
         ]
 
     # -- periodic work
@@ -317,6 +406,7 @@ class TrainingRun:
         state.last_return = result.average_return
         if state.best_return is None or result.average_return >= state.best_return:  # ties go to the later
             state.best_return, state.best_iteration = result.average_return, state.iteration
+            self.save_policy(self.layout.best_policy, result.average_return)
         row = {"train_step": self.train_step(), "env_steps": self.env_steps(),
                "average_return": result.average_return, "average_episode_length": result.average_length,
                "num_episodes": len(result.returns), "wall_s": self.wall()}
@@ -339,39 +429,154 @@ class TrainingRun:
             self.state.stop = True
             self.state.solved_at_iteration = self.state.iteration
             self.state.solved_return = result.average_return
-            self.save_policy()
+            self.save_policy(self.layout.final_policy, self.state.last_return)
             self.state.solved_wall_s = self.wall()
             self.progress.message(
                 f"Solved at iteration {self.state.iteration}: average return {result.average_return:.1f} over "
                 f"{len(result.returns)} greedy episodes (target {self.solve_return:g}); stopping early.")
 
+    # -- checkpoints
+    def periodic_checkpoint(self) -> None:
+        if self.state.iteration < self.config.training.num_iterations and not self.state.stop:
+            self.save_checkpoint()  # the last one is written after the loop, once the final evaluation is in
+
+    def save_checkpoint(self) -> None:
+        """Writes a checkpoint of this iteration, unless one is already there (or training diverged)."""
+        if self.diverged_at is not None:
+            return
+        if self.last_checkpoint is not None and self.last_checkpoint.iteration == self.state.iteration:
+            return
+        if self.restored is not None and self.restored.iteration == self.state.iteration:
+            return
+        finished = self.state.iteration >= self.config.training.num_iterations or self.state.stop
+        self.last_checkpoint = self.checkpointer.save(self.state.iteration, self.checkpoint_state(finished),
+                                                      self.metrics_files())
+
+    def checkpoint_state(self, finished: bool) -> dict:
+        numpy_state = np.random.get_state()
+        replay = self.pipeline.replay
+        return {
+            "finished": bool(finished),
+            "train_step": self.train_step(),
+            "env_steps": self.env_steps(),
+            "replay_size": replay.size(),
+            "replay_inserts": replay.inserts(),
+            "run_state": {name: getattr(self.state, name) for name in RESUMED_FIELDS},
+            "wall_s": self.wall(),
+            "rng": {"python": list(random.getstate()),
+                    "numpy": [numpy_state[0], numpy_state[1].tolist(), *[np.asarray(x).item() for x in numpy_state[2:]]]},
+            "config": to_dict(self.config),
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+
+    def restore(self, found: checkpointing.Found) -> tuple[Any, Any]:
+        """Loads a checkpoint into the built pipeline and the loop; returns a fresh time step."""
+        pipeline, cfg, saved = self.pipeline, self.config, found.state
+        self.checkpointer.restore(found)
+        self.restored = found
+        for name, value in saved["run_state"].items():
+            setattr(self.state, name, value)
+        self.state.iteration = found.iteration
+        if found.finished and not self.already_done(found):
+            self.state.stop = False  # more iterations were asked for: train on
+        self.adopt_best_on_disk()
+        self.start = process_start_time() - float(saved["wall_s"])
+        pipeline.agent._optimizer.learning_rate = cfg.agent.learning_rate  # pylint: disable=protected-access
+        python_state = saved["rng"]["python"]
+        random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
+        name, keys, *rest = saved["rng"]["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+        size = pipeline.replay.size()
+        if size != saved["replay_size"]:
+            raise checkpointing.CheckpointError(
+                f"{found.path}: the replay buffer holds {size} items after restoring, expected {saved['replay_size']}")
+        # TF ops' random streams and the envs' episodes cannot be checkpointed: they restart from a
+        # seed derived from (seed, iteration), so resuming from the same checkpoint is repeatable.
+        seed = resume_seed(cfg.training.seed, found.iteration)
+        tf.random.set_seed(seed)
+        for env, offset in ((pipeline.collect_env, 0), (pipeline.eval_env, EVAL_SEED_OFFSET)):
+            env.reset()
+            env.gym_env.reset(seed=seed + offset)
+        time_step = pipeline.tf_env.reset()
+        policy_state = pipeline.agent.collect_policy.get_initial_state(pipeline.tf_env.batch_size)
+        self.progress.message(
+            f"Resumed from {found.name}: iteration {found.iteration} of {cfg.training.num_iterations}, "
+            f"train step {self.train_step()}, {size} transitions in replay.")
+        return time_step, policy_state
+
+    def already_done(self, found: checkpointing.Found) -> bool:
+        """A finished run is only re-finished (artifacts rewritten) unless more iterations were asked for."""
+        if not found.finished:
+            return False
+        asked_before = found.state.get("config", {}).get("training", {}).get("num_iterations", 0)
+        return self.config.training.num_iterations <= max(asked_before, found.iteration)
+
+    def adopt_best_on_disk(self) -> None:
+        """Keeps policy/best if it beats the checkpoint's best (it was saved after the checkpoint)."""
+        info = export.read_info(self.layout.best_policy)
+        if not info or info.get("average_return") is None:
+            return
+        best = self.state.best_return
+        if best is None or info["average_return"] > best or (
+                info["average_return"] == best and info.get("iteration", -1) > (self.state.best_iteration or -1)):
+            self.state.best_return, self.state.best_iteration = float(info["average_return"]), info.get("iteration")
+
+    def diverge(self, at_iteration: int, value: float) -> None:
+        """The loss is NaN or Inf: stop, and go back to the weights of the last good checkpoint."""
+        self.diverged_at = at_iteration
+        good = self.last_checkpoint.path if self.last_checkpoint else (self.restored.path if self.restored else None)
+        if good is not None:
+            self.checkpointer.restore_agent(os.path.join(good, checkpointing.TF_PREFIX))
+        where = (f"The last good checkpoint ({os.path.basename(good)}) is kept and exported as policy/final"
+                 if good else "No checkpoint had been written yet, so there is no policy/final")
+        self.progress.message(
+            f"Training diverged: the loss became {value} at iteration {at_iteration}, so training stopped. {where}; "
+            f"policy/best is the best evaluated policy.")
+
     # -- the end
-    def save_policy(self) -> str:
+    def save_policy(self, path: str, average_return: Optional[float]) -> str:
         if not hasattr(self, "saver"):
             self.saver = export.make_saver(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
-        return export.save_policy(self.saver, self.layout.policy)
+        info = {"train_step": self.train_step(), "iteration": self.state.iteration, "env_steps": self.env_steps(),
+                "average_return": average_return, "env_id": self.config.env.id}
+        return export.save_policy(self.saver, path, info)
 
     def finish(self) -> TrainResult:
         artifacts = {"config": self.layout.config, "train metrics": self.layout.train_metrics,
                      "eval metrics": self.layout.eval_metrics}
-        if self.state.solved_at_iteration is None or self.state.solved_at_iteration != self.state.iteration:
-            self.save_policy()
-        artifacts["policy"] = self.layout.policy
+        trained = self.diverged_at is None or self.last_checkpoint is not None or self.restored is not None
+        if trained and (self.state.solved_at_iteration != self.state.iteration
+                        or not os.path.exists(self.layout.final_policy)):
+            self.save_policy(self.layout.final_policy, self.state.last_return)
+        if os.path.exists(self.layout.best_policy):
+            artifacts["best policy"] = self.layout.best_policy
+        if os.path.exists(self.layout.final_policy):
+            artifacts["final policy"] = self.layout.final_policy
+        last = self.last_checkpoint
+        if last is not None or self.restored is not None:
+            artifacts["checkpoint"] = last.path if last else self.restored.path
         self.close_logs()
         from dqn_cartpole import plots  # matplotlib costs ~1 s to import: not before the policy is saved
 
         for path in plots.plot_run(self.layout, self.max_return, self.config.env.id):
             artifacts[path.rsplit("/", 1)[-1]] = path
-        if self.config.video.enabled:
+        if self.config.video.enabled and trained:
             artifacts.update(self.record_videos())
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = self.layout.tensorboard
+        signum = self.stop_request.signum
         return TrainResult(
             run_dir=self.layout.root, iterations=self.state.iteration, train_steps=self.train_step(),
             env_steps=self.env_steps(), best_return=self.state.best_return, final_return=self.state.last_return,
             solved_at_iteration=self.state.solved_at_iteration, solved_wall_s=self.state.solved_wall_s,
             wall_s=self.wall(), artifacts=artifacts, eval_s=self.state.eval_s,
-            iterations_per_s=self.state.loop_iterations / self.state.loop_s if self.state.loop_s else None)
+            iterations_per_s=self.state.loop_iterations / self.state.loop_s if self.state.loop_s else None,
+            stopped_by=signals.signal_name(signum) if signum else None,
+            exit_status=signals.exit_status(signum) if signum else (1 if self.diverged_at is not None else 0),
+            diverged_at_iteration=self.diverged_at,
+            resumed_from=self.restored.path if self.restored else None,
+            checkpoint_bytes=last.bytes if last else None,
+            checkpoint_write_s=last.seconds if last else None)
 
     def record_videos(self) -> dict[str, str]:
         cfg, pipeline = self.config, self.pipeline
@@ -386,6 +591,12 @@ class TrainingRun:
         return {"trained video": self.layout.trained_video, "random video": self.layout.random_video}
 
 
-def train(config: Config, layout: RunLayout, progress: Progress) -> TrainResult:
-    """Trains an agent as `config` says, writing everything under `layout.root`."""
-    return TrainingRun(config, layout, progress).run()
+def resume_seed(seed: int, iteration: int) -> int:
+    """The seed a run resumed at `iteration` re-seeds TensorFlow and the envs with."""
+    return (seed * 1_000_003 + iteration) % (2**31 - 1)
+
+
+def train(config: Config, layout: RunLayout, progress: Progress,
+          resume: Optional[checkpointing.ResumePlan] = None) -> TrainResult:
+    """Trains an agent as `config` says (or continues `resume`), writing everything under `layout.root`."""
+    return TrainingRun(config, layout, progress, resume).run()
