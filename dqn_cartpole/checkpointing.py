@@ -384,7 +384,7 @@ class CheckpointWriter:
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if is_disk_full(exc):
-                raise DiskFullError(f"disk full while writing checkpoint {final}: {_first_line(exc)}") from None
+                raise DiskFullError(f"disk full while writing checkpoint {final} (no space left on device)") from None
             raise
         shutil.rmtree(final + OLD_SUFFIX, ignore_errors=True)
         self.prune()

@@ -42,7 +42,7 @@ def save_policy(saver: policy_saver.PolicySaver, path: str, info: Optional[dict]
     fsync_tree(tmp)
     if os.path.exists(path):
         os.replace(path, old)
-        crash_point(f"policy-swap-{os.path.basename(path)}")
+    crash_point(f"policy-swap-{os.path.basename(path)}")
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
     return path

@@ -246,8 +246,9 @@ class TrainingRun:
                 raise
             except Exception as exc:  # pylint: disable=broad-except
                 if checkpointing.is_disk_full(exc):
+                    where = getattr(exc, "filename", None) or self.layout.root
                     raise checkpointing.DiskFullError(
-                        f"disk full while writing to {self.layout.root}: {str(exc).strip().splitlines()[0]}") from None
+                        f"disk full while writing {where} (no space left on device)") from None
                 raise
 
     def _run(self) -> TrainResult:
