@@ -8,7 +8,9 @@ with 130 or 143 and prints the command that resumes it; a diverged run or a full
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import io
 import os
 import shlex
 import shutil
@@ -79,7 +81,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         from dqn_cartpole import quiet
 
-        quiet.silence()  # before anything imports TensorFlow (config checks import gymnasium/tf-agents)
+        if args.command == "train":
+            args.checked = check_train(args)  # bad input is refused in ~0.1 s, before TensorFlow is imported
+        quiet.silence()  # before anything else imports TensorFlow
         return COMMANDS[args.command](args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -96,14 +100,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 # ---------------------------------------------------------------------------- train
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def check_train(args: argparse.Namespace) -> tuple:
+    """Every check of `train`'s input, without side effects: (config path, config, run folder) or,
+    with --resume, (config, checkpoint plan).
+
+    Only a config that passes every other check gets its env id looked up, which imports
+    gymnasium and TF-Agents; their import-time notices are kept off the console.
+    """
     from dqn_cartpole.config import load_config
 
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with contextlib.redirect_stderr(io.StringIO()):
+        if args.resume:
+            return resolve_resume(args.resume, args)
+        if args.output_dir:
+            resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
+        config_path = args.config or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
+        config = load_config(config_path, args.overrides)
+        return config_path, config, resolve_run_dir(config, args.output_dir, args.overwrite)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         return cmd_resume(args)
-    config_path = args.config or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
-    config = load_config(config_path, args.overrides)
-    run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
+    config_path, config, run_dir = getattr(args, "checked", None) or check_train(args)
 
     from dqn_cartpole.progress import Progress
 
@@ -116,7 +136,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """`train --resume RUN_DIR`: the run's config (plus --set), from its newest good checkpoint."""
-    config, plan = resolve_resume(args.resume, args)
+    config, plan = getattr(args, "checked", None) or check_train(args)
     from dqn_cartpole.progress import Progress
 
     run_dir = args.resume
