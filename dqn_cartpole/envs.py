@@ -398,6 +398,15 @@ def make_env(
     return GymnasiumEnvironment(env, seed=seed)
 
 
+SYNC_UP_TO = 2
+
+
+def reward_threshold(env_id: str) -> float | None:
+    """The env's registered "solved" return (475 for CartPole-v1, 195 for v0), if it has one."""
+    spec = gymnasium.registry.get(env_id)
+    return None if spec is None or spec.reward_threshold is None else float(spec.reward_threshold)
+
+
 def make_batched_env(
     env_id: str,
     num_envs: int,
@@ -424,7 +433,9 @@ def make_batched_env(
     check_env_id(env_id)
     spec = _registered_spec(env_id)
     kwargs: dict[str, Any] = {}
-    if spec.vector_entry_point is not None:
+    # Numpy-vectorised envs pay ~40 us of array overhead per step, which only pays off for
+    # several copies; one or two plain envs step ~4x faster in a SyncVectorEnv.
+    if spec.vector_entry_point is not None and num_envs > SYNC_UP_TO:
         mode = "vector_entry_point"
         # Vector entry points implement the time limit themselves; pass it
         # explicitly so it never silently falls back to the class default.

@@ -257,11 +257,26 @@ def test_sync_vector_env_element_i_matches_single_env_seed_plus_i(make_env) -> N
 
 def test_batched_uses_vector_entry_point_with_right_time_limit(make_batched) -> None:
     for env_id, steps in [("CartPole-v0", 200), ("CartPole-v1", 500)]:
-        env = make_batched(env_id, num_envs=2)
+        env = make_batched(env_id, num_envs=4)
         assert isinstance(env.gym_env, CartPoleVectorEnv)
         assert env.gym_env.max_episode_steps == steps
-    env = make_batched("CartPole-v1", 2, max_episode_steps=7)
+    env = make_batched("CartPole-v1", 4, max_episode_steps=7)
     assert env.gym_env.max_episode_steps == 7
+
+
+def test_one_env_uses_a_plain_sync_vector_env_with_the_time_limit(make_batched) -> None:
+    # One copy steps faster without numpy vectorisation; the time limit must still hold.
+    env = make_batched("CartPole-v0", num_envs=1, seed=0)
+    assert isinstance(env.gym_env, gymnasium.vector.SyncVectorEnv)
+    env.reset()
+    lengths, length = [], 0
+    for t in range(2000):
+        step = env.step(np.array([_alternating(t)], dtype=np.int64))
+        length += 1
+        if step.is_last()[0]:
+            lengths.append(length)
+            length = -1  # the next step is the FIRST of a new episode
+    assert lengths and max(lengths) <= 200
 
 
 def test_batched_sync_fallback_honours_time_limit(make_batched) -> None:
