@@ -1,0 +1,285 @@
+"""Checkpoint and resume: SIGKILL at several points, a corrupt checkpoint, Ctrl-C, a NaN loss.
+
+Every run here is configs/smoke.yaml for 400 iterations (checkpoints every 100, logs every 50,
+evaluations every 100), without videos or TensorBoard, run as a subprocess like a user would.
+`DQN_CARTPOLE_TEST_KILL=stage:n` makes the trainer SIGKILL itself at an exact point (see
+`checkpointing.crash_point`); one test kills it from outside at whatever point it has reached.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import CONFIGS, REPO, run_python
+
+SMOKE = os.path.join(CONFIGS, "smoke.yaml")
+N = 400
+TRAIN_STEPS = list(range(50, N + 1, 50))
+EVAL_STEPS = list(range(0, N + 1, 100))
+
+
+def train_args(run_dir: str, *sets: str, iterations: int = N) -> list[str]:
+    extra = [a for s in sets for a in ("--set", s)]
+    return ["train", "--quiet", "--config", SMOKE, "--output-dir", run_dir, "--set", "video.enabled=false",
+            "--set", "output.tensorboard=false", "--set", f"training.num_iterations={iterations}", *extra]
+
+
+def env_for(kill: str | None = None) -> dict:
+    env = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy")
+    env.pop("DQN_CARTPOLE_TEST_KILL", None)
+    if kill:
+        env["DQN_CARTPOLE_TEST_KILL"] = kill
+    return env
+
+
+def cli(*args: str, kill: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dqn_cartpole", *args], cwd=REPO, env=env_for(kill),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start(*args: str, log_dir) -> subprocess.Popen:
+    out, err = open(log_dir / "stdout", "w"), open(log_dir / "stderr", "w")
+    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole", *args], cwd=REPO, env=env_for(), stdout=out,
+                            stderr=err)
+
+
+def wait_for_checkpoint(run_dir: str, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    folder = os.path.join(run_dir, "checkpoints")
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.isdir(folder) and any(n.startswith("ckpt-") and "." not in n for n in os.listdir(folder)):
+            return
+        time.sleep(0.02)
+    raise AssertionError("no checkpoint appeared")
+
+
+def resume(run_dir: str, *sets: str) -> subprocess.CompletedProcess:
+    extra = [a for s in sets for a in ("--set", s)]
+    return cli("train", "--quiet", "--resume", run_dir, *extra)
+
+
+def rows(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def checkpoints(run_dir: str) -> list[str]:
+    return sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+
+
+def assert_complete(run_dir: str) -> None:
+    """The run reached N train steps with continuous metrics, a final policy and a best one."""
+    train = rows(os.path.join(run_dir, "train_metrics.csv"))
+    assert [int(r["train_step"]) for r in train] == TRAIN_STEPS
+    env_steps = [int(r["env_steps"]) for r in train]
+    assert env_steps == sorted(set(env_steps))
+    assert all(r["loss"] not in ("", "nan") for r in train)
+    evals = rows(os.path.join(run_dir, "eval_metrics.csv"))
+    assert [int(r["train_step"]) for r in evals] == EVAL_STEPS
+    walls = [float(r["wall_s"]) for r in evals]
+    assert walls == sorted(walls)
+    for which in ("final", "best"):
+        assert os.path.exists(os.path.join(run_dir, "policy", which, "saved_model.pb")), which
+    with open(os.path.join(run_dir, "policy", "final", "policy_info.json")) as handle:
+        assert json.load(handle)["train_step"] == N
+    with open(os.path.join(run_dir, "summary.json")) as handle:
+        assert json.load(handle)["train_steps"] == N
+    for name in ("returns.png", "loss.png"):
+        assert os.path.getsize(os.path.join(run_dir, "plots", name)) > 0
+    newest = [n for n in checkpoints(run_dir) if n.startswith("ckpt-") and "." not in n][-1]
+    with open(os.path.join(run_dir, "checkpoints", newest, "state.json")) as handle:
+        state = json.load(handle)
+    assert state["iteration"] == N and state["train_step"] == N and state["finished"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> str:
+    """An uninterrupted run."""
+    run_dir = str(tmp_path_factory.mktemp("reference") / "run")
+    result = cli(*train_args(run_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def test_uninterrupted_run_keeps_the_newest_checkpoints_and_the_best_policy(reference):
+    assert_complete(reference)
+    assert checkpoints(reference) == ["ckpt-0000000200", "ckpt-0000000300", "ckpt-0000000400"]  # keep 3
+    evals = rows(os.path.join(reference, "eval_metrics.csv"))
+    returns = [float(r["average_return"]) for r in evals]
+    best_at = max(i for i, r in enumerate(returns) if r == max(returns))  # ties go to the later one
+    with open(os.path.join(reference, "policy", "best", "policy_info.json")) as handle:
+        info = json.load(handle)
+    assert info["train_step"] == int(evals[best_at]["train_step"])
+    assert f"{info['average_return']:.6g}" == evals[best_at]["average_return"]
+
+
+def test_sigkill_during_a_checkpoint_write_then_resume_matches_the_uninterrupted_run(reference, tmp_path):
+    run_dir = str(tmp_path / "run")
+    killed = cli(*train_args(run_dir), kill="checkpoint-write:2")  # TF files written, no manifest, no rename
+    assert killed.returncode == -signal.SIGKILL
+    assert checkpoints(run_dir) == ["ckpt-0000000100", "ckpt-0000000200.tmp"]
+    result = resume(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ckpt-0000000200.tmp is partial" in result.stderr
+    assert "Resumed from ckpt-0000000100: iteration 100 of 400" in result.stderr
+    assert_complete(run_dir)
+    # Fixed seed, uniform backend: the same config and the same rows as a run never interrupted.
+    with open(os.path.join(run_dir, "config.yaml")) as a, open(os.path.join(reference, "config.yaml")) as b:
+        assert a.read() == b.read()
+    for name in ("train_metrics.csv", "eval_metrics.csv"):
+        mine, theirs = rows(os.path.join(run_dir, name)), rows(os.path.join(reference, name))
+        assert [(r["train_step"], r["env_steps"]) for r in mine] == [(r["train_step"], r["env_steps"]) for r in theirs]
+    # Up to the checkpoint it is the same seeded run, row for row (the rows after it are not dropped or doubled).
+    same = ("train_step", "env_steps", "loss", "epsilon", "replay_size")
+    kept = rows(os.path.join(run_dir, "train_metrics.csv"))[:2]
+    assert [[r[k] for k in same] for r in kept] == [
+        [r[k] for k in same] for r in rows(os.path.join(reference, "train_metrics.csv"))[:2]]
+
+
+def test_external_sigkill_py_uniform_then_resume(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = start(*train_args(run_dir, "replay.backend=py_uniform"), log_dir=tmp_path)
+    try:
+        wait_for_checkpoint(run_dir, proc)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "stderr").read_text()[-3000:]
+    result = resume(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Resumed from ckpt-" in result.stderr
+    assert_complete(run_dir)
+    with open(os.path.join(run_dir, "config.yaml")) as handle:
+        assert "backend: py_uniform" in handle.read()
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    run_dir = str(tmp_path / "run")
+    killed = cli(*train_args(run_dir), kill="checkpoint-rename:4")  # complete, but killed before the rename
+    assert killed.returncode == -signal.SIGKILL
+    assert checkpoints(run_dir) == ["ckpt-0000000100", "ckpt-0000000200", "ckpt-0000000300", "ckpt-0000000400.tmp"]
+    data = os.path.join(run_dir, "checkpoints", "ckpt-0000000300", "tf", "ckpt.data-00000-of-00001")
+    with open(data, "r+b") as handle:  # flip some bytes in the middle of the weights and the replay
+        handle.seek(os.path.getsize(data) // 2)
+        chunk = handle.read(64)
+        handle.seek(os.path.getsize(data) // 2)
+        handle.write(bytes(b ^ 0xFF for b in chunk))
+    result = resume(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert any("ckpt-0000000400.tmp is partial" in w for w in warnings), warnings
+    assert any("ckpt-0000000300 is damaged" in w and "checksum" in w and "using ckpt-0000000200" in w
+               for w in warnings), warnings
+    assert "Resumed from ckpt-0000000200: iteration 200 of 400" in result.stderr
+    assert_complete(run_dir)
+    assert "ckpt-0000000300.damaged" in checkpoints(run_dir)  # set aside for a look, not reused
+
+
+def test_resuming_a_finished_run_only_rewrites_its_artifacts(reference, tmp_path):
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(reference, run_dir)
+    shutil.rmtree(os.path.join(run_dir, "plots"))
+    shutil.rmtree(os.path.join(run_dir, "policy", "final"))
+    metrics = open(os.path.join(run_dir, "train_metrics.csv")).read()
+    result = resume(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_complete(run_dir)
+    assert open(os.path.join(run_dir, "train_metrics.csv")).read() == metrics
+
+
+def test_resume_refuses_a_different_env_or_network(reference):
+    for item, needle in (("env.id=CartPole-v0", "cannot change env.id"),
+                         ("network.fc_layer_params=[64, 64]", "cannot change network.fc_layer_params")):
+        result = resume(reference, item)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and len(lines) == 1 and needle in lines[0], result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_sigint_saves_everything_and_exits_130_then_a_nan_loss_keeps_the_last_good_checkpoint(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = start(*train_args(run_dir, iterations=1_000_000), log_dir=tmp_path)
+    try:
+        wait_for_checkpoint(run_dir, proc)
+        proc.send_signal(signal.SIGINT)
+        sent = time.time()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert time.time() - sent < 60
+    assert "SIGINT received" in stderr and "Traceback" not in stderr
+    assert f"python -m dqn_cartpole train --resume {run_dir}" in stdout
+    newest = checkpoints(run_dir)[-1]
+    with open(os.path.join(run_dir, "checkpoints", newest, "state.json")) as handle:
+        state = json.load(handle)
+    stopped_at = state["iteration"]
+    assert not state["finished"] and 0 < stopped_at < 1_000_000
+    for path in ("plots/returns.png", "plots/loss.png", "policy/final/saved_model.pb", "policy/best/saved_model.pb"):
+        assert os.path.exists(os.path.join(run_dir, path)), path
+    with open(os.path.join(run_dir, "policy", "final", "policy_info.json")) as handle:
+        assert json.load(handle)["train_step"] == stopped_at
+
+    # Resume with a learning rate that blows the weights up: the loss turns NaN at once.
+    result = resume(run_dir, "agent.learning_rate=1e30", f"training.num_iterations={stopped_at + 200}")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Training diverged: the loss became nan" in result.stderr
+    assert f"The last good checkpoint ({newest}) is kept and exported as policy/final" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert checkpoints(run_dir)[-1] == newest  # nothing written after the divergence
+    with open(os.path.join(run_dir, "policy", "final", "policy_info.json")) as handle:
+        assert json.load(handle)["train_step"] == stopped_at  # the last good weights, not NaNs
+
+
+def test_recover_policy_finishes_an_interrupted_swap(tmp_path):
+    from dqn_cartpole.export import recover_policy
+
+    path = tmp_path / "final"
+    (tmp_path / "final.old").mkdir()
+    (tmp_path / "final.old" / "which").write_text("old")
+    (tmp_path / "final.tmp").mkdir()
+    (tmp_path / "final.tmp" / "which").write_text("new")
+    recover_policy(str(path))  # killed between the two renames: the new one is complete
+    assert (path / "which").read_text() == "new" and not (tmp_path / "final.old").exists()
+
+
+# The README's snippet: load a saved policy with only TensorFlow and TF-Agents (and gymnasium to play it).
+README_SNIPPET = """
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+
+policy = tf.saved_model.load("{policy}")         # RUN_DIR/policy/best or RUN_DIR/policy/final
+print("trained for", policy.get_train_step().numpy(), "train steps")
+
+env = gym.make("CartPole-v1")
+observation, _ = env.reset(seed=0)
+total, done = 0.0, False
+while not done:
+    step = ts.restart(tf.constant([observation], dtype=tf.float32), batch_size=1)  # a batch of one
+    action = int(policy.action(step).action.numpy()[0])                 # greedy action
+    observation, reward, terminated, truncated, _ = env.step(action)
+    total += reward
+    done = terminated or truncated
+print("return", total)
+"""
+
+
+def test_readme_snippet_loads_a_policy_without_this_project(reference, tmp_path):
+    code = README_SNIPPET.replace("{policy}", os.path.join(reference, "policy", "best")) + (
+        "\nimport sys\nassert not any(m.startswith('dqn_cartpole') for m in sys.modules)\nprint('isolated')\n")
+    result = run_python(code, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "trained for" in result.stdout and "return" in result.stdout and "isolated" in result.stdout
