@@ -24,7 +24,37 @@ def make_saver(policy, train_step: tf.Variable) -> policy_saver.PolicySaver:
     return policy_saver.PolicySaver(policy, batch_size=None, train_step=train_step)
 
 
-def save_policy(saver: policy_saver.PolicySaver, path: str, info: Optional[dict] = None) -> str:
+class PolicyExporter:
+    """Writes full SavedModels of one policy, fast: the first save traces and writes the graph;
+    later ones reuse that graph's files and write only the variables (`PolicySaver.save_checkpoint`,
+    whose files are the SavedModel's `variables/`), ~10 ms instead of ~150 ms. The result is the
+    same SavedModel either way, loadable with `tf.saved_model.load` alone.
+    """
+
+    def __init__(self, policy, train_step: tf.Variable):
+        self.saver = make_saver(policy, train_step)
+        self._graph_files: Optional[dict[str, bytes]] = None
+
+    def write(self, folder: str) -> None:
+        if self._graph_files is None:
+            self.saver.save(folder)
+            graph = {}
+            for root, _, names in os.walk(folder):
+                for name in names:
+                    rel = os.path.relpath(os.path.join(root, name), folder)
+                    if rel.split(os.sep)[0] != tf.saved_model.VARIABLES_DIRECTORY:
+                        with open(os.path.join(root, name), "rb") as handle:
+                            graph[rel] = handle.read()
+            self._graph_files = graph
+            return
+        for rel, data in self._graph_files.items():
+            os.makedirs(os.path.dirname(os.path.join(folder, rel)), exist_ok=True)
+            with open(os.path.join(folder, rel), "wb") as handle:
+                handle.write(data)
+        self.saver.save_checkpoint(folder)
+
+
+def save_policy(saver, path: str, info: Optional[dict] = None) -> str:
     """Writes the SavedModel under a temporary name, then swaps it in, so `path` is never half-written.
 
     A crash between the two renames leaves `path.old` and a complete `path.tmp`;
@@ -35,7 +65,10 @@ def save_policy(saver: policy_saver.PolicySaver, path: str, info: Optional[dict]
     for stale in (tmp, old):
         shutil.rmtree(stale, ignore_errors=True)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    saver.save(tmp)
+    if isinstance(saver, PolicyExporter):
+        saver.write(tmp)
+    else:
+        saver.save(tmp)
     if info is not None:
         with open(os.path.join(tmp, INFO_FILE), "w", encoding="utf-8") as handle:
             json.dump(info, handle, indent=1)

@@ -537,7 +537,7 @@ class TrainingRun:
     # -- the end
     def save_policy(self, path: str, average_return: Optional[float]) -> str:
         if not hasattr(self, "saver"):
-            self.saver = export.make_saver(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
+            self.saver = export.PolicyExporter(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
         info = {"train_step": self.train_step(), "iteration": self.state.iteration, "env_steps": self.env_steps(),
                 "average_return": average_return, "env_id": self.config.env.id}
         return export.save_policy(self.saver, path, info)
