@@ -236,6 +236,7 @@ class TrainingRun:
         self.last_checkpoint: Optional[checkpointing.Saved] = None
         self.restored: Optional[checkpointing.Found] = None
         self.diverged_at: Optional[int] = None
+        self.cut_short = False  # a signal stopped training before its end
 
     # -- phases
     def run(self) -> TrainResult:
@@ -354,6 +355,7 @@ class TrainingRun:
             for trigger in triggers:
                 trigger(self.state.iteration)
             self.progress.update(self.state.iteration, self.state.loss, self.state.last_return)
+        self.cut_short = self.stop_request.requested and self.state.iteration < total and not self.state.stop
         if not self.stop_request.requested and self.state.iteration % cfg.evaluation.eval_interval != 0:
             self.evaluate()  # the final policy always has a measured return
         self.save_checkpoint()
@@ -572,7 +574,7 @@ class TrainingRun:
             solved_at_iteration=self.state.solved_at_iteration, solved_wall_s=self.state.solved_wall_s,
             wall_s=self.wall(), artifacts=artifacts, eval_s=self.state.eval_s,
             iterations_per_s=self.state.loop_iterations / self.state.loop_s if self.state.loop_s else None,
-            stopped_by=signals.signal_name(signum) if signum else None,
+            stopped_by=signals.signal_name(signum) if signum and self.cut_short else None,
             exit_status=signals.exit_status(signum) if signum else (1 if self.diverged_at is not None else 0),
             diverged_at_iteration=self.diverged_at,
             resumed_from=self.restored.path if self.restored else None,
