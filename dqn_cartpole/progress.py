@@ -21,6 +21,7 @@ class Progress:
         self.start = time.time()
         self.plain_every_s, self._last_plain = plain_every_s, 0.0
         self._drawn = False
+        self._last_values: tuple = ()
 
     def update(self, iteration: int, loss: Optional[float], average_return: Optional[float],
                force: bool = False) -> None:
@@ -30,9 +31,11 @@ class Progress:
         if self.tty:
             self.stream.write("\r" + line + "\033[K")
             self._drawn = True
-        elif force or time.time() - self._last_plain >= self.plain_every_s or iteration >= self.total:
+        elif (force or time.time() - self._last_plain >= self.plain_every_s or iteration >= self.total) \
+                and (iteration, loss, average_return) != self._last_values:
             self.stream.write(line + "\n")
             self._last_plain = time.time()
+            self._last_values = (iteration, loss, average_return)
         self.stream.flush()
 
     def _line(self, iteration: int, loss: Optional[float], average_return: Optional[float]) -> str:

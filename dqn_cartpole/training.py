@@ -134,6 +134,8 @@ def build_pipeline(config: Config, layout: RunLayout, announce: Callable[[str], 
         closers.append(eval_env.close)
         tf_env = tf_py_environment.TFPyEnvironment(collect_env)
         agent = build_agent(config.agent, config.network, tf_env.time_step_spec(), tf_env.action_spec())
+        if config.replay.backend == "reverb":  # keep Reverb's C++ log lines off the console
+            closers.append(quiet.NativeStderrFilter().start().stop)
         replay = build_replay(config.replay, agent.collect_data_spec, config.env.num_envs, config.agent.n_step,
                               checkpoint_dir=replay_checkpoint_dir)
         closers.append(replay.close)
