@@ -2,15 +2,19 @@
 
 The training loop sees only `Replay`: `add_batch` (usable inside a compiled graph, so it can
 be a TF driver's observer), `as_dataset`, `get_next`, `single_pass` (replaces the deprecated
-`gather_all`), `clear`, `stats` and `close`. Only `build_replay` knows which backend it made.
+`gather_all`), `clear`, `size`, `inserts` and `close`. Only `build_replay` knows which backend
+it made.
 
 Sequence length: every item the learner samples holds `n_step + 1` consecutive steps, which is
-what DqnAgent's n-step TD target needs. Reverb stores those sequences as items; the uniform
-buffers store single steps and cut windows of `num_steps` when sampling.
+what DqnAgent's n-step TD target needs. Reverb stores those windows as items; the uniform
+buffers store single steps and cut windows of `num_steps` when sampling. All three keep the
+same windows: every run of `n_step + 1` consecutive steps of one env, across episode
+boundaries too (DqnAgent masks the transitions that start at an episode's last step).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 from typing import Any, Callable, Optional
@@ -20,7 +24,6 @@ import tensorflow as tf
 from tf_agents.replay_buffers import py_uniform_replay_buffer, replay_buffer, tf_uniform_replay_buffer
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import trajectory as trajectory_lib
-from tf_agents.utils import nest_utils
 
 from dqn_cartpole.config import ReplayConfig
 from dqn_cartpole.errors import UserError
@@ -28,11 +31,24 @@ from dqn_cartpole.errors import UserError
 log = logging.getLogger(__name__)
 
 TABLE_NAME = "uniform_table"
+# A second view of the same items (no copy of the data), ordered by insertion, for single_pass.
+PASS_TABLE_NAME = "insertion_order"
+_VISITED = float(2**62)  # above every insertion index: a visited item sinks to the bottom of the heap
 
 
 def sequence_length_for(n_step: int) -> int:
     """Steps per sampled item: a transition is 2 steps, an n-step update needs n + 1."""
     return n_step + 1
+
+
+def _to_numpy(nest: Any) -> Any:
+    return tf.nest.map_structure(np.asarray, nest)
+
+
+def _unstack_time(items: Any, num_steps: int, time_axis: int) -> tuple:
+    """[..., time, ...] tensors -> a tuple of `num_steps` nests (get_next's time_stacked=False)."""
+    per_leaf = [tf.unstack(t, num=num_steps, axis=time_axis) for t in tf.nest.flatten(items)]
+    return tuple(tf.nest.pack_sequence_as(items, [steps[i] for steps in per_leaf]) for i in range(num_steps))
 
 
 class Replay:
@@ -48,7 +64,7 @@ class Replay:
         self._iterators: list = []
 
     # -- writing
-    def add_batch(self, items: trajectory_lib.Trajectory) -> tf.Operation:
+    def add_batch(self, items: trajectory_lib.Trajectory) -> Any:
         """Adds a batch (one step of every env); works eagerly and inside a tf.function."""
         return self.buffer.add_batch(items)
 
@@ -62,8 +78,8 @@ class Replay:
         ).prefetch(self.config.prefetch)
 
     def get_next(self, sample_batch_size: Optional[int] = None, num_steps: Optional[int] = None,
-                 time_stacked: bool = True) -> Any:
-        """One uniform sample: (items, info)."""
+                 time_stacked: bool = True) -> tuple[Any, Any]:
+        """One uniform sample: (items, info). Items are [batch, num_steps, ...] when both are given."""
         return self.buffer.get_next(sample_batch_size, num_steps, time_stacked)
 
     def sampler(self, sample_batch_size: int, num_steps: int) -> Callable[[], Any]:
@@ -80,23 +96,29 @@ class Replay:
         return lambda: iterator.get_next()[0]
 
     def single_pass(self) -> Any:
-        """Everything stored, in order, as one nest shaped [envs, time, ...]."""
+        """Everything stored, each item once, oldest first, as a nest of numpy arrays (eager only).
+
+        The uniform buffers return steps shaped [envs, time, ...]; Reverb returns its items
+        shaped [items, sequence_length, ...].
+        """
         raise NotImplementedError
 
     def clear(self) -> None:
+        """Empties the buffer; `inserts()` keeps counting from where it was."""
         self.buffer.clear()
 
     # -- bookkeeping
     def size(self) -> int:
-        """Transitions (or, for Reverb, items) currently stored."""
+        """Steps (for Reverb: items of sequence_length steps) currently stored."""
         raise NotImplementedError
 
     def inserts(self) -> int:
-        """Items inserted since the buffer was created."""
+        """Steps (for Reverb: items) inserted since the replay was created, evicted or cleared ones included."""
         raise NotImplementedError
 
     def close(self) -> None:
         """Releases servers and threads. Safe to call twice."""
+        self._iterators.clear()
 
 
 # ---------------------------------------------------------------------------- TF uniform
@@ -112,27 +134,100 @@ class TFUniformReplay(Replay):
             data_spec, batch_size=num_envs, max_length=math.ceil(config.capacity / num_envs)
         )
         super().__init__(buffer, data_spec, num_envs, config)
+        self._cleared_inserts = 0
 
     def single_pass(self) -> Any:
-        # One deterministic pass: a sequence of every env's whole column, batched by env.
-        dataset = self.buffer.as_dataset(single_deterministic_pass=True, sample_batch_size=self.num_envs,
-                                         num_steps=self.buffer_frames_per_env())
-        for items, _ in dataset.take(1):
-            return items
-        return None
+        # Not as_dataset(single_deterministic_pass=True): in tf-agents 0.19 that dataset reads
+        # row `id % capacity` instead of `id % max_length`, so once the buffer has wrapped, env
+        # b's later steps come from env b + 1 (tests/test_replay.py shows it). gather_all's
+        # row arithmetic is right, and its private implementation skips the deprecation warning.
+        return _to_numpy(self.buffer._gather_all())  # pylint: disable=protected-access
 
-    def buffer_frames_per_env(self) -> int:
-        return int(self.buffer.num_frames().numpy()) // self.num_envs
+    def clear(self) -> None:
+        self._cleared_inserts = self.inserts()
+        super().clear()
 
     def size(self) -> int:
         return int(self.buffer.num_frames().numpy())
 
     def inserts(self) -> int:
-        # last_id counts add_batch calls since creation (it is not reset by eviction).
-        return int(self.buffer._get_last_id().numpy() + 1) * self.num_envs  # pylint: disable=protected-access
+        # last_id counts add_batch calls since the last clear (eviction does not lower it).
+        last_id = int(self.buffer._get_last_id().numpy())  # pylint: disable=protected-access
+        return self._cleared_inserts + (last_id + 1) * self.num_envs
 
 
 # ---------------------------------------------------------------------------- Py uniform
+
+
+class VectorizedPyUniformReplayBuffer(py_uniform_replay_buffer.PyUniformReplayBuffer):
+    """PyUniformReplayBuffer that samples a whole batch with one fancy-indexed read per field.
+
+    Storage, `add_batch` and FIFO eviction are the library's. The library samples item by item
+    in Python (one `storage.get` per item and step, then a stack), which made py_uniform
+    training ~7x slower than tf_uniform; here one batch costs one index computation.
+    """
+
+    def _window_rows(self, sample_batch_size: Optional[int], num_steps: Optional[int]) -> np.ndarray:
+        """Storage rows of uniformly drawn windows, shaped [batch?, steps?]; call with the lock held."""
+        size, capacity = int(self._np_state.size), self._capacity
+        steps = 1 if num_steps is None else num_steps
+        if size < steps:
+            raise ValueError(f"PyUniformReplayBuffer holds {size} items, fewer than the {steps} steps asked for")
+        outer = () if sample_batch_size is None else (sample_batch_size,)
+        # As in the library: windows start anywhere from the oldest item, np.random (seeded by
+        # seed_everything) draws the starts, and a full buffer's oldest item sits at cur_id.
+        starts = np.random.randint(size - steps + 1, size=outer)
+        if size == capacity:
+            starts = starts + int(self._np_state.cur_id)
+        if num_steps is None:
+            return starts % capacity
+        return (starts[..., np.newaxis] + np.arange(steps)) % capacity
+
+    def _get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
+        with self._lock:
+            items = self._decode(self._storage.get(self._window_rows(sample_batch_size, num_steps)))
+        if num_steps is not None and not time_stacked:
+            time_axis = 0 if sample_batch_size is None else 1
+            return tuple(tf.nest.map_structure(lambda a, t=t: np.take(a, t, axis=time_axis), items)
+                         for t in range(num_steps))
+        return items
+
+    def _as_dataset(self, sample_batch_size=None, num_steps=None, sequence_preprocess_fn=None,
+                    num_parallel_calls=None):
+        # One numpy call per batch (the library's generator calls _get_next once per item), and
+        # (items, info) pairs as ReplayBuffer.as_dataset documents (the library yields bare items).
+        if sequence_preprocess_fn is not None:
+            raise NotImplementedError("sequence_preprocess_fn is not supported.")
+        return tf.data.Dataset.counter().map(lambda _: (self.sample_op(sample_batch_size, num_steps), ()),
+                                             num_parallel_calls=num_parallel_calls)
+
+    def sample_op(self, sample_batch_size: Optional[int], num_steps: Optional[int]) -> Any:
+        """`_get_next` as a TF op (a stateful numpy_function), so it can run inside a graph."""
+        outer = tuple(d for d in (sample_batch_size, num_steps) if d is not None)
+        specs = tf.nest.flatten(tensor_spec.add_outer_dims_nest(tensor_spec.from_spec(self._data_spec), outer))
+
+        def sample() -> list:
+            return [np.asarray(a) for a in tf.nest.flatten(self._get_next(sample_batch_size, num_steps))]
+
+        flat = tf.numpy_function(sample, [], [s.dtype for s in specs], stateful=True, name="py_uniform_sample")
+        for tensor, spec in zip(flat, specs):
+            tensor.set_shape(spec.shape)
+        return tf.nest.pack_sequence_as(self._data_spec, flat)
+
+    def stored_items(self) -> Any:
+        """Everything stored, oldest first, shaped [1, size, ...].
+
+        The library's `gather_all` returns every slot of the storage, filled or not, in slot
+        order; this is what it should return.
+        """
+        with self._lock:
+            size = int(self._np_state.size)
+            oldest = int(self._np_state.cur_id) if size == self._capacity else 0
+            items = self._decode(self._storage.get((oldest + np.arange(size)) % self._capacity))
+        return tf.nest.map_structure(lambda a: a[np.newaxis], items)
+
+    def _gather_all(self):
+        return self.stored_items()
 
 
 class PyUniformReplay(Replay):
@@ -146,58 +241,71 @@ class PyUniformReplay(Replay):
                 f"replay.backend: py_uniform stores a single stream of steps; set env.num_envs: 1 (got {num_envs})"
             )
         self.array_spec = tensor_spec.to_nest_array_spec(data_spec)
-        buffer = py_uniform_replay_buffer.PyUniformReplayBuffer(data_spec=self.array_spec, capacity=config.capacity)
+        buffer = VectorizedPyUniformReplayBuffer(data_spec=self.array_spec, capacity=config.capacity)
         super().__init__(buffer, data_spec, num_envs, config)
-        self._flat_specs = tf.nest.flatten(data_spec)
 
     def add_batch(self, items: trajectory_lib.Trajectory) -> Any:
         if tf.executing_eagerly():
-            return self.buffer.add_batch(tf.nest.map_structure(np.asarray, items))
+            return self.buffer.add_batch(_to_numpy(items))
         return tf.numpy_function(self._add_flat, tf.nest.flatten(items), [], stateful=True, name="py_uniform_add")
 
     def _add_flat(self, *flat: np.ndarray) -> None:
         self.buffer.add_batch(tf.nest.pack_sequence_as(self.array_spec, list(flat)))
 
-    def as_dataset(self, sample_batch_size: int, num_steps: int) -> tf.data.Dataset:
-        # PyUniformReplayBuffer's dataset is a Python generator: it refuses num_parallel_calls.
-        dataset = self.buffer.as_dataset(sample_batch_size=sample_batch_size, num_steps=num_steps)
-        return dataset.map(lambda items: (items, ())).prefetch(self.config.prefetch)
-
     def get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
         if tf.executing_eagerly():
-            return self.buffer.get_next(sample_batch_size, num_steps, time_stacked), ()
+            return _to_numpy(self.buffer.get_next(sample_batch_size, num_steps, time_stacked)), ()
         # Inside a compiled step: sample in numpy, in program order (seeded by NumPy's seed).
-        outer = [d for d in (sample_batch_size, num_steps if time_stacked else None) if d is not None]
-        specs = tf.nest.flatten(tensor_spec.add_outer_dims_nest(self.data_spec, tuple(outer)))
-
-        def sample() -> list:
-            return [np.asarray(a) for a in tf.nest.flatten(
-                self.buffer.get_next(sample_batch_size, num_steps, time_stacked))]
-
-        flat = tf.numpy_function(sample, [], [s.dtype for s in specs], stateful=True, name="py_uniform_sample")
-        for tensor, spec in zip(flat, specs):
-            tensor.set_shape(spec.shape)
-        return tf.nest.pack_sequence_as(self.data_spec, flat), ()
+        items = self.buffer.sample_op(sample_batch_size, num_steps)
+        if num_steps is not None and not time_stacked:
+            items = _unstack_time(items, num_steps, time_axis=0 if sample_batch_size is None else 1)
+        return items, ()
 
     def single_pass(self) -> Any:
-        size = self.size()
-        if size == 0:
-            return None
-        state = self.buffer._np_state  # pylint: disable=protected-access
-        start = int(state.cur_id) if size == self.buffer._capacity else 0  # pylint: disable=protected-access
-        decode, storage = self.buffer._decode, self.buffer._storage  # pylint: disable=protected-access
-        items = [decode(storage.get((start + i) % self.buffer._capacity)) for i in range(size)]  # pylint: disable=protected-access
-        stacked = nest_utils.stack_nested_arrays(items)
-        return tf.nest.map_structure(lambda a: a[np.newaxis], stacked)
+        return self.buffer.stored_items()
 
     def size(self) -> int:
         return int(self.buffer.size)
 
     def inserts(self) -> int:
-        return int(self.buffer._np_state.item_count)  # pylint: disable=protected-access
+        return int(self.buffer._np_state.item_count)  # pylint: disable=protected-access  # clear() keeps it
 
 
 # ---------------------------------------------------------------------------- Reverb
+
+
+class _WindowWriter:
+    """Writes one env's stream of steps to Reverb: one item per `sequence_length` consecutive steps.
+
+    Like tf-agents' ReverbTrajectorySequenceObserver (windows run across episode boundaries,
+    as in the uniform buffers, and any nest works, not only Trajectory), but it also files each
+    item in the insertion-order table under its insertion index.
+    """
+
+    def __init__(self, client: Any, sequence_length: int):
+        self._client, self._length = client, sequence_length
+        # validate_items=False, as tf-agents' observers: the table signature already fixes the shapes.
+        self._writer = client.trajectory_writer(num_keep_alive_refs=sequence_length + 1, validate_items=False)
+        self._steps = 0
+
+    def append(self, step: Any, next_index: Callable[[], int]) -> None:
+        self._writer.append(step)
+        self._steps += 1
+        if self._steps >= self._length:
+            window = tf.nest.map_structure(lambda column: column[-self._length:], self._writer.history)
+            self._writer.create_item(TABLE_NAME, 1.0, window)  # Uniform sampling ignores the priority
+            self._writer.create_item(PASS_TABLE_NAME, float(next_index()), window)
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def forget(self) -> None:
+        """Drops the steps held for the next window (after a clear)."""
+        self._writer.end_episode(clear_buffers=True)
+        self._steps = 0
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 class ReverbReplay(Replay):
@@ -208,96 +316,151 @@ class ReverbReplay(Replay):
     def __init__(self, data_spec: Any, num_envs: int, config: ReplayConfig, sequence_length: int,
                  checkpoint_dir: Optional[str] = None):
         import reverb  # only this backend pays for importing Reverb
-        from tf_agents.replay_buffers import reverb_replay_buffer, reverb_utils
+        from tf_agents.replay_buffers import reverb_replay_buffer
 
         self.sequence_length = sequence_length
-        signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec))
-        table = reverb.Table(
-            TABLE_NAME,
-            max_size=config.capacity,
-            sampler=reverb.selectors.Uniform(),
-            remover=reverb.selectors.Fifo(),
-            rate_limiter=reverb.rate_limiters.MinSize(1),
-            signature=signature,
-        )
+        signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec), sequence_length)
+
+        def table(name: str, sampler: Any) -> Any:
+            return reverb.Table(name, max_size=config.capacity, sampler=sampler, remover=reverb.selectors.Fifo(),
+                                rate_limiter=reverb.rate_limiters.MinSize(1), signature=signature)
+
+        # Both tables hold the same items (their data is shared, not copied) and evict the same
+        # oldest one. Training samples the uniform table; single_pass walks the min-heap one,
+        # whose priorities are insertion indices.
+        tables = [table(TABLE_NAME, reverb.selectors.Uniform()), table(PASS_TABLE_NAME, reverb.selectors.MinHeap())]
         checkpointer = reverb.checkpointers.DefaultCheckpointer(checkpoint_dir) if checkpoint_dir else None
         try:
-            self.server = reverb.Server([table], port=config.reverb_port, checkpointer=checkpointer)
+            self.server = reverb.Server(tables, port=config.reverb_port, checkpointer=checkpointer)
         except Exception as exc:  # reverb raises a bare RuntimeError when the port is taken
             raise UserError(f"replay.reverb_port: cannot start the Reverb server: {str(exc).splitlines()[0]}") from None
         self.port = self.server.port
         buffer = reverb_replay_buffer.ReverbReplayBuffer(
-            data_spec, table_name=TABLE_NAME, sequence_length=sequence_length, local_server=self.server
+            data_spec, table_name=TABLE_NAME, sequence_length=sequence_length, local_server=self.server,
+            max_cycle_length=config.reverb_max_cycle_length,
+            dataset_buffer_size=config.reverb_dataset_buffer_size,
+            num_workers_per_iterator=config.reverb_num_workers_per_iterator,
         )
         super().__init__(buffer, data_spec, num_envs, config)
-        # One writer per env: Reverb's observer takes unbatched steps of a single episode stream.
-        self.observers = [
-            reverb_utils.ReverbAddTrajectoryObserver(buffer.py_client, TABLE_NAME, sequence_length=sequence_length)
-            for _ in range(num_envs)
-        ]
+        self.client = buffer.py_client
+        # Reverb's writers take unbatched steps of one stream: one writer per env.
+        self.writers = [_WindowWriter(self.client, sequence_length) for _ in range(num_envs)]
+        # A restored checkpoint brings its items and insert count back: continue the numbering.
+        self._next_index = self._pass_inserts()
+        self._cleared_inserts = 0
         self._closed = False
 
+    # -- writing
     def add_batch(self, items: trajectory_lib.Trajectory) -> Any:
         if tf.executing_eagerly():
             return self._add_flat(*[np.asarray(t) for t in tf.nest.flatten(items)])
         return tf.numpy_function(self._add_flat, tf.nest.flatten(items), [], stateful=True, name="reverb_add")
 
     def _add_flat(self, *flat: np.ndarray) -> None:
-        for env_index, observer in enumerate(self.observers):
-            observer(tf.nest.pack_sequence_as(self.data_spec, [a[env_index] for a in flat]))
+        for env_index, writer in enumerate(self.writers):
+            writer.append(tf.nest.pack_sequence_as(self.data_spec, [a[env_index] for a in flat]), self._take_index)
+
+    def _take_index(self) -> int:
+        index, self._next_index = self._next_index, self._next_index + 1
+        return index
 
     def flush(self) -> None:
-        for observer in self.observers:
-            observer.flush()
+        """Waits until every item created so far is in the tables."""
+        for writer in self.writers:
+            writer.flush()
 
+    # -- reading
     def as_dataset(self, sample_batch_size: int, num_steps: int) -> tf.data.Dataset:
         self.flush()
-        return super().as_dataset(sample_batch_size, num_steps)
+        # tf.data refuses more parallel calls than interleaved Reverb streams.
+        streams = min(sample_batch_size, self.config.reverb_max_cycle_length)
+        parallel = self.config.num_parallel_calls if streams == 1 else min(self.config.num_parallel_calls, streams)
+        return self.buffer.as_dataset(sample_batch_size=sample_batch_size, num_steps=num_steps,
+                                      num_parallel_calls=parallel).prefetch(self.config.prefetch)
 
     def get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
-        # ReverbReplayBuffer has no get_next: take one element of a fresh dataset instead.
+        # ReverbReplayBuffer has no get_next: take one element of a fresh dataset instead. With
+        # num_steps=None the uniform buffers return single steps; so does this.
         self.flush()
-        dataset = self.buffer.as_dataset(sample_batch_size=sample_batch_size, num_steps=num_steps)
-        return next(iter(dataset))
+        dataset = self.buffer.as_dataset(sample_batch_size=sample_batch_size, num_steps=num_steps or 1)
+        items, info = dataset.take(1).get_single_element()
+        time_axis = 0 if sample_batch_size is None else 1
+        if num_steps is None:
+            items = tf.nest.map_structure(lambda t: tf.squeeze(t, time_axis), items)
+        elif not time_stacked:
+            items = _unstack_time(items, num_steps, time_axis)
+        return items, info
 
     def single_pass(self) -> Any:
+        """Every item once, oldest first: [items, sequence_length, ...].
+
+        Reverb cannot enumerate a uniform table, so this walks the min-heap table: take the
+        oldest item, sink it below the rest, repeat; then give every item its priority back.
+        It makes two client calls per item: meant for inspection, not for training.
+        """
         self.flush()
-        if self.size() == 0:
-            return None
-        dataset = self.buffer.as_dataset(single_deterministic_pass=True, sample_batch_size=1)
-        items = [item for item, _ in dataset.take(self.size())]
-        return tf.nest.map_structure(lambda *xs: tf.concat(xs, axis=1), *items)
+        count = int(self.client.server_info()[PASS_TABLE_NAME].current_size)
+        items, priorities = [], {}
+        try:
+            for _ in range(count):
+                (sample,) = self.client.sample(PASS_TABLE_NAME, num_samples=1, emit_timesteps=False)
+                priorities[sample.info.key] = sample.info.priority
+                self.client.mutate_priorities(PASS_TABLE_NAME, updates={sample.info.key: _VISITED})
+                items.append(tf.nest.pack_sequence_as(self.data_spec, list(sample.data)))
+        finally:
+            if priorities:
+                self.client.mutate_priorities(PASS_TABLE_NAME, updates=priorities)
+        if not items:
+            return tf.nest.map_structure(
+                lambda s: np.zeros((0, self.sequence_length) + tuple(s.shape), s.dtype.as_numpy_dtype), self.data_spec)
+        return tf.nest.map_structure(lambda *steps: np.stack(steps), *items)
 
     def clear(self) -> None:
         self.flush()
-        self.buffer.py_client.reset(TABLE_NAME)
-        for observer in self.observers:
-            observer.reset(write_cached_steps=False)
+        self._cleared_inserts = self.inserts()
+        for name in (TABLE_NAME, PASS_TABLE_NAME):
+            self.client.reset(name)  # also resets the table's insert count
+        for writer in self.writers:
+            writer.forget()
+        self._next_index = 0
 
-    def table_info(self) -> Any:
-        return self.buffer.py_client.server_info()[TABLE_NAME]
+    # -- bookkeeping
+    def _table_info(self, name: str = TABLE_NAME) -> Any:
+        return self.client.server_info()[name]
+
+    def _pass_inserts(self) -> int:
+        return int(self._table_info(PASS_TABLE_NAME).rate_limiter_info.insert_stats.completed)
 
     def size(self) -> int:
-        return int(self.table_info().current_size)
+        self.flush()  # items are sent in the background: count them once they are in
+        return int(self._table_info().current_size)
 
     def inserts(self) -> int:
-        return int(self.table_info().rate_limiter_info.insert_stats.completed)
+        self.flush()
+        return self._cleared_inserts + int(self._table_info().rate_limiter_info.insert_stats.completed)
 
     def checkpoint(self) -> str:
-        """Writes a Reverb checkpoint of the table; returns its path."""
+        """Writes a Reverb checkpoint of the tables; returns its path."""
         self.flush()
-        return self.buffer.py_client.checkpoint()
+        return self.client.checkpoint()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for observer in self.observers:
+        # Dataset iterators left alive keep their sampler threads retrying a stopped server.
+        super().close()
+        gc.collect()
+        for writer in self.writers:
             try:
-                observer.close()
+                writer.close()
             except Exception:  # pylint: disable=broad-except
-                log.debug("reverb observer close failed", exc_info=True)
+                log.debug("reverb writer close failed", exc_info=True)
         self.server.stop()
+        # A stopped server keeps ~35 threads until the object is freed; numpy_function's registry
+        # can keep this Replay alive, so drop both references to the server here.
+        self.server = None
+        self.buffer._local_server = None  # pylint: disable=protected-access
 
 
 def build_replay(config: ReplayConfig, data_spec: Any, num_envs: int, n_step: int,
