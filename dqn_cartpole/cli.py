@@ -72,6 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="redraw a run's plots from its CSV metrics",
                           description="Redraw plots/returns.png and plots/loss.png from a run folder's CSVs.")
     plot.add_argument("run_dir", metavar="RUN_DIR")
+
+    specs = sub.add_parser("specs", help="show the env, agent and replay data specs and sample shapes",
+                           description="Walk through the data as the replay buffer tutorial does: the env's "
+                                       "time_step_spec and action_spec, the agent's collect_data_spec, and the "
+                                       "shapes that get_next, as_dataset and a full pass of the configured "
+                                       "replay backend return after a few random steps.")
+    specs.add_argument("--config", metavar="PATH", help="YAML config (default: configs/default.yaml)")
+    specs.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
+                       help="override one config key, e.g. --set replay.backend=reverb (repeatable)")
+    specs.add_argument("--steps", type=int, default=20, help="random env steps collected first (default 20)")
     return parser
 
 
@@ -437,4 +447,22 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "record": cmd_record, "plot": cmd_plot}
+def cmd_specs(args: argparse.Namespace) -> int:
+    from dqn_cartpole.config import load_config
+
+    config = load_config(args.config or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None), args.overrides)
+    # as_dataset(4, 2) needs 2 steps, and Reverb one whole item; an empty Reverb table blocks reads.
+    needed = config.agent.n_step + 1
+    if args.steps < needed:
+        raise UserError(f"--steps: must be at least {needed} (n_step + 1), got {args.steps}")
+    from dqn_cartpole import quiet
+    from dqn_cartpole.specs import REVERB_NOISE, specs_report
+
+    with quiet.filtered_native_stderr(quiet.NATIVE_NOISE + REVERB_NOISE):
+        lines = specs_report(config, args.steps, announce=lambda line: print(line, file=sys.stderr))
+    print("\n".join(lines))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "record": cmd_record, "plot": cmd_plot,
+            "specs": cmd_specs}
