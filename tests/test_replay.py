@@ -1,0 +1,229 @@
+"""The three replay backends behind one API: tutorial shapes, FIFO eviction, clear, smoke training.
+
+The nested spec, batch size and max length are those of the TF-Agents replay buffer tutorial
+(https://www.tensorflow.org/agents/tutorials/5_replay_buffers_tutorial). Every value written
+is 100 * env + step, so each test can also check *which* steps came back, not only shapes.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from helpers import CONFIGS, run_cli
+
+from dqn_cartpole.config import ReplayConfig
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.replay import PyUniformReplay, Replay, ReverbReplay, TFUniformReplay
+
+BACKENDS = ("tf_uniform", "py_uniform", "reverb")
+TUTORIAL_SPEC = (
+    tf.TensorSpec([3], tf.float32, "action"),
+    (tf.TensorSpec([5], tf.float32, "lidar"), tf.TensorSpec([3, 2], tf.float32, "camera")),
+)
+TUTORIAL_BATCH, TUTORIAL_MAX_LENGTH, TUTORIAL_ADDS = 32, 1000, 6
+
+
+def shapes(nest) -> list[list[int]]:
+    return [list(np.shape(leaf)) for leaf in tf.nest.flatten(nest)]
+
+
+def values(nest) -> np.ndarray:
+    """The encoded 100 * env + step of every item: the first number of its `action`."""
+    return np.asarray(tf.nest.flatten(nest)[0])[..., 0]
+
+
+def steps_of(num_envs: int, step: int):
+    """One add_batch worth of the tutorial spec; every number is 100 * env + step."""
+    encoded = 100.0 * np.arange(num_envs, dtype=np.float32) + step
+
+    def leaf(spec: tf.TensorSpec) -> tf.Tensor:
+        per_env = encoded.reshape([-1] + [1] * spec.shape.rank)
+        return tf.constant(np.broadcast_to(per_env, [num_envs] + spec.shape.as_list()))
+
+    return tf.nest.map_structure(leaf, TUTORIAL_SPEC)
+
+
+def make(backend: str, num_envs: int, capacity: int, sequence_length: int = 2) -> Replay:
+    config = ReplayConfig(backend=backend, capacity=capacity)
+    if backend == "tf_uniform":
+        return TFUniformReplay(TUTORIAL_SPEC, num_envs, config)
+    if backend == "py_uniform":
+        return PyUniformReplay(TUTORIAL_SPEC, num_envs, config)
+    return ReverbReplay(TUTORIAL_SPEC, num_envs, config, sequence_length)
+
+
+@pytest.fixture
+def open_replays():
+    """Builds replays and closes them all (and so stops their Reverb servers), even on failure."""
+    made: list[Replay] = []
+
+    def build(*args, **kwargs) -> Replay:
+        made.append(make(*args, **kwargs))
+        return made[-1]
+
+    try:
+        yield build
+    finally:
+        for replay in made:
+            replay.close()
+
+
+# ---------------------------------------------------------------------------- 1. tutorial shapes
+
+
+@pytest.mark.parametrize("backend", ["tf_uniform", "reverb"])
+def test_tutorial_shapes(open_replays, backend):
+    # The tutorial's buffer: 32 envs, max length 1000 per env, 6 add_batch calls. Reverb (a
+    # table of sequence_length=2 windows, the tutorial's num_steps) stores each env's 6 steps
+    # as 5 overlapping windows, so its full pass is 32 * 5 items of 2 steps, not [32, 6].
+    replay = open_replays(backend, TUTORIAL_BATCH, capacity=TUTORIAL_BATCH * TUTORIAL_MAX_LENGTH)
+    for step in range(TUTORIAL_ADDS):
+        replay.add_batch(steps_of(TUTORIAL_BATCH, step))
+
+    assert shapes(replay.get_next(sample_batch_size=10, num_steps=1)[0]) == [[10, 1, 3], [10, 1, 5], [10, 1, 3, 2]]
+    items, _ = next(iter(replay.as_dataset(sample_batch_size=4, num_steps=2)))
+    assert shapes(items) == [[4, 2, 3], [4, 2, 5], [4, 2, 3, 2]]
+    steps = values(items)
+    assert np.all(steps[:, 1] == steps[:, 0] + 1)  # two consecutive steps of one env
+
+    everything = replay.single_pass()
+    encoded = 100 * np.arange(TUTORIAL_BATCH)[:, None] + np.arange(TUTORIAL_ADDS)  # [env, step]
+    if backend == "tf_uniform":
+        assert shapes(everything) == [[32, 6, 3], [32, 6, 5], [32, 6, 3, 2]]
+        np.testing.assert_array_equal(values(everything), encoded)
+    else:
+        assert shapes(everything) == [[160, 2, 3], [160, 2, 5], [160, 2, 3, 2]]
+        windows = np.stack([encoded[:, :-1], encoded[:, 1:]], axis=-1).transpose(1, 0, 2).reshape(-1, 2)
+        np.testing.assert_array_equal(values(everything), windows)  # oldest first: step by step, env by env
+    assert replay.size() == (32 * 6 if backend == "tf_uniform" else 32 * 5)  # steps, or Reverb's items
+
+
+def test_tutorial_shapes_py_uniform(open_replays):
+    # PyUniformReplayBuffer stores a single stream (it only takes batches of 1), so the
+    # tutorial's 32 envs become one: the same 6 adds give a full pass of [1, 6, ...].
+    with pytest.raises(UserError, match="env.num_envs: 1"):
+        make("py_uniform", TUTORIAL_BATCH, capacity=TUTORIAL_MAX_LENGTH)
+    replay = open_replays("py_uniform", 1, capacity=TUTORIAL_MAX_LENGTH)
+    for step in range(TUTORIAL_ADDS):
+        replay.add_batch(steps_of(1, step))
+
+    assert shapes(replay.get_next(sample_batch_size=10, num_steps=1)[0]) == [[10, 1, 3], [10, 1, 5], [10, 1, 3, 2]]
+    items, _ = next(iter(replay.as_dataset(sample_batch_size=4, num_steps=2)))
+    assert shapes(items) == [[4, 2, 3], [4, 2, 5], [4, 2, 3, 2]]
+    assert np.all(values(items)[:, 1] == values(items)[:, 0] + 1)
+    everything = replay.single_pass()
+    assert shapes(everything) == [[1, 6, 3], [1, 6, 5], [1, 6, 3, 2]]
+    np.testing.assert_array_equal(values(everything), [np.arange(6)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_get_next_variants_match_the_replay_buffer_api(open_replays, backend):
+    replay = open_replays(backend, 1, capacity=100)
+    for step in range(5):
+        replay.add_batch(steps_of(1, step))
+    assert shapes(replay.get_next(sample_batch_size=7)[0]) == [[7, 3], [7, 5], [7, 3, 2]]  # single steps
+    unstacked, _ = replay.get_next(sample_batch_size=7, num_steps=2, time_stacked=False)
+    assert len(unstacked) == 2 and shapes(unstacked[1]) == [[7, 3], [7, 5], [7, 3, 2]]
+    assert np.all(values(unstacked[1]) == values(unstacked[0]) + 1)
+
+
+@pytest.mark.parametrize("backend", ["tf_uniform", "py_uniform"])
+def test_direct_sampling_inside_a_compiled_graph(open_replays, backend):
+    replay = open_replays(backend, 1, capacity=100)
+    @tf.function(autograph=False)
+    def add(items) -> None:
+        replay.add_batch(items)  # as the driver's observer: a side effect inside a graph
+
+    for step in range(5):
+        add(steps_of(1, step))
+    sample = tf.function(lambda: replay.get_next(8, 2)[0], autograph=False)
+    steps = values(sample())
+    assert steps.shape == (8, 2) and np.all(steps[:, 1] == steps[:, 0] + 1) and steps.max() <= 4
+
+
+# ---------------------------------------------------------------------------- 2. eviction
+
+
+@pytest.mark.parametrize("backend", ["tf_uniform", "py_uniform"])
+def test_filling_past_capacity_evicts_the_oldest_steps(open_replays, backend):
+    num_envs = 2 if backend == "tf_uniform" else 1
+    replay = open_replays(backend, num_envs, capacity=4 * num_envs)
+    for step in range(7):
+        replay.add_batch(steps_of(num_envs, step))
+    assert replay.size() == 4 * num_envs and replay.inserts() == 7 * num_envs
+    # Each env keeps its own newest 4 steps, in order. (tf-agents 0.19's
+    # as_dataset(single_deterministic_pass=True) would give env 0 the steps 103..106 here.)
+    expected = 100 * np.arange(num_envs)[:, None] + np.arange(3, 7)
+    np.testing.assert_array_equal(values(replay.single_pass()), expected)
+    sampled = values(replay.get_next(sample_batch_size=200, num_steps=2)[0]) % 100
+    assert sampled.min() == 3 and sampled.max() == 6  # never an evicted step, nor a window across the wrap
+
+
+def test_reverb_filling_past_capacity_evicts_the_oldest_items(open_replays):
+    replay = open_replays("reverb", 1, capacity=4)
+    for step in range(7):
+        replay.add_batch(steps_of(1, step))
+    assert replay.size() == 4 and replay.inserts() == 6  # 7 steps make 6 windows of 2
+    np.testing.assert_array_equal(values(replay.single_pass()), [[2, 3], [3, 4], [4, 5], [5, 6]])
+    np.testing.assert_array_equal(values(replay.single_pass()), [[2, 3], [3, 4], [4, 5], [5, 6]])  # repeatable
+    replay.add_batch(steps_of(1, 7))
+    np.testing.assert_array_equal(values(replay.single_pass()), [[3, 4], [4, 5], [5, 6], [6, 7]])
+
+
+# ---------------------------------------------------------------------------- 3. clear
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_clear_leaves_the_buffer_empty(open_replays, backend):
+    replay = open_replays(backend, 1, capacity=100)
+    for step in range(5):
+        replay.add_batch(steps_of(1, step))
+    inserted = replay.inserts()
+    replay.clear()
+    assert replay.size() == 0
+    assert all(leaf.size == 0 for leaf in tf.nest.flatten(replay.single_pass()))
+    assert replay.inserts() == inserted  # the run's count of inserts goes on
+    # Nothing from before the clear comes back, not even inside a window.
+    for step in range(10, 13):
+        replay.add_batch(steps_of(1, step))
+    assert values(replay.single_pass()).min() == 10
+    assert values(replay.get_next(sample_batch_size=50, num_steps=2)[0]).min() == 10
+
+
+# ---------------------------------------------------------------------------- 4. smoke training
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_smoke_training_completes(tmp_path, backend):
+    run_dir = str(tmp_path / "run")
+    sampling = "dataset" if backend == "reverb" else "direct"  # Reverb is only read through tf.data
+    result = run_cli("train", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--output-dir", run_dir, "--quiet",
+                     "--set", f"replay.backend={backend}", "--set", f"replay.sampling={sampling}",
+                     "--set", "video.enabled=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(run_dir, "train_metrics.csv"), newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    last = rows[-1]
+    inserts, samples = int(last["replay_inserts"]), int(last["replay_samples"])
+    # Inserts count boundary steps too (env_steps does not); Reverb's first window needs 2 steps.
+    assert 0 < int(last["replay_size"]) <= inserts and inserts >= int(last["env_steps"]) - 1
+    assert samples == int(last["train_step"]) * 32
+    assert float(last["samples_per_insert"]) == pytest.approx(samples / inserts, rel=1e-4)
+
+
+# ---------------------------------------------------------------------------- the specs command
+
+
+def test_specs_command_walks_through_the_data(tmp_path):
+    result = run_cli("specs", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--set", "replay.backend=tf_uniform")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    for heading in ("time_step_spec", "action_spec", "collect_data_spec", "get_next(sample_batch_size=10, num_steps=1)",
+                    "as_dataset(sample_batch_size=4, num_steps=2)", "single pass"):
+        assert heading in out
+    assert "observation" in out and "[10, 1, 4]" in out and "[4, 2, 4]" in out
