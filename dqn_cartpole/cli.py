@@ -367,17 +367,21 @@ def env_for(args: argparse.Namespace, run_dir: Optional[str]) -> tuple[str, Opti
     return "CartPole-v1", None
 
 
+def _load_policy(policy_dir: str):
+    from dqn_cartpole.export import load_policy
+
+    try:
+        return load_policy(policy_dir)
+    except Exception as exc:  # pylint: disable=broad-except
+        raise UserError(f"{policy_dir}: cannot load the policy: {str(exc).splitlines()[0]}") from None
+
+
 def _load_act(policy_dir: str, env):
     from tf_agents.specs import tensor_spec
 
-    from dqn_cartpole.export import load_policy
     from dqn_cartpole.policies import compiled_act_fn
 
-    try:
-        policy = load_policy(policy_dir)
-    except Exception as exc:  # pylint: disable=broad-except
-        raise UserError(f"{policy_dir}: cannot load the policy: {str(exc).splitlines()[0]}") from None
-    return compiled_act_fn(policy, tensor_spec.from_spec(env.time_step_spec()))
+    return compiled_act_fn(_load_policy(policy_dir), tensor_spec.from_spec(env.time_step_spec()))
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -387,11 +391,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
     from dqn_cartpole.envs import make_batched_env
-    from dqn_cartpole.evaluation import run_episodes
+    from dqn_cartpole.evaluation import make_episode_runner
 
     env = make_batched_env(env_id, args.episodes, seed=args.seed, max_episode_steps=max_steps)
     try:
-        result = run_episodes(_load_act(policy_dir, env), env)
+        result = make_episode_runner(_load_policy(policy_dir), env)()
     finally:
         env.close()
     returns = result.returns

@@ -30,7 +30,7 @@ from tf_agents.train import interval_trigger
 from dqn_cartpole import checkpointing, envs, export, quiet, signals
 from dqn_cartpole.agents import build_agent
 from dqn_cartpole.config import Config, dump_yaml, to_dict
-from dqn_cartpole.evaluation import EvalResult, run_episodes
+from dqn_cartpole.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.layout import RunLayout
 from dqn_cartpole.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog, Scalars
 from dqn_cartpole.policies import compiled_act_fn, random_act_fn
@@ -108,6 +108,7 @@ class Pipeline:
     collect_driver: dynamic_step_driver.DynamicStepDriver
     greedy_act: Callable
     closers: list = field(default_factory=list)
+    evaluate_greedy: Optional[Callable[[], EvalResult]] = None  # one episode per eval_env copy
 
     def close(self) -> None:
         for close in reversed(self.closers):
@@ -150,7 +151,7 @@ def build_pipeline(config: Config, layout: RunLayout, announce: Callable[[str], 
             tf_env, agent.collect_policy, observers, num_steps=config.training.collect_steps_per_iteration)
         greedy_act = compiled_act_fn(agent.policy)
         return Pipeline(collect_env, tf_env, eval_env, agent, replay, env_steps, initial_driver, collect_driver,
-                        greedy_act, closers)
+                        greedy_act, closers, evaluate_greedy=make_episode_runner(agent.policy, eval_env))
     except BaseException:
         Pipeline(*([None] * 9), closers=closers).close()
         raise
@@ -400,7 +401,7 @@ class TrainingRun:
 
     def evaluate(self) -> None:
         started = time.perf_counter()
-        result = run_episodes(self.pipeline.greedy_act, self.pipeline.eval_env)
+        result = self.pipeline.evaluate_greedy()
         self.state.eval_s += time.perf_counter() - started
         self.record_eval(result)
         if self.config.evaluation.stop_when_solved and result.average_return >= self.solve_return:
@@ -423,13 +424,13 @@ class TrainingRun:
     def check_solved(self) -> None:
         """Confirms a good evaluation on `solve_episodes` fresh episodes before stopping early."""
         cfg = self.config
-        solve_env = envs.make_batched_env(cfg.env.id, cfg.evaluation.solve_episodes,
-                                          seed=cfg.training.seed + SOLVE_SEED_OFFSET + self.state.iteration,
-                                          max_episode_steps=cfg.env.max_episode_steps)
-        try:
-            result = run_episodes(self.pipeline.greedy_act, solve_env)
-        finally:
-            solve_env.close()
+        if not hasattr(self, "solve_check"):  # built once; later checks continue its random stream
+            solve_env = envs.make_batched_env(cfg.env.id, cfg.evaluation.solve_episodes,
+                                              seed=cfg.training.seed + SOLVE_SEED_OFFSET + self.state.iteration,
+                                              max_episode_steps=cfg.env.max_episode_steps)
+            self.pipeline.closers.append(solve_env.close)
+            self.solve_check = make_episode_runner(self.pipeline.agent.policy, solve_env)
+        result = self.solve_check()
         if result.average_return >= self.solve_return:
             self.state.stop = True
             self.state.solved_at_iteration = self.state.iteration

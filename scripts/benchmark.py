@@ -92,15 +92,15 @@ def evaluation_seconds(policy_run: str) -> float:
     code = f"""
 import time
 from dqn_cartpole import quiet; quiet.silence()
-from dqn_cartpole.cli import _load_act, resolve_policy
+from dqn_cartpole.cli import _load_policy, resolve_policy
 from dqn_cartpole.envs import make_batched_env
-from dqn_cartpole.evaluation import run_episodes
+from dqn_cartpole.evaluation import make_episode_runner
 env = make_batched_env("CartPole-v1", 10, seed=123)
-act = _load_act(resolve_policy({policy_run!r})[0], env)
-run_episodes(act, env)
+run = make_episode_runner(_load_policy(resolve_policy({policy_run!r})[0]), env)
+run()  # compiles
 best, steps = 1e9, 0
 for _ in range(3):
-    t = time.perf_counter(); r = run_episodes(act, env); best = min(best, time.perf_counter() - t)
+    t = time.perf_counter(); r = run(); best = min(best, time.perf_counter() - t)
     steps = int(r.lengths.sum())
 print(best, steps)
 """
