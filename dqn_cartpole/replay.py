@@ -308,6 +308,35 @@ class _WindowWriter:
         self._writer.close()
 
 
+class _ObserverWriter:
+    """TF-Agents' `ReverbAddTrajectoryObserver` for one env's stream of Trajectory steps.
+
+    It writes each (n_step + 1)-step window of an episode into both tables; its priority is set
+    to the insertion index first, which orders the pass table (the uniform table ignores it).
+    Unlike the uniform buffers, its windows stop at episode boundaries.
+    """
+
+    def __init__(self, client: Any, sequence_length: int):
+        from tf_agents.replay_buffers import reverb_utils
+
+        self._observer = reverb_utils.ReverbAddTrajectoryObserver(
+            client, [TABLE_NAME, PASS_TABLE_NAME], sequence_length=sequence_length)
+
+    def append(self, step: trajectory_lib.Trajectory, next_index: Callable[[], int]) -> None:
+        # This observer has no update_priority (its episode sibling has); it reads _priority per item.
+        self._observer._priority = float(next_index())  # pylint: disable=protected-access
+        self._observer(step)
+
+    def flush(self) -> None:
+        self._observer.flush()
+
+    def forget(self) -> None:
+        self._observer.reset(write_cached_steps=False)
+
+    def close(self) -> None:
+        self._observer.close()
+
+
 class ReverbReplay(Replay):
     """An embedded Reverb server with a uniform table of (n_step + 1)-step sequences."""
 
@@ -343,8 +372,11 @@ class ReverbReplay(Replay):
         )
         super().__init__(buffer, data_spec, num_envs, config)
         self.client = buffer.py_client
-        # Reverb's writers take unbatched steps of one stream: one writer per env.
-        self.writers = [_WindowWriter(self.client, sequence_length) for _ in range(num_envs)]
+        # Reverb's writers take unbatched steps of one stream: one writer per env. Training data
+        # (Trajectory) goes through TF-Agents' observer; any other nest (e.g. the replay-buffer
+        # tutorial's) through a plain window writer.
+        writer = _ObserverWriter if isinstance(data_spec, trajectory_lib.Trajectory) else _WindowWriter
+        self.writers = [writer(self.client, sequence_length) for _ in range(num_envs)]
         # A restored checkpoint brings its items and insert count back: continue the numbering.
         self._next_index = self._pass_inserts()
         self._cleared_inserts = 0
