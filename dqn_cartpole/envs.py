@@ -148,12 +148,49 @@ def _action_spec(discrete: spaces.Discrete) -> array_spec.BoundedArraySpec:
     )
 
 
+class _GymnasiumWrapper:
+    """What the single and the batched adapter share: specs, dtype casts, seeding, closing.
+
+    Subclasses set ``_env``, ``_seed``, ``_seeded``, ``_observation_spec`` and ``_action_spec``.
+    """
+
+    @property
+    def gym_env(self) -> Any:
+        """The wrapped gymnasium env (or vector env)."""
+        return self._env
+
+    def observation_spec(self) -> array_spec.BoundedArraySpec:
+        """See base class."""
+        return self._observation_spec
+
+    def action_spec(self) -> array_spec.BoundedArraySpec:
+        """See base class."""
+        return self._action_spec
+
+    def _observation(self, observation: Any) -> np.ndarray:
+        """Casts a gymnasium observation to the spec dtype."""
+        return np.asarray(observation, dtype=self._observation_spec.dtype)
+
+    def _reset_observation(self) -> np.ndarray:
+        """Resets the env, seeding it only the first time so later episodes continue its RNG."""
+        if self._seeded:
+            observation, _ = self._env.reset()
+        else:
+            observation, _ = self._env.reset(seed=self._seed)
+            self._seeded = True
+        return self._observation(observation)
+
+    def close(self) -> None:
+        """Closes the gymnasium env."""
+        self._env.close()
+
+
 # --------------------------------------------------------------------------
 # Single environment
 # --------------------------------------------------------------------------
 
 
-class GymnasiumEnvironment(py_environment.PyEnvironment):
+class GymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironment):
     """Single (unbatched) gymnasium env as a PyEnvironment."""
 
     def __init__(self, env: gymnasium.Env, seed: int | None = None):
@@ -179,31 +216,9 @@ class GymnasiumEnvironment(py_environment.PyEnvironment):
         self._observation_spec = _observation_spec(env.observation_space)
         self._action_spec = _action_spec(env.action_space)
 
-    @property
-    def gym_env(self) -> gymnasium.Env:
-        """The wrapped gymnasium env."""
-        return self._env
-
-    def observation_spec(self) -> array_spec.BoundedArraySpec:
-        """See base class."""
-        return self._observation_spec
-
-    def action_spec(self) -> array_spec.BoundedArraySpec:
-        """See base class."""
-        return self._action_spec
-
-    def _observation(self, observation: Any) -> np.ndarray:
-        """Casts a gymnasium observation to the spec dtype."""
-        return np.asarray(observation, dtype=self._observation_spec.dtype)
-
     def _reset(self) -> ts.TimeStep:
         """Resets the gymnasium env; seeds it only the first time."""
-        if self._seeded:
-            observation, _ = self._env.reset()
-        else:
-            observation, _ = self._env.reset(seed=self._seed)
-            self._seeded = True
-        return ts.restart(self._observation(observation))
+        return ts.restart(self._reset_observation())
 
     def _step(self, action: types.NestedArray) -> ts.TimeStep:
         """Steps the gymnasium env and maps terminated/truncated to LAST."""
@@ -238,11 +253,6 @@ class GymnasiumEnvironment(py_environment.PyEnvironment):
             )
         return np.asarray(self._env.render(), dtype=np.uint8)
 
-    def close(self) -> None:
-        """Closes the gymnasium env."""
-        self._env.close()
-
-
 # --------------------------------------------------------------------------
 # Batched environment
 # --------------------------------------------------------------------------
@@ -254,7 +264,7 @@ def _autoreset_mode(vector_env: VectorEnv) -> AutoresetMode:
     return AutoresetMode(mode)  # Accepts the enum or its string value.
 
 
-class BatchedGymnasiumEnvironment(py_environment.PyEnvironment):
+class BatchedGymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironment):
     """N copies of an env stepped together as one batched PyEnvironment."""
 
     def __init__(self, vector_env: VectorEnv, seed: int | None = None):
@@ -307,32 +317,11 @@ class BatchedGymnasiumEnvironment(py_environment.PyEnvironment):
         """See base class."""
         return self._num_envs
 
-    @property
-    def gym_env(self) -> VectorEnv:
-        """The wrapped gymnasium vector env."""
-        return self._env
-
-    def observation_spec(self) -> array_spec.BoundedArraySpec:
-        """See base class."""
-        return self._observation_spec
-
-    def action_spec(self) -> array_spec.BoundedArraySpec:
-        """See base class."""
-        return self._action_spec
-
-    def _observation(self, observation: Any) -> np.ndarray:
-        """Casts a batched gymnasium observation to the spec dtype."""
-        return np.asarray(observation, dtype=self._observation_spec.dtype)
-
     def _reset(self) -> ts.TimeStep:
         """Resets all sub-envs; seeds them only the first time."""
-        if self._seeded:
-            observation, _ = self._env.reset()
-        else:
-            observation, _ = self._env.reset(seed=self._seed)
-            self._seeded = True
+        observation = self._reset_observation()
         self._resetting[:] = False
-        return ts.restart(self._observation(observation), batch_size=self._num_envs)
+        return ts.restart(observation, batch_size=self._num_envs)
 
     def _step(self, action: types.NestedArray) -> ts.TimeStep:
         """Steps all sub-envs; ones gymnasium just reset come back as FIRST."""
@@ -351,10 +340,6 @@ class BatchedGymnasiumEnvironment(py_environment.PyEnvironment):
         reward = np.where(first, 0.0, reward).astype(np.float32)
         discount = np.where(terminated, 0.0, 1.0).astype(np.float32)
         return ts.TimeStep(step_type, reward, discount, self._observation(observation))
-
-    def close(self) -> None:
-        """Closes the gymnasium vector env."""
-        self._env.close()
 
 
 # --------------------------------------------------------------------------

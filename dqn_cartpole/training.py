@@ -9,9 +9,7 @@ is due. Each iteration inside that call is exactly: collect, then sample, then t
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-import math
 import os
 import random
 import shutil
@@ -216,14 +214,6 @@ def process_start_time() -> float:
         return time.time()
 
 
-def reward_threshold(env_id: str) -> float:
-    """The env's registered "solved" return (475 for CartPole-v1, 195 for v0)."""
-    import gymnasium
-
-    threshold = gymnasium.spec(env_id).reward_threshold
-    return float(threshold) if threshold is not None else float("inf")
-
-
 class TrainingRun:
     """One training run in phases: fill replay (or restore a checkpoint), iterate with triggers, write artifacts."""
 
@@ -234,7 +224,7 @@ class TrainingRun:
         self.start = process_start_time()  # wall times count from process start, as a user sees them
         self.state = RunState()
         self.max_return = envs.max_return(config.env.id)
-        self.solve_return = config.evaluation.solve_return or reward_threshold(config.env.id)
+        self.solve_return = config.evaluation.solve_return or envs.reward_threshold(config.env.id) or float("inf")
         self.stop_request = signals.StopRequest()
         self.last_checkpoint: Optional[checkpointing.Saved] = None
         self.restored: Optional[checkpointing.Found] = None
