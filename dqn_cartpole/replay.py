@@ -7,9 +7,10 @@ it made.
 
 Sequence length: every item the learner samples holds `n_step + 1` consecutive steps, which is
 what DqnAgent's n-step TD target needs. Reverb stores those windows as items; the uniform
-buffers store single steps and cut windows of `num_steps` when sampling. All three keep the
-same windows: every run of `n_step + 1` consecutive steps of one env, across episode
+buffers store single steps and cut windows of `num_steps` when sampling, across episode
 boundaries too (DqnAgent masks the transitions that start at an episode's last step).
+Reverb's training data is written by TF-Agents' `ReverbAddTrajectoryObserver`, whose windows
+stop at episode boundaries instead; the learner sees the same valid transitions either way.
 """
 
 from __future__ import annotations

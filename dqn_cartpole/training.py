@@ -206,12 +206,9 @@ def make_run_iterations(pipeline: Pipeline, config: Config) -> Callable:
 
 def process_start_time() -> float:
     """When this process started (Unix time), so reported times include start-up and imports."""
-    try:
-        import psutil
+    import psutil  # a declared dependency
 
-        return psutil.Process().create_time()
-    except Exception:  # pylint: disable=broad-except
-        return time.time()
+    return psutil.Process().create_time()
 
 
 class TrainingRun:
@@ -230,6 +227,7 @@ class TrainingRun:
         self.restored: Optional[checkpointing.Found] = None
         self.diverged_at: Optional[int] = None
         self.cut_short = False  # a signal stopped training before its end
+        self.solve_check: Optional[Callable[[], EvalResult]] = None  # built at the first good evaluation
 
     # -- phases
     def run(self) -> TrainResult:
@@ -414,7 +412,7 @@ class TrainingRun:
     def check_solved(self) -> None:
         """Confirms a good evaluation on `solve_episodes` fresh episodes before stopping early."""
         cfg = self.config
-        if not hasattr(self, "solve_check"):  # built once; later checks continue its random stream
+        if self.solve_check is None:  # built once; later checks continue its random stream
             solve_env = envs.make_batched_env(cfg.env.id, cfg.evaluation.solve_episodes,
                                               seed=cfg.training.seed + SOLVE_SEED_OFFSET + self.state.iteration,
                                               max_episode_steps=cfg.env.max_episode_steps)
