@@ -38,7 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from dqn_cartpole.layout import CHECKPOINTS_DIR
+from dqn_cartpole.run_folder.atomic import fsync_dir, replacing, write_json_atomic, write_text_atomic
+from dqn_cartpole.run_folder.layout import CHECKPOINTS_DIR
 
 FORMAT = 1
 PREFIX = "ckpt-"
@@ -270,37 +271,6 @@ def fsync_tree(path: str) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(path: str, data: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def dir_size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, files in os.walk(path) for name in files)
 
@@ -440,8 +410,7 @@ def restore_metrics(found: Found, paths: dict[str, str]) -> None:
     for name, path in paths.items():
         source = os.path.join(found.path, METRICS_DIR, name)
         if os.path.exists(source):
-            tmp = path + ".tmp"
-            shutil.copyfile(source, tmp)
-            os.replace(tmp, path)
+            with replacing(path) as tmp:
+                shutil.copyfile(source, tmp)
         elif os.path.exists(path):
             os.remove(path)

@@ -165,7 +165,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _run_training(config, run_dir: str, progress, plan, created: bool) -> int:
     from dqn_cartpole.checkpointing import CheckpointError, DiskFullError
-    from dqn_cartpole.layout import RunLayout
+    from dqn_cartpole.run_folder.layout import RunLayout
     from dqn_cartpole.training import train
 
     try:
@@ -200,7 +200,8 @@ def resume_command(run_dir: str) -> str:
 
 def resolve_resume(run_dir: str, args: argparse.Namespace):
     """Checks `--resume RUN_DIR` before anything heavy: a run folder, a compatible config, a checkpoint plan."""
-    from dqn_cartpole import checkpointing, layout
+    from dqn_cartpole import checkpointing
+    from dqn_cartpole.run_folder import layout
     from dqn_cartpole.config import load_config, to_dict
 
     for flag, given in (("--config", args.config), ("--output-dir", args.output_dir), ("--overwrite", args.overwrite)):
@@ -233,14 +234,13 @@ def resolve_resume(run_dir: str, args: argparse.Namespace):
 def write_summary_json(result, path: str) -> None:
     """The summary as JSON, for scripts (benchmarks, sweeps) that read a finished run."""
     import dataclasses
-    import json
-
     import resource
+
+    from dqn_cartpole.run_folder import write_summary
 
     summary = dataclasses.asdict(result)
     summary["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(summary, handle, indent=2)
+    write_summary(path, summary)
 
 
 def _check_positive(label: str, value: int) -> None:
@@ -261,7 +261,7 @@ def resolve_run_dir(config, output_dir: Optional[str], overwrite: bool) -> str:
         while os.path.exists(path):
             n += 1
             path = f"{base}-{n}"
-    from dqn_cartpole.layout import CONFIG_FILE
+    from dqn_cartpole.run_folder.layout import CONFIG_FILE
 
     if os.path.isfile(path):
         raise UserError(f"{path}: is a file, not a folder; choose another --output-dir")
@@ -329,7 +329,7 @@ def resolve_policy(path: str, final: bool = False) -> tuple[str, Optional[str]]:
 
     A run folder means its `policy/best` (or `policy/final` with `final`), falling back to the other.
     """
-    from dqn_cartpole import layout
+    from dqn_cartpole.run_folder import layout
     from dqn_cartpole.export import recover_policy
 
     if not os.path.exists(path):
@@ -359,7 +359,7 @@ def env_for(args: argparse.Namespace, run_dir: Optional[str]) -> tuple[str, Opti
         _validate_env_id(args.env, "--env")
         return args.env, None
     if run_dir:
-        from dqn_cartpole import layout
+        from dqn_cartpole.run_folder import layout
         from dqn_cartpole.config import load_config
 
         config = load_config(os.path.join(run_dir, layout.CONFIG_FILE))
@@ -411,7 +411,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise UserError("record: give either a run folder / policy folder or --random")
     policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
     env_id, max_steps = env_for(args, run_dir)
-    from dqn_cartpole import layout
+    from dqn_cartpole.run_folder import layout
 
     name = layout.RANDOM_VIDEO if args.random else layout.TRAINED_VIDEO
     output = args.output or (os.path.join(run_dir, layout.VIDEOS_DIR, name) if run_dir else name)
@@ -438,7 +438,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from dqn_cartpole import layout as layout_lib
+    from dqn_cartpole.run_folder import layout as layout_lib
 
     run = layout_lib.RunLayout(args.run_dir)
     if not os.path.isdir(args.run_dir) or not os.path.exists(run.eval_metrics):

@@ -1,50 +1,10 @@
-"""The run's metrics: CSV files (one for training, one for evaluation) and TensorBoard scalars."""
+"""TensorBoard scalars of a run (the CSVs are in `run_folder.metrics`)."""
 
 from __future__ import annotations
 
-import csv
-import os
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 import tensorflow as tf
-
-TRAIN_COLUMNS = ("train_step", "env_steps", "loss", "epsilon", "replay_size", "replay_inserts",
-                 "replay_samples", "samples_per_insert", "wall_s")
-EVAL_COLUMNS = ("train_step", "env_steps", "average_return", "average_episode_length", "num_episodes", "wall_s")
-
-
-class CsvLog:
-    """Appends rows to a CSV file with a fixed header; flushed after every row."""
-
-    def __init__(self, path: str, columns: Sequence[str]):
-        self.path, self.columns = path, tuple(columns)
-        new = not os.path.exists(path) or os.path.getsize(path) == 0
-        self._file = open(path, "a", newline="", encoding="utf-8")  # pylint: disable=consider-using-with
-        self._writer = csv.DictWriter(self._file, fieldnames=self.columns)
-        if new:
-            self._writer.writeheader()
-            self._file.flush()
-
-    def write(self, row: Mapping[str, object]) -> None:
-        self._writer.writerow({k: _fmt(row.get(k)) for k in self.columns})
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def _fmt(value: object) -> object:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return "" if value is None else value
-
-
-def read_csv(path: str) -> list[dict[str, str]]:
-    """All rows of a metrics CSV (empty list if the file is missing)."""
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
 
 
 class Scalars:

@@ -10,19 +10,16 @@ import matplotlib
 matplotlib.use("Agg")  # headless
 import matplotlib.pyplot as plt  # noqa: E402
 
-from dqn_cartpole.layout import RunLayout  # noqa: E402
-from dqn_cartpole.metrics import read_csv  # noqa: E402
-
-
-def _column(rows: list[dict[str, str]], name: str) -> list[float]:
-    return [float(r[name]) for r in rows if r.get(name) not in (None, "")]
+from dqn_cartpole.run_folder.layout import RunLayout  # noqa: E402
+from dqn_cartpole.run_folder.atomic import replacing  # noqa: E402
+from dqn_cartpole.run_folder.metrics import column, read_csv  # noqa: E402
 
 
 def plot_returns(eval_csv: str, out_path: str, max_return: Optional[float], title: str = "") -> None:
     """Average greedy return against train iterations, with the env's maximum as a line."""
     rows = read_csv(eval_csv)
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(_column(rows, "train_step"), _column(rows, "average_return"), marker="o", markersize=3)
+    ax.plot(column(rows, "train_step"), column(rows, "average_return"), marker="o", markersize=3)
     if max_return is not None:
         ax.axhline(max_return, color="grey", linestyle="--", linewidth=1, label=f"max return ({max_return:g})")
         ax.legend(loc="lower right")
@@ -38,7 +35,7 @@ def plot_loss(train_csv: str, out_path: str, title: str = "") -> None:
     """Training loss on a log scale."""
     rows = [r for r in read_csv(train_csv) if r.get("loss") not in (None, "") and float(r["loss"]) > 0]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(_column(rows, "train_step"), _column(rows, "loss"), linewidth=1)
+    ax.plot(column(rows, "train_step"), column(rows, "loss"), linewidth=1)
     ax.set_yscale("log")
     ax.set_xlabel("Iterations")
     ax.set_ylabel("TD loss")
@@ -48,12 +45,12 @@ def plot_loss(train_csv: str, out_path: str, title: str = "") -> None:
 
 
 def _save(fig, out_path: str) -> None:
-    os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
-    tmp = out_path + ".tmp.png"
     fig.tight_layout()
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, out_path)  # a reader never sees half a PNG
+    try:
+        with replacing(out_path, ".tmp.png") as tmp:  # a reader never sees half a PNG
+            fig.savefig(tmp, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def plot_run(layout: RunLayout, max_return: Optional[float], env_id: str = "") -> list[str]:

@@ -29,8 +29,9 @@ from dqn_cartpole import checkpointing, envs, export, quiet, signals
 from dqn_cartpole.agents import build_agent
 from dqn_cartpole.config import Config, dump_yaml, to_dict
 from dqn_cartpole.evaluation import EvalResult, make_episode_runner
-from dqn_cartpole.layout import RunLayout
-from dqn_cartpole.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog, Scalars
+from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.metrics import Scalars
+from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
 from dqn_cartpole.policies import compiled_act_fn, random_act_fn
 from dqn_cartpole.progress import Progress
 from dqn_cartpole.replay import Replay, ReverbReplay, build_replay, sequence_length_for
@@ -57,6 +58,7 @@ class RunState:
     solved_at_iteration: Optional[int] = None
     solved_return: Optional[float] = None
     solved_wall_s: Optional[float] = None
+    solved_env_steps: Optional[int] = None
     stop: bool = False
     loop_s: float = 0.0  # inside compiled chunks, excluding the first (which traces)
     loop_iterations: int = 0
@@ -65,7 +67,7 @@ class RunState:
 
 # The RunState fields a checkpoint carries over (the timings are per process).
 RESUMED_FIELDS = ("loss", "last_return", "best_return", "best_iteration", "solved_at_iteration", "solved_return",
-                  "solved_wall_s")
+                  "solved_wall_s", "solved_env_steps")
 
 
 @dataclass
@@ -81,6 +83,7 @@ class TrainResult:
     solved_at_iteration: Optional[int]
     solved_wall_s: Optional[float]
     wall_s: float
+    solved_env_steps: Optional[int] = None
     iterations_per_s: Optional[float] = None
     eval_s: float = 0.0
     artifacts: dict[str, str] = field(default_factory=dict)
@@ -423,6 +426,7 @@ class TrainingRun:
             self.state.stop = True
             self.state.solved_at_iteration = self.state.iteration
             self.state.solved_return = result.average_return
+            self.state.solved_env_steps = self.env_steps()
             self.save_policy(self.layout.final_policy, self.state.last_return)
             self.state.solved_wall_s = self.wall()
             self.progress.message(
@@ -563,7 +567,7 @@ class TrainingRun:
             run_dir=self.layout.root, iterations=self.state.iteration, train_steps=self.train_step(),
             env_steps=self.env_steps(), best_return=self.state.best_return, final_return=self.state.last_return,
             solved_at_iteration=self.state.solved_at_iteration, solved_wall_s=self.state.solved_wall_s,
-            wall_s=self.wall(), artifacts=artifacts, eval_s=self.state.eval_s,
+            solved_env_steps=self.state.solved_env_steps, wall_s=self.wall(), artifacts=artifacts, eval_s=self.state.eval_s,
             iterations_per_s=self.state.loop_iterations / self.state.loop_s if self.state.loop_s else None,
             stopped_by=signals.signal_name(signum) if signum and self.cut_short else None,
             exit_status=signals.exit_status(signum) if signum else (1 if self.diverged_at is not None else 0),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import imageio
@@ -10,6 +9,7 @@ import numpy as np
 
 from dqn_cartpole.envs import make_env
 from dqn_cartpole.policies import ActFn
+from dqn_cartpole.run_folder.atomic import replacing
 from tf_agents.trajectories import time_step as ts
 
 
@@ -39,14 +39,11 @@ def record_frames(act: ActFn, env_id: str, num_episodes: int, seed: Optional[int
 
 def write_mp4(frames: list[np.ndarray], path: str, fps: int) -> str:
     """Encodes frames as H.264; written under a temporary name, then renamed."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp.mp4"
     # macro_block_size 8 fits CartPole's 600x400 frames without resizing.
-    with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=8,
-                            ffmpeg_log_level="error") as writer:
+    with replacing(path, ".tmp.mp4") as tmp, imageio.get_writer(
+            tmp, fps=fps, codec="libx264", quality=7, macro_block_size=8, ffmpeg_log_level="error") as writer:
         for frame in frames:
             writer.append_data(frame)
-    os.replace(tmp, path)
     return path
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from helpers import CONFIGS, run_cli, run_python
 
-from dqn_cartpole.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
+from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
 
 
 @pytest.fixture(scope="module")

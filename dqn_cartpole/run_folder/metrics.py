@@ -1,0 +1,55 @@
+"""The run's metrics CSVs: one row per train log and one per evaluation, flushed as they are written."""
+
+from __future__ import annotations
+
+import csv
+import os
+from typing import Mapping, Optional, Sequence
+
+TRAIN_COLUMNS = ("train_step", "env_steps", "loss", "epsilon", "replay_size", "replay_inserts",
+                 "replay_samples", "samples_per_insert", "wall_s")
+EVAL_COLUMNS = ("train_step", "env_steps", "average_return", "average_episode_length", "num_episodes", "wall_s")
+
+
+class CsvLog:
+    """Appends rows to a CSV file with a fixed header; flushed after every row."""
+
+    def __init__(self, path: str, columns: Sequence[str]):
+        self.path, self.columns = path, tuple(columns)
+        new = not os.path.exists(path) or os.path.getsize(path) == 0
+        self._file = open(path, "a", newline="", encoding="utf-8")  # pylint: disable=consider-using-with
+        self._writer = csv.DictWriter(self._file, fieldnames=self.columns)
+        if new:
+            self._writer.writeheader()
+            self._file.flush()
+
+    def write(self, row: Mapping[str, object]) -> None:
+        self._writer.writerow({k: _fmt(row.get(k)) for k in self.columns})
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _fmt(value: object) -> object:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else value
+
+
+def read_csv(path: str) -> list[dict[str, str]]:
+    """All rows of a metrics CSV (empty list if the file is missing)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def column(rows: list[dict[str, str]], name: str) -> list[float]:
+    """One numeric column, skipping empty cells."""
+    return [float(r[name]) for r in rows if r.get(name) not in (None, "")]
+
+
+def number(text: Optional[str]) -> Optional[float]:
+    """A CSV cell as a float, or None when empty."""
+    return None if text in (None, "") else float(text)

@@ -1,0 +1,99 @@
+"""A finished (or stopped) run as data: `read_run(path)` for every tool that consumes run folders.
+
+`summary.json` is versioned. Version 1 added `version` itself and `solved_env_steps`; a summary
+without `version` was written before that and reads as version 0. Consumers (compare, sweeps,
+the report) read runs only through this module and never import the trainer or TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import yaml
+
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.run_folder.atomic import write_json_atomic
+from dqn_cartpole.run_folder.layout import CONFIG_FILE, RunLayout
+from dqn_cartpole.run_folder.metrics import read_csv
+
+SUMMARY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run folder says about its run. `summary` is empty for a run that never finished."""
+
+    root: str
+    version: int
+    config: dict
+    summary: dict = field(default_factory=dict)
+    train_rows: list = field(default_factory=list)
+    eval_rows: list = field(default_factory=list)
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.root)
+
+    @property
+    def finished(self) -> bool:
+        """The trainer wrote its summary (it may still have stopped early on a signal)."""
+        return bool(self.summary)
+
+    @property
+    def solved(self) -> bool:
+        return self.summary.get("solved_at_iteration") is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A summary field (None for a run without a summary)."""
+        return self.summary.get(key, default)
+
+    def config_value(self, dotted: str) -> Any:
+        """`section.key` of the run's resolved config."""
+        section, key = dotted.split(".", 1)
+        return self.config.get(section, {}).get(key)
+
+
+def write_summary(path: str, summary: dict) -> None:
+    """Writes summary.json atomically, stamped with the current version."""
+    write_json_atomic(path, {"version": SUMMARY_VERSION, **summary})
+
+
+def read_run(path: str) -> RunRecord:
+    """Reads a run folder. Raises UserError (one line) when `path` is not a readable run folder."""
+    layout = RunLayout(path)
+    if not os.path.isdir(path):
+        raise UserError(f"{path}: no such run folder")
+    if not os.path.isfile(layout.config):
+        raise UserError(f"{path}: not a run folder (no {os.path.basename(layout.config)})")
+    try:
+        with open(layout.config, encoding="utf-8") as handle:
+            config = yaml.safe_load(handle) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"{layout.config}: cannot read: {str(exc).splitlines()[0]}") from None
+    summary: dict = {}
+    if os.path.isfile(layout.summary):
+        try:
+            with open(layout.summary, encoding="utf-8") as handle:
+                summary = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{layout.summary}: cannot read: {str(exc).splitlines()[0]}") from None
+    version = int(summary.get("version", 0)) if summary else SUMMARY_VERSION
+    if version > SUMMARY_VERSION:
+        raise UserError(f"{layout.summary}: written by a newer dqn_cartpole (summary version {version}, this one "
+                        f"reads up to {SUMMARY_VERSION}); upgrade to read it")
+    return RunRecord(root=path, version=version, config=config, summary=summary,
+                     train_rows=read_csv(layout.train_metrics), eval_rows=read_csv(layout.eval_metrics))
+
+
+def find_runs(path: str) -> list[str]:
+    """Run folders at or below `path` (a run folder itself, or a folder of runs such as a sweep)."""
+    found = []
+    for folder, dirs, files in os.walk(path):
+        dirs.sort()
+        if CONFIG_FILE in files:
+            found.append(folder)
+            dirs[:] = []
+    return found

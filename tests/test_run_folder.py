@@ -1,0 +1,75 @@
+"""The run-folder API, in-process: atomic writes, read_run, find_runs."""
+
+import json
+import os
+
+import pytest
+
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.run_folder import SUMMARY_VERSION, RunLayout, read_run, write_summary
+from dqn_cartpole.run_folder.atomic import replacing, write_text_atomic
+from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, CsvLog
+from dqn_cartpole.run_folder.record import find_runs
+
+
+def make_run(root: str, summary: dict | None = None) -> RunLayout:
+    layout = RunLayout(root)
+    os.makedirs(root)
+    write_text_atomic(layout.config, "training:\n  seed: 3\nagent:\n  learning_rate: 0.002\n")
+    log = CsvLog(layout.eval_metrics, EVAL_COLUMNS)
+    log.write({"train_step": 0, "env_steps": 10, "average_return": 9.5})
+    log.close()
+    if summary is not None:
+        write_summary(layout.summary, summary)
+    return layout
+
+
+def test_read_run_gives_config_summary_and_rows(tmp_path):
+    layout = make_run(str(tmp_path / "run"), {"solved_at_iteration": 500, "best_return": 480.0})
+    record = read_run(layout.root)
+    assert record.version == SUMMARY_VERSION
+    assert record.solved and record.finished
+    assert record.get("best_return") == 480.0
+    assert record.config_value("training.seed") == 3
+    assert record.eval_rows == [{"train_step": "0", "env_steps": "10", "average_return": "9.5",
+                                 "average_episode_length": "", "num_episodes": "", "wall_s": ""}]
+    assert record.train_rows == []
+
+
+def test_unfinished_and_old_and_newer_summaries(tmp_path):
+    assert not read_run(make_run(str(tmp_path / "unfinished")).root).finished
+    old = make_run(str(tmp_path / "old"))
+    with open(old.summary, "w", encoding="utf-8") as handle:
+        json.dump({"solved_at_iteration": None}, handle)
+    assert read_run(old.root).version == 0
+    newer = make_run(str(tmp_path / "newer"))
+    with open(newer.summary, "w", encoding="utf-8") as handle:
+        json.dump({"version": SUMMARY_VERSION + 1}, handle)
+    with pytest.raises(UserError, match="newer dqn_cartpole"):
+        read_run(newer.root)
+
+
+def test_not_a_run_folder_is_one_line(tmp_path):
+    with pytest.raises(UserError, match="no such run folder"):
+        read_run(str(tmp_path / "missing"))
+    with pytest.raises(UserError, match="not a run folder"):
+        read_run(str(tmp_path))
+
+
+def test_find_runs_below_a_folder(tmp_path):
+    for name in ("b", "a", "nested/c"):
+        make_run(str(tmp_path / name))
+    assert find_runs(str(tmp_path)) == [str(tmp_path / n) for n in ("a", "b", "nested/c")]
+    assert find_runs(str(tmp_path / "a")) == [str(tmp_path / "a")]
+
+
+def test_replacing_keeps_the_old_file_on_error(tmp_path):
+    path = str(tmp_path / "f.txt")
+    write_text_atomic(path, "old")
+    with pytest.raises(RuntimeError):
+        with replacing(path) as tmp:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write("half")
+            raise RuntimeError("crash")
+    assert open(path, encoding="utf-8").read() == "old"
+    assert os.listdir(tmp_path) == ["f.txt"]
