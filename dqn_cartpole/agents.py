@@ -1,13 +1,25 @@
-"""The DQN agent (or Double DQN) with its optimizer, loss and epsilon schedule."""
+"""The DQN agent (or Double DQN) with its optimizer, loss, epsilon schedule and n-step targets.
+
+TF-Agents' DqnAgent builds an n-step target from a window of `n_step + 1` steps by multiplying
+the discounts along the window. That ends the return at a termination (discount 0), but not at
+a time-limit truncation (a LAST step with discount 1): the window then runs on into the next
+episode. This module's agent applies one rule instead, on every replay backend:
+
+* a window's return stops at its first LAST step; rewards after it count as zero;
+* it bootstraps from that LAST step's observation with gamma^k times the product of the
+  discounts up to it (0 after a termination, so no bootstrap there);
+* a window that starts at a LAST step is masked, as DqnAgent already does.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import tensorflow as tf
+from tf_agents.agents import data_converter
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.specs import tensor_spec
-from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import policy_step, time_step as ts, trajectory as trajectory_lib
 from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig
@@ -29,6 +41,89 @@ def epsilon_schedule(config: AgentConfig, train_step: tf.Variable) -> Callable[[
     return epsilon
 
 
+def n_step_transition(trajectory: trajectory_lib.Trajectory, gamma: float) -> trajectory_lib.Transition:
+    """A [B, n + 1] window of steps -> the n-step Transition whose return stops at the first LAST step.
+
+    With k the position of the first LAST step in 1..n (n if there is none), the transition is
+    (step 0, action 0) -> (step k) with
+        next_time_step.reward   = sum_{i<k} gamma^i * d_0 * ... * d_{i-1} * r_i
+        next_time_step.discount = gamma^(k-1) * d_0 * ... * d_{k-1}
+    (DqnAgent multiplies the discount by gamma once more, as in `to_n_step_transition`).
+    """
+    n = int(trajectory.step_type.shape[1]) - 1
+    rewards, discounts = trajectory.reward[:, :n], trajectory.discount[:, :n]
+    # alive[:, i]: no LAST step at positions 1..i, so reward i still belongs to the window's episode.
+    ended = tf.cast(tf.equal(trajectory.step_type[:, 1:n], ts.StepType.LAST), rewards.dtype)
+    alive = tf.concat([tf.ones_like(rewards[:, :1]), tf.math.cumprod(1.0 - ended, axis=1)], axis=1)
+    powers = tf.constant([gamma ** i for i in range(n)], dtype=rewards.dtype)
+    before = tf.math.cumprod(discounts, axis=1, exclusive=True)  # d_0 * ... * d_{i-1}
+    reward = tf.reduce_sum(alive * powers * before * rewards, axis=1)
+    k = tf.cast(tf.reduce_sum(alive, axis=1), tf.int32)  # 1..n
+    through = tf.math.cumprod(discounts, axis=1)  # d_0 * ... * d_i
+    discount = tf.gather(powers, k - 1) * tf.gather(through, k - 1, axis=1, batch_dims=1)
+    first = tf.nest.map_structure(lambda t: t[:, 0], trajectory)
+    final = tf.nest.map_structure(lambda t: tf.gather(t, k, axis=1, batch_dims=1), trajectory)
+    time_steps = ts.TimeStep(first.step_type, reward=tf.fill(tf.shape(first.reward), float("nan")),
+                             discount=tf.fill(tf.shape(first.discount), float("nan")),
+                             observation=first.observation)
+    next_time_steps = ts.TimeStep(final.step_type, reward=reward, discount=discount, observation=final.observation)
+    actions = policy_step.PolicyStep(action=first.action, state=(), info=first.policy_info)
+    return trajectory_lib.Transition(time_steps, actions, next_time_steps)
+
+
+class EpisodeNStepTransition(data_converter.AsNStepTransition):
+    """TF-Agents' n-step converter, with the window's return stopped at its first LAST step."""
+
+    def __call__(self, value: Any) -> trajectory_lib.Transition:
+        if isinstance(value, trajectory_lib.Trajectory):
+            value = n_step_transition(value, self._gamma)
+        return super().__call__(value)  # a Transition is only validated and pruned
+
+
+class _EpisodeTargetsMixin:
+    """DqnAgent changes shared by the DQN and the Double DQN agent.
+
+    * n-step windows stop at episode ends (`EpisodeNStepTransition`), for every n including 1;
+    * `gradient_clipping` clips the global norm of all gradients (TF-Agents clips each
+      variable's gradient separately);
+    * no `check_numerics` in the train step: a NaN or Inf loss is returned, and the training
+      loop stops on it with the last good checkpoint instead of an error from inside the graph.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._as_transition = EpisodeNStepTransition(self.data_context, gamma=self._gamma, n=self._n_step_update)
+
+    def td_targets(self, experience: trajectory_lib.Trajectory) -> tuple[tf.Tensor, tf.Tensor]:
+        """(valid mask, TD targets) of a [B, n + 1] batch, exactly as the loss computes them."""
+        time_steps, actions, next_time_steps = self._as_transition(experience)
+        next_q = self._compute_next_q_values(next_time_steps, actions.info)
+        targets = dqn_agent.compute_td_targets(next_q, rewards=self._reward_scale_factor * next_time_steps.reward,
+                                               discounts=self._gamma * next_time_steps.discount)
+        return tf.cast(~time_steps.is_last(), tf.float32), targets
+
+    def _train(self, experience, weights):
+        variables = self._q_network.trainable_weights
+        with tf.GradientTape() as tape:
+            loss_info = self._loss(experience, td_errors_loss_fn=self._td_errors_loss_fn, gamma=self._gamma,
+                                   reward_scale_factor=self._reward_scale_factor, weights=weights, training=True)
+        grads = tape.gradient(loss_info.loss, variables)
+        if self._gradient_clipping is not None:
+            grads, _ = tf.clip_by_global_norm(grads, self._gradient_clipping)
+        self._optimizer.apply_gradients(list(zip(grads, variables)))
+        self.train_step_counter.assign_add(1)
+        self._update_target()
+        return loss_info
+
+
+class DqnAgent(_EpisodeTargetsMixin, dqn_agent.DqnAgent):
+    """DqnAgent with episode-aware n-step targets and global-norm clipping."""
+
+
+class DdqnAgent(_EpisodeTargetsMixin, dqn_agent.DdqnAgent):
+    """DdqnAgent with episode-aware n-step targets and global-norm clipping."""
+
+
 def build_agent(
     agent_config: AgentConfig,
     network_config: NetworkConfig,
@@ -38,7 +133,7 @@ def build_agent(
     """Builds and initialises a DqnAgent (or DdqnAgent) from the config."""
     num_actions = int(action_spec.maximum - action_spec.minimum + 1)
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
-    agent_class = dqn_agent.DdqnAgent if agent_config.double_dqn else dqn_agent.DqnAgent
+    agent_class = DdqnAgent if agent_config.double_dqn else DqnAgent
     agent = agent_class(
         time_step_spec,
         action_spec,

@@ -66,7 +66,8 @@ class ReplayConfig:
 
     backend: str = _f("reverb", "'reverb' (embedded server, opens a port), 'tf_uniform' or 'py_uniform'")
     capacity: int = _f(100_000, "maximum transitions kept; the oldest are evicted first")
-    sampling: str = _f("dataset", "'dataset' (tf.data, parallel + prefetch) or 'direct' (in program order, reproducible)")
+    sampling: str = _f("auto", "'dataset' (tf.data, parallel + prefetch), 'direct' (in program order, reproducible; "
+                               "uniform buffers only) or 'auto' (direct for the uniform buffers, dataset for Reverb)")
     num_parallel_calls: int = _f(3, "parallel sampling calls in the tf.data pipeline")
     prefetch: int = _f(3, "batches the tf.data pipeline prepares ahead")
     reverb_port: Optional[int] = _f(None, "port of the embedded Reverb server (null = a free port)")
@@ -136,7 +137,7 @@ class Config:
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)
 CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
-           ("replay", "sampling"): ("dataset", "direct")}
+           ("replay", "sampling"): ("auto", "dataset", "direct")}
 
 
 # ---------------------------------------------------------------------------- loading
@@ -150,7 +151,20 @@ def load_config(path: Optional[str] = None, overrides: typing.Sequence[str] = ()
     for item in overrides:
         config = apply_override(config, item)
     validate(config, source)
-    return config
+    return resolve_auto(config)
+
+
+def sampling_mode(replay: "ReplayConfig") -> str:
+    """'direct' or 'dataset': `auto` reads Reverb through tf.data and the uniform buffers directly."""
+    if replay.sampling != "auto":
+        return replay.sampling
+    return "dataset" if replay.backend == "reverb" else "direct"
+
+
+def resolve_auto(config: Config) -> Config:
+    """Replaces `auto` settings by what they stand for, so a run's config.yaml says what ran."""
+    replay = dataclasses.replace(config.replay, sampling=sampling_mode(config.replay))
+    return dataclasses.replace(config, replay=replay)
 
 
 def _read_yaml(path: str) -> dict:
@@ -315,8 +329,6 @@ def validate(config: Config, source: str) -> None:
             value = getattr(getattr(config, section), key)
             if value is not None and not value > 0:
                 fail(f"{section}.{key}", f"must be positive, got {value}")
-    if config.training.initial_collect_steps < 0:
-        fail("training.initial_collect_steps", f"must be 0 or more, got {config.training.initial_collect_steps}")
     for key in ("gamma", "epsilon_start", "epsilon_end"):
         value = getattr(config.agent, key)
         if not 0.0 <= value <= 1.0:
@@ -328,7 +340,13 @@ def validate(config: Config, source: str) -> None:
     if config.training.batch_size > config.replay.capacity:
         fail("training.batch_size", f"{config.training.batch_size} is larger than replay.capacity ({config.replay.capacity})")
     if config.replay.backend == "reverb" and config.replay.sampling == "direct":
-        fail("replay.sampling", "Reverb is read through a tf.data dataset; use sampling: dataset with backend: reverb")
+        fail("replay.sampling", "Reverb is read through a tf.data dataset; use sampling: dataset (or auto) with "
+                                "backend: reverb")
+    window = (config.agent.n_step + 1) * config.env.num_envs
+    if config.training.initial_collect_steps < window:
+        fail("training.initial_collect_steps",
+             f"must be at least (agent.n_step + 1) x env.num_envs = {window}, so the first sample finds a whole "
+             f"{config.agent.n_step + 1}-step window in every env's stream; got {config.training.initial_collect_steps}")
     if config.replay.reverb_port is not None and not 0 < config.replay.reverb_port < 65536:
         fail("replay.reverb_port", f"must be a port in 1..65535, got {config.replay.reverb_port}")
     if config.replay.reverb_num_workers_per_iterator == 0 or config.replay.reverb_num_workers_per_iterator < -1:

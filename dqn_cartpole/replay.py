@@ -2,19 +2,25 @@
 
 The training loop sees only `Replay`: `add_batch` (usable inside a compiled graph, so it can
 be a TF driver's observer), `as_dataset`, `get_next`, `single_pass` (replaces the deprecated
-`gather_all`), `clear`, `size`, `inserts` and `close`. Only `build_replay` knows which backend
-it made.
+`gather_all`), `clear`, `size`, `inserts`, the resume seam (`held_steps`, `write_seam`) and
+`close`. Only `build_replay` knows which backend it made.
 
-Sequence length: every item the learner samples holds `n_step + 1` consecutive steps, which is
-what DqnAgent's n-step TD target needs. Reverb stores those windows as items; the uniform
-buffers store single steps and cut windows of `num_steps` when sampling, across episode
-boundaries too (DqnAgent masks the transitions that start at an episode's last step).
-Reverb's training data is written by TF-Agents' `ReverbAddTrajectoryObserver`, whose windows
-stop at episode boundaries instead; the learner sees the same valid transitions either way.
+Windows: every item the learner samples holds `n_step + 1` consecutive steps, which is what
+the n-step TD target needs, and every collected step starts exactly one window:
+
+* the uniform buffers store single steps and cut windows when sampling, across episode
+  boundaries too;
+* Reverb stores the windows as items, written by TF-Agents' `ReverbAddTrajectoryObserver`
+  with end-of-episode padding, so the last n steps of an episode start windows too (padded
+  with boundary steps).
+
+The agent (`agents.n_step_transition`) stops each window's return at its first LAST step, so
+the part of a window after an episode's end never counts: both layouts give the same
+(start state, n-step return, bootstrap state, bootstrap discount) for every transition.
 """
-
 from __future__ import annotations
 
+import collections
 import gc
 import logging
 import math
@@ -26,7 +32,7 @@ from tf_agents.replay_buffers import py_uniform_replay_buffer, replay_buffer, tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import trajectory as trajectory_lib
 
-from dqn_cartpole.config import ReplayConfig
+from dqn_cartpole.config import ReplayConfig, sampling_mode
 from dqn_cartpole.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,20 @@ TABLE_NAME = "uniform_table"
 # A second view of the same items (no copy of the data), ordered by insertion, for single_pass.
 PASS_TABLE_NAME = "insertion_order"
 _VISITED = float(2**62)  # above every insertion index: a visited item sinks to the bottom of the heap
+
+
+def boundary_steps(data_spec: trajectory_lib.Trajectory, observations: np.ndarray) -> trajectory_lib.Trajectory:
+    """A batch of LAST -> FIRST steps at `observations`, as a driver writes when an episode ends."""
+    batch = np.asarray(observations).shape[0]
+
+    def zeros(spec: Any) -> np.ndarray:
+        return np.zeros((batch,) + tuple(spec.shape), spec.dtype.as_numpy_dtype)
+
+    return trajectory_lib.boundary(
+        observation=np.asarray(observations, data_spec.observation.dtype.as_numpy_dtype),
+        action=tf.nest.map_structure(zeros, data_spec.action),
+        policy_info=tf.nest.map_structure(zeros, data_spec.policy_info),
+        reward=zeros(data_spec.reward), discount=np.ones_like(zeros(data_spec.discount)))
 
 
 def sequence_length_for(n_step: int) -> int:
@@ -90,7 +110,7 @@ class Replay:
         training, at the price of bit-for-bit reproducibility); "direct" samples in program
         order inside the compiled step, after that iteration's collection.
         """
-        if self.config.sampling == "direct":
+        if sampling_mode(self.config) == "direct":
             return lambda: self.get_next(sample_batch_size, num_steps)[0]
         iterator = iter(self.as_dataset(sample_batch_size, num_steps))
         self._iterators.append(iterator)  # keep it alive as long as the replay
@@ -107,6 +127,25 @@ class Replay:
     def clear(self) -> None:
         """Empties the buffer; `inserts()` keeps counting from where it was."""
         self.buffer.clear()
+
+    # -- the resume seam
+    def held_steps(self) -> list:
+        """Per env, the steps a writer holds that start no stored window yet (JSON-able lists).
+
+        The uniform buffers hold none: every step is stored as it comes. A checkpoint keeps
+        these so a resumed run can still write the windows they start (`write_seam`).
+        """
+        return [[] for _ in range(self.num_envs)]
+
+    def write_seam(self, observations: np.ndarray, held: list) -> None:
+        """Ends every env's stored stream where a resumed run takes over.
+
+        The resumed run starts fresh episodes, so the stream gets a LAST step at each env's last
+        observation (`observations`, [envs, ...]): the windows before it read as a time-limit
+        truncation there, never as a step into the new episode.
+        """
+        del held  # the uniform buffers hold nothing back
+        self.add_batch(boundary_steps(self.data_spec, observations))
 
     # -- bookkeeping
     def size(self) -> int:
@@ -312,27 +351,40 @@ class _WindowWriter:
 class _ObserverWriter:
     """TF-Agents' `ReverbAddTrajectoryObserver` for one env's stream of Trajectory steps.
 
-    It writes each (n_step + 1)-step window of an episode into both tables; its priority is set
-    to the insertion index first, which orders the pass table (the uniform table ignores it).
-    Unlike the uniform buffers, its windows stop at episode boundaries.
+    It writes each (n_step + 1)-step window of an episode into both tables, and pads the end
+    of each episode with boundary steps (`pad_end_of_episodes`, `tile_end_of_episodes`), so the
+    episode's last n steps, and its LAST step, start a window each, as in the uniform buffers.
+    Its priority is set to the insertion index first, which orders the pass table (the uniform
+    table ignores it). It also keeps the steps it holds for the next windows, for `held_steps`.
     """
 
     def __init__(self, client: Any, sequence_length: int):
         from tf_agents.replay_buffers import reverb_utils
 
         self._observer = reverb_utils.ReverbAddTrajectoryObserver(
-            client, [TABLE_NAME, PASS_TABLE_NAME], sequence_length=sequence_length)
+            client, [TABLE_NAME, PASS_TABLE_NAME], sequence_length=sequence_length,
+            pad_end_of_episodes=True, tile_end_of_episodes=True)
+        self._held: collections.deque = collections.deque(maxlen=sequence_length - 1)
 
     def append(self, step: trajectory_lib.Trajectory, next_index: Callable[[], int]) -> None:
         # This observer has no update_priority (its episode sibling has); it reads _priority per item.
         self._observer._priority = float(next_index())  # pylint: disable=protected-access
         self._observer(step)
+        if step.is_boundary():
+            self._held.clear()
+        else:
+            self._held.append(step)
+
+    def held(self) -> list:
+        """The held steps, oldest first, each as a list of its flattened fields."""
+        return [[np.asarray(a).tolist() for a in tf.nest.flatten(step)] for step in self._held]
 
     def flush(self) -> None:
         self._observer.flush()
 
     def forget(self) -> None:
         self._observer.reset(write_cached_steps=False)
+        self._held.clear()
 
     def close(self) -> None:
         self._observer.close()
@@ -392,6 +444,22 @@ class ReverbReplay(Replay):
     def _add_flat(self, *flat: np.ndarray) -> None:
         for env_index, writer in enumerate(self.writers):
             writer.append(tf.nest.pack_sequence_as(self.data_spec, [a[env_index] for a in flat]), self._take_index)
+
+    def held_steps(self) -> list:
+        if not all(isinstance(w, _ObserverWriter) for w in self.writers):
+            return super().held_steps()
+        return [writer.held() for writer in self.writers]
+
+    def write_seam(self, observations: np.ndarray, held: list) -> None:
+        # A new process's writers hold nothing: give them back the steps held at the checkpoint,
+        # then end the episode, so those steps start their windows too.
+        flat_specs = tf.nest.flatten(self.data_spec)
+        for env_index, steps in enumerate(held):
+            for step in steps:
+                arrays = [np.asarray(v, s.dtype.as_numpy_dtype) for v, s in zip(step, flat_specs)]
+                self.writers[env_index].append(tf.nest.pack_sequence_as(self.data_spec, arrays), self._take_index)
+        self.add_batch(boundary_steps(self.data_spec, observations))
+        self.flush()
 
     def _take_index(self) -> int:
         index, self._next_index = self._next_index, self._next_index + 1

@@ -147,7 +147,7 @@ def build_pipeline(config: Config, layout: RunLayout, announce: Callable[[str], 
         observers = [replay.add_batch, env_steps]
         random_policy = random_tf_policy.RandomTFPolicy(tf_env.time_step_spec(), tf_env.action_spec())
         initial_driver = dynamic_step_driver.DynamicStepDriver(
-            tf_env, random_policy, observers, num_steps=max(config.training.initial_collect_steps, 1))
+            tf_env, random_policy, observers, num_steps=config.training.initial_collect_steps)
         collect_driver = dynamic_step_driver.DynamicStepDriver(
             tf_env, agent.collect_policy, observers, num_steps=config.training.collect_steps_per_iteration)
         greedy_act = compiled_act_fn(agent.policy)
@@ -231,6 +231,7 @@ class TrainingRun:
         self.diverged_at: Optional[int] = None
         self.cut_short = False  # a signal stopped training before its end
         self.solve_check: Optional[Callable[[], EvalResult]] = None  # built at the first good evaluation
+        self.time_step: Any = None  # the envs' current time step between compiled calls
 
     # -- phases
     def run(self) -> TrainResult:
@@ -309,9 +310,9 @@ class TrainingRun:
         pipeline = self.pipeline
         time_step = pipeline.tf_env.reset()
         policy_state = pipeline.agent.collect_policy.get_initial_state(pipeline.tf_env.batch_size)
-        if self.config.training.initial_collect_steps > 0:
-            tf.function(pipeline.initial_driver.run, autograph=False)(time_step, ())
-            time_step = pipeline.tf_env.current_time_step()
+        tf.function(pipeline.initial_driver.run, autograph=False)(time_step, ())
+        time_step = pipeline.tf_env.current_time_step()
+        self.time_step = time_step
         return time_step, policy_state
 
     def iterate(self, time_step: Any, policy_state: Any) -> None:
@@ -346,6 +347,7 @@ class TrainingRun:
                 return
             self.state.iteration += chunk
             self.state.loss = float(losses[-1])
+            self.time_step = time_step
             for trigger in triggers:
                 trigger(self.state.iteration)
             self.progress.update(self.state.iteration, self.state.loss, self.state.last_return)
@@ -460,6 +462,9 @@ class TrainingRun:
             "replay_size": replay.size(),
             "replay_inserts": replay.inserts(),
             "run_state": {name: getattr(self.state, name) for name in RESUMED_FIELDS},
+            # Where each env's stored stream stands: a resumed run ends it there (Replay.write_seam).
+            "stream": {"observation": np.asarray(self.time_step.observation).tolist(),
+                       "held": replay.held_steps()},
             "wall_s": self.wall(),
             "rng": {"python": list(random.getstate()),
                     "numpy": [numpy_state[0], numpy_state[1].tolist(), *[np.asarray(x).item() for x in numpy_state[2:]]]},
@@ -484,7 +489,7 @@ class TrainingRun:
         random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
         name, keys, *rest = saved["rng"]["numpy"]
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
-        size = pipeline.replay.size()
+        size = pipeline.replay.size()  # before the seam is written
         if size != saved["replay_size"]:
             raise checkpointing.CheckpointError(
                 f"{found.path}: the replay buffer holds {size} items after restoring, expected {saved['replay_size']}")
@@ -496,6 +501,10 @@ class TrainingRun:
             env.reset()
             env.gym_env.reset(seed=seed + offset)
         time_step = pipeline.tf_env.reset()
+        self.time_step = time_step
+        stream = saved.get("stream")
+        if stream is not None:  # checkpoints written before the seam was kept have none
+            pipeline.replay.write_seam(np.asarray(stream["observation"]), stream["held"])
         policy_state = pipeline.agent.collect_policy.get_initial_state(pipeline.tf_env.batch_size)
         self.progress.message(
             f"Resumed from {found.name}: iteration {found.iteration} of {cfg.training.num_iterations}, "
