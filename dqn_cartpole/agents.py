@@ -102,11 +102,15 @@ class _EpisodeTargetsMixin:
                                                discounts=self._gamma * next_time_steps.discount)
         return tf.cast(~time_steps.is_last(), tf.float32), targets
 
+    def train_loss(self, experience: trajectory_lib.Trajectory, weights: Any = None, training: bool = False) -> Any:
+        """The loss a train step minimises (`agent.loss` would use gamma 1: DqnAgent's `_loss` default)."""
+        return self._loss(experience, td_errors_loss_fn=self._td_errors_loss_fn, gamma=self._gamma,
+                          reward_scale_factor=self._reward_scale_factor, weights=weights, training=training)
+
     def _train(self, experience, weights):
         variables = self._q_network.trainable_weights
         with tf.GradientTape() as tape:
-            loss_info = self._loss(experience, td_errors_loss_fn=self._td_errors_loss_fn, gamma=self._gamma,
-                                   reward_scale_factor=self._reward_scale_factor, weights=weights, training=True)
+            loss_info = self.train_loss(experience, weights, training=True)
         grads = tape.gradient(loss_info.loss, variables)
         if self._gradient_clipping is not None:
             grads, _ = tf.clip_by_global_norm(grads, self._gradient_clipping)
