@@ -61,8 +61,6 @@ FROZEN_SECTIONS = ("env", "network")
 FROZEN_KEYS = (("agent", "n_step"), ("replay", "backend"), ("replay", "capacity"), ("training", "seed"))
 
 TEST_KILL_ENV = "DQN_CARTPOLE_TEST_KILL"
-# Reverb's C++ log lines about writing and loading its checkpoints (every one, at INFO level).
-REVERB_CHECKPOINT_NOISE = ("reverb_service_impl.cc", "tfrecord_checkpointer.cc")
 
 
 class CheckpointError(Exception):
@@ -201,6 +199,11 @@ def verify(path: str) -> dict:
             raise CheckpointError(f"damaged: {rel} has {os.path.getsize(full)} bytes, expected {expected.get('size')}")
         if _sha256(full) != expected.get("sha256"):
             raise CheckpointError(f"damaged: {rel} does not match its checksum")
+    return read_state(path)
+
+
+def read_state(path: str) -> dict:
+    """A checkpoint's state.json (the loop's state at that checkpoint). Raises CheckpointError."""
     try:
         with open(os.path.join(path, STATE_FILE), encoding="utf-8") as handle:
             state = json.load(handle)
@@ -328,7 +331,7 @@ class CheckpointWriter:
             if self.reverb:
                 from dqn_cartpole import quiet
 
-                with quiet.filtered_native_stderr(quiet.NATIVE_NOISE + REVERB_CHECKPOINT_NOISE):
+                with quiet.NativeStderrFilter():
                     written = self.pipeline.replay.checkpoint()
                 os.makedirs(os.path.join(tmp, REVERB_DIR))
                 os.replace(written, os.path.join(tmp, REVERB_DIR, os.path.basename(written.rstrip("/"))))

@@ -15,9 +15,10 @@ import os
 import shlex
 import shutil
 import sys
-from typing import Optional, Sequence
+from typing import IO, Optional, Sequence
 
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.run_folder.lock import lock_run
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -93,6 +94,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         if args.command == "train":
             args.checked = check_train(args)  # bad input is refused in ~0.1 s, before TensorFlow is imported
+            if args.resume:
+                args.created, args.lock = False, lock_run(args.resume)
+            else:
+                args.created, args.lock = _make_run_dir(args.checked[2], args.overwrite)
         quiet.silence()  # before anything else imports TensorFlow
         return COMMANDS[args.command](args)
     except UserError as exc:
@@ -133,11 +138,11 @@ def check_train(args: argparse.Namespace) -> tuple:
 def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         return cmd_resume(args)
-    config_path, config, run_dir = getattr(args, "checked", None) or check_train(args)
+    config_path, config, run_dir = args.checked
+    created = args.created
 
     from dqn_cartpole.progress import Progress
 
-    created = _make_run_dir(run_dir, args.overwrite)
     progress = Progress(config.training.num_iterations, enabled=not args.quiet)
     progress.message(f"Training {config.env.id} with {os.path.basename(config_path or 'defaults')} "
                      f"(seed {config.training.seed}, replay {config.replay.backend}) -> {run_dir}")
@@ -146,7 +151,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """`train --resume RUN_DIR`: the run's config (plus --set), from its newest good checkpoint."""
-    config, plan = getattr(args, "checked", None) or check_train(args)
+    config, plan = args.checked
     from dqn_cartpole.progress import Progress
 
     run_dir = args.resume
@@ -282,17 +287,30 @@ def resolve_run_dir(config, output_dir: Optional[str], overwrite: bool) -> str:
     return path
 
 
-def _make_run_dir(path: str, overwrite: bool) -> bool:
-    """Creates the run folder; returns whether it is new."""
+def _make_run_dir(path: str, overwrite: bool) -> tuple[bool, IO]:
+    """Creates (or, with --overwrite, empties) the run folder and locks it for this process.
+
+    Returns whether the folder is new, and the lock to keep open while the run lives. A folder
+    in use by another process is refused before anything in it is touched.
+    """
+    from dqn_cartpole.run_folder.layout import LOCK_FILE
+
     existed = os.path.isdir(path)
-    if existed and overwrite:
-        shutil.rmtree(path)
-        existed = False
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{path}: cannot create the run folder: {exc.strerror}") from None
-    return not existed
+    lock = lock_run(path)
+    if existed and overwrite:
+        for name in os.listdir(path):
+            if name != LOCK_FILE:
+                target = os.path.join(path, name)
+                if os.path.isdir(target) and not os.path.islink(target):
+                    shutil.rmtree(target)
+                else:
+                    os.remove(target)
+        existed = False
+    return not existed, lock
 
 
 def print_summary(result) -> None:
@@ -354,9 +372,9 @@ def resolve_policy(path: str, final: bool = False) -> tuple[str, Optional[str]]:
 def env_for(args: argparse.Namespace, run_dir: Optional[str]) -> tuple[str, Optional[int]]:
     """The env id (and time-limit override) to use: --env, else the run's config, else CartPole-v1."""
     if args.env:
-        from dqn_cartpole.config import _validate_env_id
+        from dqn_cartpole.config import validate_env_id
 
-        _validate_env_id(args.env, "--env")
+        validate_env_id(args.env, "--env")
         return args.env, None
     if run_dir:
         from dqn_cartpole.run_folder import layout
@@ -460,9 +478,9 @@ def cmd_specs(args: argparse.Namespace) -> int:
     if args.steps < needed:
         raise UserError(f"--steps: must be at least {needed} (n_step + 1), got {args.steps}")
     from dqn_cartpole import quiet
-    from dqn_cartpole.specs import REVERB_NOISE, specs_report
+    from dqn_cartpole.specs import specs_report
 
-    with quiet.filtered_native_stderr(quiet.NATIVE_NOISE + REVERB_NOISE):
+    with quiet.NativeStderrFilter():
         lines = specs_report(config, args.steps, announce=lambda line: print(line, file=sys.stderr))
     print("\n".join(lines))
     return 0

@@ -357,11 +357,11 @@ def validate(config: Config, source: str) -> None:
              f"must be a multiple of env.num_envs ({config.env.num_envs}), got {config.training.collect_steps_per_iteration}")
     if config.output.run_name is not None and (not config.output.run_name or "/" in config.output.run_name):
         fail("output.run_name", f"must be a plain folder name, got {config.output.run_name!r}")
-    _validate_env_id(config.env.id, source)
+    validate_env_id(config.env.id, source)
 
 
-def _validate_env_id(env_id: str, source: str) -> None:
-    from dqn_cartpole.envs import EnvSpecError, check_env_id  # gymnasium import is slow-ish
+def validate_env_id(env_id: str, source: str) -> None:
+    from dqn_cartpole.env_ids import EnvSpecError, check_env_id  # gymnasium only: no TensorFlow yet
 
     try:
         check_env_id(env_id)

@@ -6,6 +6,9 @@ import contextlib
 import io
 import logging
 import os
+import re
+import sys
+import threading
 import warnings
 
 
@@ -27,7 +30,8 @@ def silence() -> None:
     import absl.logging
 
     absl.logging.set_verbosity(absl.logging.ERROR)
-    import tensorflow as tf
+    with NativeStderrFilter(TF_IMPORT_NOISE):  # shown when the user exported TF_CPP_MIN_LOG_LEVEL<3
+        import tensorflow as tf
 
     tf.get_logger().setLevel(logging.ERROR)
     tf.autograph.set_verbosity(0)
@@ -35,55 +39,49 @@ def silence() -> None:
 
 
 # C++ log lines that carry no information for the user (XLA announces its first compile once).
-NATIVE_NOISE = ("absl::InitializeLog", "Compiled cluster using XLA", "device_compiler.h")
-
-
-@contextlib.contextmanager
-def filtered_native_stderr(noise: tuple = NATIVE_NOISE):
-    """Captures what native code writes to fd 2 meanwhile, and re-emits all but known noise.
-
-    TensorFlow's C++ (absl) logging ignores TF_CPP_MIN_LOG_LEVEL for a few lines, so the only
-    way to keep them off the console is at the file-descriptor level.
-    """
-    import sys
-    import tempfile
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            for line in capture.read().decode("utf-8", "replace").splitlines(keepends=True):
-                if not any(n in line for n in noise):
-                    sys.stderr.write(line)
-            sys.stderr.flush()
-
-
-# Reverb's C++ side logs every server start, checkpoint and in-process sampler to fd 2.
-REVERB_NOISE = ("[reverb/cc/",)
+NATIVE_NOISE = ("absl::InitializeLog", "Compiled cluster using XLA", "device_compiler.h",
+                "SetPriority unimplemented for this stream")
+# What importing TensorFlow prints on a machine without a GPU unless TF_CPP_MIN_LOG_LEVEL is 3.
+TF_IMPORT_NOISE = ("Unable to register cuDNN factory", "Unable to register cuFFT factory",
+                   "Unable to register cuBLAS factory", "TF-TRT Warning", "oneDNN custom operations",
+                   "This TensorFlow binary is optimized", "rebuild TensorFlow with the appropriate compiler flags",
+                   "Could not find cuda drivers", "Cannot dlopen some GPU libraries")
+# Reverb's C++ info lines (server start and stop, in-process sampling, checkpoints). Its lines
+# carry no severity, so only these known messages are dropped: errors and warnings stay visible.
+REVERB_NOISE = ("Sampler and server are owned by the same process", "Started replay server on port",
+                "Shutting down replay server", "Initializing TFRecordCheckpointer in", "Loading latest checkpoint from",
+                "Stored checkpoint to", "No checkpoint found in", "Loading checkpoint from",
+                "Loading and verifying metadata of the checkpointed tables",
+                "Completed reading compressed trajectory data", "items have been successfully loaded from checkpoint")
+ALL_NOISE = NATIVE_NOISE + TF_IMPORT_NOISE + REVERB_NOISE
+# Native log lines start with "[reverb/cc/..." (Reverb) or a date (TensorFlow, absl).
+_LOG_LINE_START = re.compile(rb"^(\[|\d)")
 
 
 class NativeStderrFilter:
-    """Routes fd 2 through a pipe and drops lines of known native noise while it runs.
+    """Routes fd 2 through a pipe and drops the lines that contain known native noise.
 
-    Everything else (Python's stderr, the progress bar's partial lines) is passed on at once;
-    `stop()` restores fd 2, so a traceback raised later prints directly.
+    TensorFlow's and Reverb's C++ logging ignore Python's logging settings (and TensorFlow's
+    ignores TF_CPP_MIN_LOG_LEVEL for a few lines), so the only way to keep them off the console
+    is at the file-descriptor level. Everything else is passed on as it comes: Python's stderr,
+    errors and warnings of the native libraries, and partial lines such as the progress bar's
+    (only a partial line that starts like a native log line is held until its end). Use it as a
+    context manager, or `start()` / `stop()` around a long-lived resource; `stop()` restores
+    fd 2, so a traceback raised later prints directly.
     """
 
-    def __init__(self, noise: tuple = REVERB_NOISE):
-        self.noise = noise
+    def __init__(self, noise: tuple = ALL_NOISE):
+        self.noise = tuple(n.encode() for n in noise)
         self._saved_fd: "int | None" = None
+        self._thread: "threading.Thread | None" = None
+
+    def __enter__(self) -> "NativeStderrFilter":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
 
     def start(self) -> "NativeStderrFilter":
-        import sys
-        import threading
-
         sys.stderr.flush()
         self._saved_fd = os.dup(2)
         read_fd, write_fd = os.pipe()
@@ -93,8 +91,8 @@ class NativeStderrFilter:
         self._thread.start()
         return self
 
-    def _could_be_noise(self, text: bytes) -> bool:
-        return any(n.encode().startswith(text[:len(n)]) for n in self.noise)
+    def is_noise(self, line: bytes) -> bool:
+        return any(n in line for n in self.noise)
 
     def _pump(self, read_fd: int) -> None:
         pending = b""
@@ -104,18 +102,16 @@ class NativeStderrFilter:
                 break
             pending += chunk
             *lines, pending = pending.split(b"\n")
-            out = b"".join(line + b"\n" for line in lines if not self._could_be_noise(line))
-            if pending and not self._could_be_noise(pending):
+            out = b"".join(line + b"\n" for line in lines if not self.is_noise(line))
+            if pending and not _LOG_LINE_START.match(pending):
                 out, pending = out + pending, b""  # e.g. a progress bar redrawn with \r
             if out:
                 os.write(self._saved_fd, out)
-        if pending and not self._could_be_noise(pending):
+        if pending and not self.is_noise(pending):
             os.write(self._saved_fd, pending)
         os.close(read_fd)
 
     def stop(self) -> None:
-        import sys
-
         if self._saved_fd is None:
             return
         sys.stderr.flush()

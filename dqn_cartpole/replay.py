@@ -24,6 +24,7 @@ import collections
 import gc
 import logging
 import math
+import os
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -414,8 +415,8 @@ class ReverbReplay(Replay):
         checkpointer = reverb.checkpointers.DefaultCheckpointer(checkpoint_dir) if checkpoint_dir else None
         try:
             self.server = reverb.Server(tables, port=config.reverb_port, checkpointer=checkpointer)
-        except Exception as exc:  # reverb raises a bare RuntimeError when the port is taken
-            raise UserError(f"replay.reverb_port: cannot start the Reverb server: {str(exc).splitlines()[0]}") from None
+        except Exception as exc:  # pylint: disable=broad-except  # reverb raises bare RuntimeError/ValueError
+            raise UserError(reverb_start_problem(exc, config.reverb_port, checkpoint_dir)) from None
         self.port = self.server.port
         buffer = reverb_replay_buffer.ReverbReplayBuffer(
             data_spec, table_name=TABLE_NAME, sequence_length=sequence_length, local_server=self.server,
@@ -562,6 +563,17 @@ class ReverbReplay(Replay):
         # can keep this Replay alive, so drop both references to the server here.
         self.server = None
         self.buffer._local_server = None  # pylint: disable=protected-access
+
+
+def reverb_start_problem(exc: Exception, port: Optional[int], checkpoint_dir: Optional[str]) -> str:
+    """One line saying why the Reverb server did not start: its port, or the table checkpoint it loads."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if "BuildAndStart" in first or "address" in first.lower():
+        where = f"port {port}" if port else "a free port"
+        return f"replay.reverb_port: cannot start the Reverb server on {where}: {first}"
+    if checkpoint_dir and os.path.isdir(checkpoint_dir) and os.listdir(checkpoint_dir):
+        return f"cannot start the Reverb server from the table checkpoint in {checkpoint_dir}: {first}"
+    return f"cannot start the Reverb server: {first}"
 
 
 def build_replay(config: ReplayConfig, data_spec: Any, num_envs: int, n_step: int,

@@ -22,9 +22,6 @@ from dqn_cartpole.config import Config
 from dqn_cartpole.replay import Replay, ReverbReplay, build_replay, sequence_length_for
 
 # The tutorial's reads: get_next(10, 1), as_dataset(4, 2), then everything.
-# Reverb's C++ info lines that say nothing the report does not.
-REVERB_NOISE = ("Sampler and server are owned by the same process", "Started replay server",
-                "Shutting down replay server", "tfrecord_checkpointer.cc")
 GET_NEXT = dict(sample_batch_size=10, num_steps=1)
 AS_DATASET = dict(sample_batch_size=4, num_steps=2)
 

@@ -224,7 +224,7 @@ class TrainingRun:
         self.start = process_start_time()  # wall times count from process start, as a user sees them
         self.state = RunState()
         self.max_return = envs.max_return(config.env.id)
-        self.solve_return = config.evaluation.solve_return or envs.reward_threshold(config.env.id) or float("inf")
+        self.solve_return = solve_return(config)
         self.stop_request = signals.StopRequest()
         self.last_checkpoint: Optional[checkpointing.Saved] = None
         self.restored: Optional[checkpointing.Found] = None
@@ -232,6 +232,8 @@ class TrainingRun:
         self.cut_short = False  # a signal stopped training before its end
         self.solve_check: Optional[Callable[[], EvalResult]] = None  # built at the first good evaluation
         self.time_step: Any = None  # the envs' current time step between compiled calls
+        self.saver: Optional[export.PolicyExporter] = None  # made at the first export
+        self.rolled_back_to: Optional[dict] = None  # after a divergence: the good checkpoint's state.json
 
     # -- phases
     def run(self) -> TrainResult:
@@ -253,8 +255,7 @@ class TrainingRun:
         reverb_dir = None
         if self.config.replay.backend == "reverb":
             reverb_dir = checkpointing.stage_reverb(self.layout.checkpoints, found)
-        with quiet.filtered_native_stderr(quiet.NATIVE_NOISE + checkpointing.REVERB_CHECKPOINT_NOISE) \
-                if reverb_dir and found else contextlib.nullcontext():
+        with quiet.NativeStderrFilter() if reverb_dir and found else contextlib.nullcontext():
             pipeline = build_pipeline(self.config, self.layout, self.progress.message, replay_checkpoint_dir=reverb_dir)
         self.pipeline = pipeline
         try:
@@ -330,7 +331,7 @@ class TrainingRun:
             chunk = min([total - iteration, max_chunk] + [i - iteration % i for i in intervals])
             started = time.perf_counter()
             first_call = not getattr(run_iterations, "traced", False)
-            with quiet.filtered_native_stderr() if first_call else contextlib.nullcontext():
+            with quiet.NativeStderrFilter() if first_call else contextlib.nullcontext():
                 time_step, policy_state, losses = run_iterations(time_step, policy_state, tf.constant(chunk))
             run_iterations.traced = True
             losses = losses.numpy()
@@ -429,7 +430,7 @@ class TrainingRun:
             self.state.solved_at_iteration = self.state.iteration
             self.state.solved_return = result.average_return
             self.state.solved_env_steps = self.env_steps()
-            self.save_policy(self.layout.final_policy, self.state.last_return)
+            self.save_policy(self.layout.final_policy, result.average_return, episodes=len(result.returns))
             self.state.solved_wall_s = self.wall()
             self.progress.message(
                 f"Solved at iteration {self.state.iteration}: average return {result.average_return:.1f} over "
@@ -534,6 +535,7 @@ class TrainingRun:
         good = self.last_checkpoint.path if self.last_checkpoint else (self.restored.path if self.restored else None)
         if good is not None:
             self.checkpointer.restore_agent(os.path.join(good, checkpointing.TF_PREFIX))
+            self.rolled_back_to = checkpointing.read_state(good)
         where = (f"The last good checkpoint ({os.path.basename(good)}) is kept and exported as policy/final"
                  if good else "No checkpoint had been written yet, so there is no policy/final")
         self.progress.message(
@@ -541,19 +543,31 @@ class TrainingRun:
             f"policy/best is the best evaluated policy.")
 
     # -- the end
-    def save_policy(self, path: str, average_return: Optional[float]) -> str:
-        if not hasattr(self, "saver"):
+    def save_policy(self, path: str, average_return: Optional[float], episodes: Optional[int] = None,
+                    **where: int) -> str:
+        """Exports the greedy policy with what it is: its step, its iteration, and its measured return.
+
+        `where` overrides the iteration and env steps (after a divergence, the weights are the
+        last good checkpoint's, not the current iteration's).
+        """
+        if self.saver is None:
             self.saver = export.PolicyExporter(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
         info = {"train_step": self.train_step(), "iteration": self.state.iteration, "env_steps": self.env_steps(),
-                "average_return": average_return, "env_id": self.config.env.id}
+                "average_return": average_return,
+                "episodes": episodes or self.config.evaluation.num_eval_episodes, "env_id": self.config.env.id}
+        info.update(where)
         return export.save_policy(self.saver, path, info)
 
     def finish(self) -> TrainResult:
         artifacts = {"config": self.layout.config, "train metrics": self.layout.train_metrics,
                      "eval metrics": self.layout.eval_metrics}
         trained = self.diverged_at is None or self.last_checkpoint is not None or self.restored is not None
-        if trained and (self.state.solved_at_iteration != self.state.iteration
-                        or not os.path.exists(self.layout.final_policy)):
+        if self.rolled_back_to is not None:
+            good = self.rolled_back_to
+            self.save_policy(self.layout.final_policy, good["run_state"].get("last_return"),
+                             iteration=good["iteration"], env_steps=good["env_steps"])
+        elif trained and (self.state.solved_at_iteration != self.state.iteration
+                          or not os.path.exists(self.layout.final_policy)):
             self.save_policy(self.layout.final_policy, self.state.last_return)
         if os.path.exists(self.layout.best_policy):
             artifacts["best policy"] = self.layout.best_policy
@@ -596,6 +610,14 @@ class TrainingRun:
         video.record_video(random_act, cfg.env.id, self.layout.random_video, cfg.video.num_episodes,
                            cfg.video.fps, seed, cfg.env.max_episode_steps)
         return {"trained video": self.layout.trained_video, "random video": self.layout.random_video}
+
+
+def solve_return(config: Config) -> float:
+    """The average return that counts as solved: the config's, else the env's threshold, else never."""
+    if config.evaluation.solve_return is not None:
+        return config.evaluation.solve_return
+    threshold = envs.reward_threshold(config.env.id)
+    return float("inf") if threshold is None else threshold
 
 
 def resume_seed(seed: int, iteration: int) -> int:

@@ -1,6 +1,6 @@
 """Speed benchmark: time to solve, throughput against the tutorial loop, evaluation time, memory.
 
-Usage: python scripts/benchmark.py [--seeds 0,1,2,3,4] [--iterations 6000] [--reference PATH]
+Usage: python scripts/benchmark.py [--seeds 0,1,2,3,4] [--iterations 6000] [--reference PATH] [--set KEY=VALUE]
 
 Prints one table:
   * time to solve CartPole-v1 on configs/default.yaml for each seed: wall seconds from process
@@ -8,8 +8,9 @@ Prints one table:
     the env steps it took; with the median;
   * iterations per second at the tutorial's hyperparameters (one env step and one gradient
     step of batch 64 per iteration) for each replay backend, and the ratio against
-    ../shared/bench/reference_loop.py run in the same benchmark (steady state: both exclude
-    evaluation and the first 1,000 iterations, which include tracing);
+    the tutorial's own loop (`--reference PATH`, by default ../shared/bench/reference_loop.py
+    next to the repository) run in the same benchmark (steady state: both exclude evaluation and
+    the first 1,000 iterations, which include tracing); without that file the ratios are skipped;
   * 10 greedy CartPole-v1 episodes of a solved policy (5,000 steps): seconds;
   * peak RSS of the default run.
 Absolute times drift on shared machines; the ratios are measured side by side.
@@ -45,22 +46,14 @@ def run_train(config: str, out: str, overrides: list[str]) -> dict:
         return json.load(handle)
 
 
-def env_steps_at(out: str, iteration: int) -> int:
-    import csv
-
-    with open(os.path.join(out, "eval_metrics.csv"), newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
-    return int(rows[-1]["env_steps"])
-
-
-def time_to_solve(seeds: list[int], workdir: str) -> list[dict]:
+def time_to_solve(seeds: list[int], workdir: str, overrides: list[str]) -> list[dict]:
     results = []
     for seed in seeds:
         out = os.path.join(workdir, f"default-s{seed}")
-        summary = run_train("default.yaml", out, ["video.enabled=false", f"training.seed={seed}"])
+        summary = run_train("default.yaml", out, ["video.enabled=false", f"training.seed={seed}", *overrides])
         solved = summary["solved_at_iteration"] is not None
         results.append({"seed": seed, "solved": solved, "time_s": summary["solved_wall_s"],
-                        "env_steps": env_steps_at(out, summary["solved_at_iteration"]) if solved else None,
+                        "env_steps": summary["solved_env_steps"],
                         "peak_rss_mb": summary["peak_rss_mb"], "run": out})
         print(f"  seed {seed}: {'solved' if solved else 'NOT solved'} "
               f"{summary['solved_wall_s'] or summary['wall_s']:.1f} s", file=sys.stderr, flush=True)
@@ -92,11 +85,12 @@ def evaluation_seconds(policy_run: str) -> float:
     code = f"""
 import time
 from dqn_cartpole import quiet; quiet.silence()
-from dqn_cartpole.cli import _load_policy, resolve_policy
+from dqn_cartpole.cli import resolve_policy
+from dqn_cartpole.export import load_policy
 from dqn_cartpole.envs import make_batched_env
 from dqn_cartpole.evaluation import make_episode_runner
 env = make_batched_env("CartPole-v1", 10, seed=123)
-run = make_episode_runner(_load_policy(resolve_policy({policy_run!r})[0]), env)
+run = make_episode_runner(load_policy(resolve_policy({policy_run!r})[0]), env)
 run()  # compiles
 best, steps = 1e9, 0
 for _ in range(3):
@@ -116,7 +110,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--iterations", type=int, default=6000, help="iterations per throughput run")
-    parser.add_argument("--reference", default=DEFAULT_REFERENCE)
+    parser.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="PATH",
+                        help="the tutorial's training loop, run for the speed ratios (default: %(default)s)")
+    parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+                        help="override a key of the time-to-solve runs, e.g. replay.backend=reverb (repeatable)")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -124,18 +121,21 @@ def main() -> None:
     started = time.time()
 
     print("time to solve (default config)...", file=sys.stderr)
-    solves = time_to_solve(seeds, workdir)
+    solves = time_to_solve(seeds, workdir, args.overrides)
     print("throughput (tutorial hyperparameters)...", file=sys.stderr)
     rates = {}
-    reference_before = reference_rate(args.reference, args.iterations)
+    has_reference = os.path.isfile(args.reference)
+    if not has_reference:
+        print(f"no reference loop at {args.reference}: the speed ratios are skipped (give the tutorial's loop "
+              f"with --reference PATH)", file=sys.stderr)
+    reference_before = reference_rate(args.reference, args.iterations) if has_reference else None
     for backend in args.backends.split(","):
         rates[backend] = project_rate(backend, args.iterations, workdir, [])
     rates["tf_uniform, 8 envs x 8 steps"] = project_rate(
         "tf_uniform", args.iterations // 8, workdir,
         ["env.num_envs=8", "training.collect_steps_per_iteration=8", "training.train_steps_per_iteration=8",
          "evaluation.eval_interval=125", "training.log_interval=25"]) * 8
-    reference_after = reference_rate(args.reference, args.iterations)
-    reference = (reference_before + reference_after) / 2
+    reference_after = reference_rate(args.reference, args.iterations) if has_reference else None
     solved_run = next((s["run"] for s in solves if s["solved"]), None)
     eval_s = evaluation_seconds(solved_run) if solved_run else float("nan")
 
@@ -147,9 +147,13 @@ def main() -> None:
     if ok:
         print(f"| **time to solve, median** | **{statistics.median(s['time_s'] for s in ok):.1f} s, "
               f"{statistics.median(s['env_steps'] for s in ok):.0f} env steps** ({len(ok)}/{len(solves)} seeds solved) |")
-    print(f"| reference loop (tutorial), it/s | {reference:.0f} (before {reference_before:.0f}, after {reference_after:.0f}) |")
+    if has_reference:
+        reference = (reference_before + reference_after) / 2
+        print(f"| reference loop (tutorial), it/s | {reference:.0f} (before {reference_before:.0f}, "
+              f"after {reference_after:.0f}) |")
     for name, rate in rates.items():
-        print(f"| {name}, it/s | {rate:.0f} (**{rate / reference:.1f}x** the reference) |")
+        ratio = f" (**{rate / reference:.1f}x** the reference)" if has_reference else ""
+        print(f"| {name}, it/s | {rate:.0f}{ratio} |")
     print(f"| 10 greedy episodes of CartPole-v1 (5,000 steps) | {eval_s:.2f} s |")
     print(f"| peak RSS of a default run | {max(s['peak_rss_mb'] for s in solves):.0f} MB |")
     print(f"\n(benchmark took {time.time() - started:.0f} s; runs in {workdir})")

@@ -100,6 +100,9 @@ CASES = [
          "cannot change env.id", setup="run"),
     Case("resume-changes-network", ("train", "--resume", "{dir}/run", "--set", "network.fc_layer_params=[8]"),
          "cannot change network.fc_layer_params", setup="run"),
+    cfg("agent:\n  n_step: 3\ntraining:\n  initial_collect_steps: 3\n", "training.initial_collect_steps: must be "
+        "at least (agent.n_step + 1) x env.num_envs = 4", "initial-collect-below-one-window"),
+    override("replay.sampling=sometimes", "replay.sampling: must be one of auto, dataset, direct", "sampling-choice"),
     Case("resume-with-config", ("train", "--resume", "{dir}/run", "--config", SMOKE), "cannot be combined",
          setup="run"),
     Case("resume-bad-override", ("train", "--resume", "{dir}/run", "--set", "agent.gamma=2"), "agent.gamma",
@@ -135,7 +138,9 @@ def _snapshot(folder: str) -> list[tuple[str, float]]:
 
 
 def _run(argv: list[str], cwd: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy")
+    # TF_CPP_MIN_LOG_LEVEL=2 is a common export; it lets TensorFlow's C++ import print errors, so
+    # every check must run before TensorFlow is imported.
+    env = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy", TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.run([sys.executable, "-m", "dqn_cartpole", *argv], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120)
 

@@ -283,3 +283,43 @@ def test_readme_snippet_loads_a_policy_without_this_project(reference, tmp_path)
     result = run_python(code, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "trained for" in result.stdout and "return" in result.stdout and "isolated" in result.stdout
+
+
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_a_nan_loss_with_or_without_xla_rolls_back_to_the_last_good_checkpoint(tmp_path, jit_compile):
+    """Without XLA, TF-Agents' check_numerics used to raise from inside the graph (a traceback)."""
+    run_dir = str(tmp_path / "run")
+    first = cli(*train_args(run_dir, f"training.jit_compile={str(jit_compile).lower()}", iterations=200))
+    assert first.returncode == 0, first.stderr[-3000:]
+    newest = checkpoints(run_dir)[-1]
+    with open(os.path.join(run_dir, "checkpoints", newest, "state.json")) as handle:
+        state = json.load(handle)
+    assert len(state["stream"]["observation"]) == 1 and len(state["stream"]["observation"][0]) == 4
+    result = resume(run_dir, "agent.learning_rate=1e30", "training.num_iterations=400")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Training diverged: the loss became nan" in result.stderr and "Traceback" not in result.stderr
+    with open(os.path.join(run_dir, "policy", "final", "policy_info.json")) as handle:
+        info = json.load(handle)
+    # policy/final holds the checkpoint's weights, and says so: its iteration and env steps, not the diverged ones.
+    assert (info["train_step"], info["iteration"], info["env_steps"]) == (200, 200, state["env_steps"])
+
+
+def test_one_process_at_a_time_per_run_folder(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = start(*train_args(run_dir, iterations=1_000_000), log_dir=tmp_path)
+    try:
+        wait_for_checkpoint(run_dir, proc)
+        before = sorted(os.listdir(run_dir))
+        for args in (("train", "--quiet", "--resume", run_dir),
+                     ("train", "--quiet", "--config", SMOKE, "--output-dir", run_dir, "--overwrite")):
+            result = cli(*args, timeout=60)
+            lines = [line for line in result.stderr.splitlines() if line.strip()]
+            assert result.returncode == 2 and len(lines) == 1, result.stderr
+            assert f"in use by another dqn_cartpole process (pid {proc.pid})" in lines[0]
+            assert sorted(os.listdir(run_dir)) == before  # --overwrite touched nothing
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    assert proc.returncode == 143
+    result = resume(run_dir, f"training.num_iterations={N}")  # the lock went with the process
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -20,6 +20,7 @@ FINAL_POLICY = "final"  # policy/final: the policy at the end of the run
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 SUMMARY_FILE = "summary.json"
+LOCK_FILE = "run.lock"  # held by the process that trains in the folder
 
 
 @dataclass(frozen=True)

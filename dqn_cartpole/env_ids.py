@@ -1,0 +1,139 @@
+"""Gymnasium env ids: is an id registered and usable here, what return solves it, what return is the most.
+
+Only gymnasium is imported here (no TensorFlow, no TF-Agents), so the command line can check
+`env.id` before any heavy import, whatever TF_CPP_MIN_LOG_LEVEL the user exported.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # before gymnasium's renderers import pygame
+
+import difflib  # noqa: E402
+import functools  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gymnasium  # noqa: E402
+from gymnasium import spaces  # noqa: E402
+from gymnasium.envs.registration import EnvSpec  # noqa: E402
+
+# Maximum reward per step for env families whose max return is
+# max_episode_steps * per-step reward (CartPole pays +1 for every step alive).
+_MAX_REWARD_PER_STEP: dict[str, float] = {"CartPole": 1.0}
+
+
+class EnvSpecError(ValueError):
+    """Raised when an env id is unknown or its spaces are unsupported.
+
+    The message is always one clear line.
+    """
+
+
+# --------------------------------------------------------------------------
+# Env id / space validation
+# --------------------------------------------------------------------------
+
+
+def suggest_env_id(env_id: str) -> str | None:
+    """Returns the registered env id closest to ``env_id``, if any is close."""
+    # Match case-insensitively so 'cartpole-v1' suggests 'CartPole-v1'.
+    by_lower = {key.lower(): key for key in gymnasium.registry}
+    matches = difflib.get_close_matches(env_id.lower(), list(by_lower), n=1)
+    return by_lower[matches[0]] if matches else None
+
+
+def registered_spec(env_id: str) -> EnvSpec:
+    """Returns the registry spec of ``env_id`` or raises ``EnvSpecError``."""
+    spec = gymnasium.registry.get(env_id)
+    if spec is None:
+        suggestion = suggest_env_id(env_id)
+        hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+        raise EnvSpecError(f"unknown gymnasium env id {env_id!r}{hint}")
+    return spec
+
+
+def spaces_problem(
+    name: str, observation_space: spaces.Space, action_space: spaces.Space
+) -> str | None:
+    """Describes why the spaces are unsupported, or None if they are fine."""
+    if not isinstance(observation_space, spaces.Box):
+        return (
+            f"env {name!r} has unsupported observation space "
+            f"{observation_space} (need gymnasium.spaces.Box)"
+        )
+    if not isinstance(action_space, spaces.Discrete):
+        return (
+            f"env {name!r} has unsupported action space {action_space} "
+            "(need gymnasium.spaces.Discrete)"
+        )
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _env_id_spaces_problem(env_id: str) -> str | None:
+    """Builds ``env_id`` once to inspect its spaces (cached: spaces are static)."""
+    try:
+        env = make_gymnasium(env_id, render_mode=None, max_episode_steps=None)
+    except gymnasium.error.DependencyNotInstalled as e:
+        first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return f"cannot construct env {env_id!r}: {first_line}"
+    try:
+        return spaces_problem(env_id, env.observation_space, env.action_space)
+    finally:
+        env.close()
+
+
+def check_env_id(env_id: str) -> None:
+    """Checks that ``env_id`` is registered and has Box obs / Discrete actions.
+
+    Args:
+      env_id: A gymnasium env id such as ``'CartPole-v1'``.
+
+    Raises:
+      EnvSpecError: If the id is unknown (with a suggestion) or its spaces are
+        unsupported.
+    """
+    registered_spec(env_id)
+    problem = _env_id_spaces_problem(env_id)
+    if problem is not None:
+        raise EnvSpecError(problem)
+
+
+def make_gymnasium(
+    env_id: str, render_mode: str | None, max_episode_steps: int | None
+) -> gymnasium.Env:
+    """``gymnasium.make`` without the env checker or the 'out of date' warning."""
+    kwargs: dict[str, Any] = {"disable_env_checker": True}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
+    # Passing the EnvSpec (not the id string) skips gymnasium's version lookup,
+    # which warns for deliberately chosen older versions such as CartPole-v0.
+    return gymnasium.make(registered_spec(env_id), **kwargs)
+
+
+def reward_threshold(env_id: str) -> float | None:
+    """The env's registered "solved" return (475 for CartPole-v1, 195 for v0), if it has one."""
+    spec = gymnasium.registry.get(env_id)
+    return None if spec is None or spec.reward_threshold is None else float(spec.reward_threshold)
+
+
+def max_return(env_id: str) -> float | None:
+    """Returns the maximum achievable episode return where known.
+
+    For CartPole-vX this is ``max_episode_steps * 1.0`` (500 for v1, 200 for
+    v0). Assumes the registered time limit.
+
+    Args:
+      env_id: Gymnasium env id.
+
+    Returns:
+      The maximum return, or None when unknown.
+    """
+    spec = gymnasium.registry.get(env_id)
+    if spec is None or spec.namespace is not None or spec.max_episode_steps is None:
+        return None
+    per_step = _MAX_REWARD_PER_STEP.get(spec.name)
+    return None if per_step is None else spec.max_episode_steps * per_step
