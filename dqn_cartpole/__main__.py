@@ -2,7 +2,7 @@
 
 import sys
 
-from dqn_cartpole.cli import main
+from dqn_cartpole.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -361,7 +361,7 @@ def validate(config: Config, source: str) -> None:
 
 
 def validate_env_id(env_id: str, source: str) -> None:
-    from dqn_cartpole.env_ids import EnvSpecError, check_env_id  # gymnasium only: no TensorFlow yet
+    from dqn_cartpole.core.env_ids import EnvSpecError, check_env_id  # gymnasium only: no TensorFlow yet
 
     try:
         check_env_id(env_id)

@@ -7,8 +7,8 @@ from typing import Optional
 import imageio
 import numpy as np
 
-from dqn_cartpole.envs import make_env
-from dqn_cartpole.policies import ActFn
+from dqn_cartpole.core.envs import make_env
+from dqn_cartpole.core.policies import ActFn
 from dqn_cartpole.run_folder.atomic import replacing
 from tf_agents.trajectories import time_step as ts
 

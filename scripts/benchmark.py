@@ -84,11 +84,11 @@ def evaluation_seconds(policy_run: str) -> float:
     """Seconds for 10 greedy CartPole-v1 episodes of a saved policy (best of three)."""
     code = f"""
 import time
-from dqn_cartpole import quiet; quiet.silence()
-from dqn_cartpole.cli import resolve_policy
-from dqn_cartpole.export import load_policy
-from dqn_cartpole.envs import make_batched_env
-from dqn_cartpole.evaluation import make_episode_runner
+from dqn_cartpole.console import quiet; quiet.silence()
+from dqn_cartpole.cli.main import resolve_policy
+from dqn_cartpole.run_folder.export import load_policy
+from dqn_cartpole.core.envs import make_batched_env
+from dqn_cartpole.core.evaluation import make_episode_runner
 env = make_batched_env("CartPole-v1", 10, seed=123)
 run = make_episode_runner(load_policy(resolve_policy({policy_run!r})[0]), env)
 run()  # compiles

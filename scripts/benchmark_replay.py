@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dqn_cartpole import quiet  # noqa: E402  (silences TensorFlow before it is imported)
+from dqn_cartpole.console import quiet  # noqa: E402  (silences TensorFlow before it is imported)
 
 quiet.silence()
 
@@ -35,10 +35,10 @@ from tf_agents.environments import tf_py_environment  # noqa: E402
 from tf_agents.replay_buffers import py_uniform_replay_buffer  # noqa: E402
 from tf_agents.specs import tensor_spec  # noqa: E402
 
-from dqn_cartpole.agents import build_agent  # noqa: E402
+from dqn_cartpole.core.agents import build_agent  # noqa: E402
 from dqn_cartpole.config import ReplayConfig, load_config  # noqa: E402
-from dqn_cartpole.envs import make_batched_env  # noqa: E402
-from dqn_cartpole.replay import Replay, build_replay  # noqa: E402
+from dqn_cartpole.core.envs import make_batched_env  # noqa: E402
+from dqn_cartpole.replay.base import Replay, build_replay  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, NUM_STEPS, N_STEP = 64, 2, 1

@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode
 from tf_agents.environments import utils as env_utils
 from tf_agents.trajectories import time_step as ts
 
-from dqn_cartpole import envs
+from dqn_cartpole.core import envs
 
 FIRST, MID, LAST = int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST)
 

@@ -18,7 +18,7 @@ from helpers import CONFIGS, run_cli
 
 from dqn_cartpole.config import ReplayConfig
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.replay import PyUniformReplay, Replay, ReverbReplay, TFUniformReplay
+from dqn_cartpole.replay.base import PyUniformReplay, Replay, ReverbReplay, TFUniformReplay
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
 TUTORIAL_SPEC = (

@@ -18,9 +18,9 @@ from tf_agents.networks import sequential
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
 
-from dqn_cartpole import agents
+from dqn_cartpole.core import agents
 from dqn_cartpole.config import ReplayConfig
-from dqn_cartpole.replay import PyUniformReplay, Replay, ReverbReplay, TFUniformReplay, sequence_length_for
+from dqn_cartpole.replay.base import PyUniformReplay, Replay, ReverbReplay, TFUniformReplay, sequence_length_for
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
 GAMMA = 0.9

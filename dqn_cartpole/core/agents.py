@@ -23,7 +23,7 @@ from tf_agents.trajectories import policy_step, time_step as ts, trajectory as t
 from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig
-from dqn_cartpole.networks import build_q_network
+from dqn_cartpole.core.networks import build_q_network
 
 TD_LOSSES = {"squared": common.element_wise_squared_loss, "huber": common.element_wise_huber_loss}
 

@@ -329,7 +329,7 @@ class CheckpointWriter:
             self._checkpoint.write(os.path.join(tmp, TF_PREFIX))
             crash_point("checkpoint-write")
             if self.reverb:
-                from dqn_cartpole import quiet
+                from dqn_cartpole.console import quiet
 
                 with quiet.NativeStderrFilter():
                     written = self.pipeline.replay.checkpoint()

@@ -25,17 +25,21 @@ from tf_agents.metrics import tf_metrics
 from tf_agents.policies import random_tf_policy
 from tf_agents.train import interval_trigger
 
-from dqn_cartpole import checkpointing, envs, export, quiet, signals
-from dqn_cartpole.agents import build_agent
+from dqn_cartpole.run_folder import checkpointing
+from dqn_cartpole.core import envs
+from dqn_cartpole.run_folder import export
+from dqn_cartpole.console import quiet
+from dqn_cartpole.console import signals
+from dqn_cartpole.core.agents import build_agent
 from dqn_cartpole.config import Config, dump_yaml, to_dict
-from dqn_cartpole.evaluation import EvalResult, make_episode_runner
+from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.metrics import Scalars
+from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
-from dqn_cartpole.policies import compiled_act_fn, random_act_fn
-from dqn_cartpole.progress import Progress
-from dqn_cartpole.replay import Replay, ReverbReplay, build_replay, sequence_length_for
-from dqn_cartpole.seeding import seed_everything
+from dqn_cartpole.core.policies import compiled_act_fn, random_act_fn
+from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.replay.base import Replay, ReverbReplay, build_replay, sequence_length_for
+from dqn_cartpole.core.seeding import seed_everything
 
 log = logging.getLogger(__name__)
 

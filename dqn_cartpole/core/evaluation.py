@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
-from dqn_cartpole.envs import BatchedGymnasiumEnvironment
+from dqn_cartpole.core.envs import BatchedGymnasiumEnvironment
 
 
 @dataclass(frozen=True)

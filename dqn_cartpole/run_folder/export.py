@@ -15,7 +15,7 @@ from typing import Optional
 import tensorflow as tf
 from tf_agents.policies import policy_saver
 
-from dqn_cartpole.checkpointing import crash_point, fsync_tree
+from dqn_cartpole.run_folder.checkpointing import crash_point, fsync_tree
 INFO_FILE = "policy_info.json"
 
 

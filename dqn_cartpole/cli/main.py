@@ -90,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of `python -m dqn_cartpole` and the `dqn-cartpole` script."""
     try:
         args = build_parser().parse_args(argv)
-        from dqn_cartpole import quiet
+        from dqn_cartpole.console import quiet
 
         if args.command == "train":
             args.checked = check_train(args)  # bad input is refused in ~0.1 s, before TensorFlow is imported
@@ -141,7 +141,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config_path, config, run_dir = args.checked
     created = args.created
 
-    from dqn_cartpole.progress import Progress
+    from dqn_cartpole.console.progress import Progress
 
     progress = Progress(config.training.num_iterations, enabled=not args.quiet)
     progress.message(f"Training {config.env.id} with {os.path.basename(config_path or 'defaults')} "
@@ -152,7 +152,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     """`train --resume RUN_DIR`: the run's config (plus --set), from its newest good checkpoint."""
     config, plan = args.checked
-    from dqn_cartpole.progress import Progress
+    from dqn_cartpole.console.progress import Progress
 
     run_dir = args.resume
     for bad in plan.bad:
@@ -169,9 +169,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _run_training(config, run_dir: str, progress, plan, created: bool) -> int:
-    from dqn_cartpole.checkpointing import CheckpointError, DiskFullError
+    from dqn_cartpole.run_folder.checkpointing import CheckpointError, DiskFullError
     from dqn_cartpole.run_folder.layout import RunLayout
-    from dqn_cartpole.training import train
+    from dqn_cartpole.training.session import train
 
     try:
         result = train(config, RunLayout(run_dir), progress, plan)
@@ -205,7 +205,7 @@ def resume_command(run_dir: str) -> str:
 
 def resolve_resume(run_dir: str, args: argparse.Namespace):
     """Checks `--resume RUN_DIR` before anything heavy: a run folder, a compatible config, a checkpoint plan."""
-    from dqn_cartpole import checkpointing
+    from dqn_cartpole.run_folder import checkpointing
     from dqn_cartpole.run_folder import layout
     from dqn_cartpole.config import load_config, to_dict
 
@@ -348,7 +348,7 @@ def resolve_policy(path: str, final: bool = False) -> tuple[str, Optional[str]]:
     A run folder means its `policy/best` (or `policy/final` with `final`), falling back to the other.
     """
     from dqn_cartpole.run_folder import layout
-    from dqn_cartpole.export import recover_policy
+    from dqn_cartpole.run_folder.export import recover_policy
 
     if not os.path.exists(path):
         raise UserError(f"{path}: no such run or policy folder")
@@ -386,7 +386,7 @@ def env_for(args: argparse.Namespace, run_dir: Optional[str]) -> tuple[str, Opti
 
 
 def _load_policy(policy_dir: str):
-    from dqn_cartpole.export import load_policy
+    from dqn_cartpole.run_folder.export import load_policy
 
     try:
         return load_policy(policy_dir)
@@ -397,7 +397,7 @@ def _load_policy(policy_dir: str):
 def _load_act(policy_dir: str, env):
     from tf_agents.specs import tensor_spec
 
-    from dqn_cartpole.policies import compiled_act_fn
+    from dqn_cartpole.core.policies import compiled_act_fn
 
     return compiled_act_fn(_load_policy(policy_dir), tensor_spec.from_spec(env.time_step_spec()))
 
@@ -408,8 +408,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     env_id, max_steps = env_for(args, run_dir)
     import numpy as np
 
-    from dqn_cartpole.envs import make_batched_env
-    from dqn_cartpole.evaluation import make_episode_runner
+    from dqn_cartpole.core.envs import make_batched_env
+    from dqn_cartpole.core.evaluation import make_episode_runner
 
     env = make_batched_env(env_id, args.episodes, seed=args.seed, max_episode_steps=max_steps)
     try:
@@ -437,8 +437,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise UserError(f"--output {output}: is a folder; give an .mp4 file name")
     from tf_agents.specs import tensor_spec
 
-    from dqn_cartpole.envs import make_env
-    from dqn_cartpole.policies import random_act_fn
+    from dqn_cartpole.core.envs import make_env
+    from dqn_cartpole.core.policies import random_act_fn
     from dqn_cartpole.video import record_video
 
     env = make_env(env_id)
@@ -462,7 +462,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.run_dir) or not os.path.exists(run.eval_metrics):
         raise UserError(f"{args.run_dir}: not a run folder (no {layout_lib.EVAL_METRICS_FILE})")
     env_id, _ = env_for(argparse.Namespace(env=None), args.run_dir if os.path.exists(run.config) else None)
-    from dqn_cartpole import envs, plots
+    from dqn_cartpole.core import envs
+    from dqn_cartpole import plots
 
     for path in plots.plot_run(run, envs.max_return(env_id), env_id):
         print(f"wrote {path}")
@@ -477,8 +478,8 @@ def cmd_specs(args: argparse.Namespace) -> int:
     needed = config.agent.n_step + 1
     if args.steps < needed:
         raise UserError(f"--steps: must be at least {needed} (n_step + 1), got {args.steps}")
-    from dqn_cartpole import quiet
-    from dqn_cartpole.specs import specs_report
+    from dqn_cartpole.console import quiet
+    from dqn_cartpole.core.specs import specs_report
 
     with quiet.NativeStderrFilter():
         lines = specs_report(config, args.steps, announce=lambda line: print(line, file=sys.stderr))

@@ -16,10 +16,10 @@ from tf_agents.environments import tf_py_environment
 from tf_agents.policies import random_tf_policy
 from tf_agents.specs import tensor_spec
 
-from dqn_cartpole import envs
-from dqn_cartpole.agents import build_agent
+from dqn_cartpole.core import envs
+from dqn_cartpole.core.agents import build_agent
 from dqn_cartpole.config import Config
-from dqn_cartpole.replay import Replay, ReverbReplay, build_replay, sequence_length_for
+from dqn_cartpole.replay.base import Replay, ReverbReplay, build_replay, sequence_length_for
 
 # The tutorial's reads: get_next(10, 1), as_dataset(4, 2), then everything.
 GET_NEXT = dict(sample_batch_size=10, num_steps=1)
@@ -105,7 +105,7 @@ def specs_report(config: Config, steps: int, announce: Callable[[str], None]) ->
         lines += [f"The learner samples windows of n_step + 1 = {sequence_length_for(config.agent.n_step)} steps."]
         replay = build_replay(config.replay, agent.collect_data_spec, config.env.num_envs, config.agent.n_step)
         if isinstance(replay, ReverbReplay):
-            from dqn_cartpole.training import reverb_exposure_line
+            from dqn_cartpole.training.session import reverb_exposure_line
 
             announce(reverb_exposure_line(replay.port))
         collect(tf_env, replay, steps)
