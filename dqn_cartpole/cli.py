@@ -421,7 +421,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     from dqn_cartpole.envs import make_env
     from dqn_cartpole.policies import random_act_fn
-    from dqn_cartpole.video import record_video
+    from dqn_cartpole.report.video import record_video
 
     env = make_env(env_id)
     try:
@@ -444,7 +444,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.run_dir) or not os.path.exists(run.eval_metrics):
         raise UserError(f"{args.run_dir}: not a run folder (no {layout_lib.EVAL_METRICS_FILE})")
     env_id, _ = env_for(argparse.Namespace(env=None), args.run_dir if os.path.exists(run.config) else None)
-    from dqn_cartpole import envs, plots
+    from dqn_cartpole import envs
+    from dqn_cartpole.report import figures as plots
 
     for path in plots.plot_run(run, envs.max_return(env_id), env_id):
         print(f"wrote {path}")

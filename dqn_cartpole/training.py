@@ -554,9 +554,9 @@ class TrainingRun:
         if last is not None or self.restored is not None:
             artifacts["checkpoint"] = last.path if last else self.restored.path
         self.close_logs()
-        from dqn_cartpole import plots  # matplotlib costs ~1 s to import: not before the policy is saved
+        from dqn_cartpole.report import figures  # matplotlib costs ~1 s to import: not before the policy is saved
 
-        for path in plots.plot_run(self.layout, self.max_return, self.config.env.id):
+        for path in figures.plot_run(self.layout, self.max_return, self.config.env.id):
             artifacts[path.rsplit("/", 1)[-1]] = path
         if self.config.video.enabled and trained:
             artifacts.update(self.record_videos())
@@ -579,7 +579,7 @@ class TrainingRun:
     def record_videos(self) -> dict[str, str]:
         cfg, pipeline = self.config, self.pipeline
         seed = cfg.training.seed + VIDEO_SEED_OFFSET
-        from dqn_cartpole import video  # imageio/ffmpeg: only once training is over
+        from dqn_cartpole.report import video  # imageio/ffmpeg: only once training is over
 
         video.record_video(pipeline.greedy_act, cfg.env.id, self.layout.trained_video, cfg.video.num_episodes,
                            cfg.video.fps, seed, cfg.env.max_episode_steps)
