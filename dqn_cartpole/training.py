@@ -34,6 +34,7 @@ from dqn_cartpole.metrics import Scalars
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
 from dqn_cartpole.policies import compiled_act_fn, random_act_fn
 from dqn_cartpole.progress import Progress
+from dqn_cartpole.q_probe import QProbe
 from dqn_cartpole.replay import Replay, ReverbReplay, build_replay, sequence_length_for
 from dqn_cartpole.seeding import seed_everything
 
@@ -152,7 +153,7 @@ def build_pipeline(config: Config, layout: RunLayout, announce: Callable[[str], 
             tf_env, agent.collect_policy, observers, num_steps=config.training.collect_steps_per_iteration)
         greedy_act = compiled_act_fn(agent.policy)
         return Pipeline(collect_env, tf_env, eval_env, agent, replay, env_steps, initial_driver, collect_driver,
-                        greedy_act, closers, evaluate_greedy=make_episode_runner(agent.policy, eval_env))
+                        greedy_act, closers, evaluate_greedy=make_episode_runner(agent.policy, eval_env, gamma=config.agent.gamma))
     except BaseException:
         Pipeline(*([None] * 9), closers=closers).close()
         raise
@@ -298,6 +299,8 @@ class TrainingRun:
         self.train_log = CsvLog(self.layout.train_metrics, TRAIN_COLUMNS)
         self.eval_log = CsvLog(self.layout.eval_metrics, EVAL_COLUMNS)
         self.scalars = Scalars(self.layout.tensorboard if self.config.output.tensorboard else None)
+        self.q_probe = QProbe.for_agent(self.pipeline.agent, self.config.env.id, self.config.training.seed,
+                                        self.config.env.max_episode_steps)
 
     def close_logs(self) -> None:
         for name in ("train_log", "eval_log", "scalars"):
@@ -386,9 +389,11 @@ class TrainingRun:
             "epsilon": float(self.pipeline.agent.collect_policy._get_epsilon()),  # pylint: disable=protected-access
             "replay_size": replay.size(), "replay_inserts": inserts, "replay_samples": samples,
             "samples_per_insert": samples / inserts if inserts else None, "wall_s": self.wall(),
+            "mean_max_q": self.q_probe(),
         }
         self.train_log.write(row)
-        self.scalars.write("train", self.train_step(), {k: row[k] for k in ("loss", "epsilon", "samples_per_insert")})
+        self.scalars.write("train", self.train_step(),
+                           {k: row[k] for k in ("loss", "epsilon", "samples_per_insert", "mean_max_q")})
 
     def evaluate(self) -> None:
         started = time.perf_counter()
@@ -406,10 +411,11 @@ class TrainingRun:
             self.save_policy(self.layout.best_policy, result.average_return)
         row = {"train_step": self.train_step(), "env_steps": self.env_steps(),
                "average_return": result.average_return, "average_episode_length": result.average_length,
-               "num_episodes": len(result.returns), "wall_s": self.wall()}
+               "num_episodes": len(result.returns), "wall_s": self.wall(), **result.spread_columns()}
         self.eval_log.write(row)
         self.scalars.write("eval", self.train_step(),
-                           {"average_return": result.average_return, "average_episode_length": result.average_length})
+                           {"average_return": result.average_return, "average_episode_length": result.average_length,
+                            **result.spread_columns()})
         self.progress.update(state.iteration, state.loss, state.last_return, force=True)
 
     def check_solved(self) -> None:
