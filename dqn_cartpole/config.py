@@ -107,7 +107,8 @@ class VideoConfig:
     """The mp4s of the trained and the random agent."""
 
     enabled: bool = _f(True, "record videos at the end of training")
-    num_episodes: int = _f(1, "episodes per video")
+    num_episodes: int = _f(3, "episodes of the trained (greedy) agent in its video")
+    random_episodes: int = _f(3, "episodes of the random agent in its video")
     fps: int = _f(50, "frames per second of the mp4")
 
 
@@ -308,7 +309,7 @@ def validate(config: Config, source: str) -> None:
         "training": ["num_iterations", "collect_steps_per_iteration", "train_steps_per_iteration",
                      "batch_size", "log_interval", "checkpoint_interval", "keep_checkpoints"],
         "evaluation": ["eval_interval", "num_eval_episodes", "solve_episodes"],
-        "video": ["num_episodes", "fps"],
+        "video": ["num_episodes", "random_episodes", "fps"],
     }
     for section, keys in positive.items():
         for key in keys:

@@ -588,10 +588,10 @@ class TrainingRun:
         from dqn_cartpole.report import video  # imageio/ffmpeg: only once training is over
 
         video.record_video(pipeline.greedy_act, cfg.env.id, self.layout.trained_video, cfg.video.num_episodes,
-                           cfg.video.fps, seed, cfg.env.max_episode_steps)
+                           cfg.video.fps, seed, cfg.env.max_episode_steps, label="trained agent")
         random_act = random_act_fn(pipeline.tf_env.time_step_spec(), pipeline.tf_env.action_spec(), seed=seed)
-        video.record_video(random_act, cfg.env.id, self.layout.random_video, cfg.video.num_episodes,
-                           cfg.video.fps, seed, cfg.env.max_episode_steps)
+        video.record_video(random_act, cfg.env.id, self.layout.random_video, cfg.video.random_episodes,
+                           cfg.video.fps, seed, cfg.env.max_episode_steps, label="random agent")
         return {"trained video": self.layout.trained_video, "random video": self.layout.random_video}
 
 

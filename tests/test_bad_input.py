@@ -73,6 +73,7 @@ CASES = [
     cfg("training:\n  keep_checkpoints: 0\n", "training.keep_checkpoints: must be positive", "training-range"),
     cfg("evaluation:\n  eval_interval: -5\n", "evaluation.eval_interval: must be positive", "evaluation-range"),
     cfg("video:\n  fps: 0\n", "video.fps: must be positive", "video-range"),
+    cfg("video:\n  random_episodes: 0\n", "video.random_episodes: must be positive", "video-random-episodes-range"),
     cfg("output:\n  run_name: a/b\n", "output.run_name", "output-range"),
     cfg("env:\n  id: Pendulum-v1\n", "env.id", "env-id-unsupported"),
     # -- overrides and flags
