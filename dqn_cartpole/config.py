@@ -154,6 +154,14 @@ def load_config(path: Optional[str] = None, overrides: typing.Sequence[str] = ()
     return config
 
 
+def read_resolved(path: str) -> dict:
+    """A config file with every default filled in and its types checked, as plain data.
+
+    Unlike `load_config` it skips the env-id check, which imports TF-Agents: the report uses it.
+    """
+    return to_dict(_build(_read_yaml(path), path))
+
+
 def _read_yaml(path: str) -> dict:
     if not os.path.exists(path):
         raise ConfigError(f"{path}: config file not found")

@@ -562,7 +562,7 @@ class TrainingRun:
         self.close_logs()
         from dqn_cartpole.report import figures  # matplotlib costs ~1 s to import: not before the policy is saved
 
-        for path in figures.plot_run(self.layout, self.max_return, self.config.env.id):
+        for path in figures.plot_run(self.layout):
             artifacts[path.rsplit("/", 1)[-1]] = path
         if self.config.video.enabled and trained:
             artifacts.update(self.record_videos())
