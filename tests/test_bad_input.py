@@ -103,6 +103,11 @@ CASES = [
          "cannot change network.fc_layer_params", setup="run"),
     Case("resume-with-config", ("train", "--resume", "{dir}/run", "--config", SMOKE), "cannot be combined",
          setup="run"),
+    # -- report / plot of something that is not a run
+    Case("report-missing", ("report", "{dir}/nothing"), "no such run folder"),
+    Case("report-not-a-run", ("report", "{dir}/junk"), "not a run folder", setup="junk"),
+    Case("plot-a-file", ("plot", "{dir}/file"), "no such run folder", setup="file"),
+    Case("report-unreadable-config", ("report", "{dir}/run"), "cannot read", setup="bad-run"),
     Case("resume-bad-override", ("train", "--resume", "{dir}/run", "--set", "agent.gamma=2"), "agent.gamma",
          setup="run"),
 ]
@@ -120,6 +125,10 @@ def _prepare(case: Case, folder: str) -> list[str]:
         os.makedirs(os.path.join(folder, "junk"))
         with open(os.path.join(folder, "junk", "notes.txt"), "w") as handle:
             handle.write("precious\n")
+    elif case.setup == "bad-run":
+        os.makedirs(os.path.join(folder, "run"))
+        with open(os.path.join(folder, "run", "config.yaml"), "w") as handle:
+            handle.write("agent: [unclosed\n")
     elif case.setup == "run":
         os.makedirs(os.path.join(folder, "run"))
         shutil.copyfile(SMOKE, os.path.join(folder, "run", "config.yaml"))  # a run folder, as --resume sees it

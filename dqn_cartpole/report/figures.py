@@ -54,11 +54,13 @@ def plot_returns(record: RunRecord, facts: RunFacts, out_path: str) -> None:
                                        (axes[1], "env_steps", "env steps", 1)):
         _returns_panel(ax, rows, record.eval_rows, facts, x_name, scale)
         ax.set_xlabel(x_label)
-    axes[0].set_ylabel("return per episode (reward summed over the episode)")
+    axes[0].set_ylabel("return (sum of rewards in an episode)")
     episodes = f", {facts.num_eval_episodes} greedy episodes per evaluation" if facts.num_eval_episodes else ""
     fig.suptitle(f"{facts.env_id}: average return of the greedy policy{episodes}")
-    axes[1].legend(loc="lower right", fontsize=8)
-    _save(fig, out_path)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend under the panels, clear of the data
+    _save(fig, out_path, layout=False)
 
 
 def _returns_panel(ax, rows: list[dict], all_rows: list[dict], facts: RunFacts, x_name: str, scale: float) -> None:
@@ -96,7 +98,7 @@ def plot_loss(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     ax.set_title(f"{facts.env_id}: training loss")
     ax.grid(alpha=0.3, which="both")
     if rows:
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="best", fontsize=8)
     _save(fig, out_path)
 
 
@@ -133,12 +135,13 @@ def plot_q_values(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     ax.set_title(f"{facts.env_id}: value estimate vs discounted return")
     ax.grid(alpha=0.3)
     if q_rows or g_rows:
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="best", fontsize=8)
     _save(fig, out_path)
 
 
-def _save(fig, out_path: str) -> None:
-    fig.tight_layout()
+def _save(fig, out_path: str, layout: bool = True) -> None:
+    if layout:
+        fig.tight_layout()
     try:
         with replacing(out_path, ".tmp.png") as tmp:  # a reader never sees half a PNG
             fig.savefig(tmp, dpi=100)

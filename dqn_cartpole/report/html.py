@@ -17,7 +17,7 @@ from typing import Iterable, Optional, Sequence
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 
 CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1260px;
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1300px;
        padding: 1rem 1.5rem 3rem; color: #1d1d1f; background: #fff; line-height: 1.45; }
 h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-top: 2rem;
   border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
