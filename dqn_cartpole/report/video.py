@@ -44,11 +44,17 @@ def _font(size: int = FONT_SIZE) -> ImageFont.ImageFont:
 
 
 def caption(frame: np.ndarray, text: str) -> np.ndarray:
-    """`frame` with `text` in white on a dark strip across its top."""
-    image = Image.fromarray(frame)
-    draw = ImageDraw.Draw(image)
-    draw.rectangle((0, 0, image.width, CAPTION_HEIGHT), fill=(32, 32, 32))
-    draw.text((10, CAPTION_HEIGHT // 2), text, fill=(255, 255, 255), font=_font(), anchor="lm")
+    """A copy of `frame` with `text` in white on a dark strip across its top."""
+    out = np.array(frame)  # contiguous, and the caller's frame stays as it was
+    out[:CAPTION_HEIGHT] = caption_strip(out.shape[1], text)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def caption_strip(width: int, text: str) -> np.ndarray:
+    """The strip alone (drawing only it is ~10x cheaper than drawing on the whole frame)."""
+    image = Image.new("RGB", (width, CAPTION_HEIGHT), (32, 32, 32))
+    ImageDraw.Draw(image).text((10, CAPTION_HEIGHT // 2), text, fill=(255, 255, 255), font=_font(), anchor="lm")
     return np.asarray(image)
 
 
