@@ -29,7 +29,8 @@ h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-t
 .figures figure { margin: 0; } .figures img { max-width: 100%; border: 1px solid #eee; }
 .figures.wide img { width: 1200px; } .figures.half img { width: 600px; }
 figcaption { font-size: .9rem; color: #555; max-width: 600px; }
-.videos { display: flex; flex-wrap: wrap; gap: 1rem; } .videos video { width: 600px; max-width: 100%;
+.videos { display: flex; flex-wrap: wrap; gap: 1rem; } .videos figure { margin: 0; }
+.videos video { width: 600px; max-width: 100%;
   background: #222; }
 table { border-collapse: collapse; font-size: .9rem; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ddd; padding: .2rem .55rem; text-align: right; }
