@@ -153,7 +153,8 @@ def build_pipeline(config: Config, layout: RunLayout, announce: Callable[[str], 
             tf_env, agent.collect_policy, observers, num_steps=config.training.collect_steps_per_iteration)
         greedy_act = compiled_act_fn(agent.policy)
         return Pipeline(collect_env, tf_env, eval_env, agent, replay, env_steps, initial_driver, collect_driver,
-                        greedy_act, closers, evaluate_greedy=make_episode_runner(agent.policy, eval_env, gamma=config.agent.gamma))
+                        greedy_act, closers,
+                        evaluate_greedy=make_episode_runner(agent.policy, eval_env, gamma=config.agent.gamma))
     except BaseException:
         Pipeline(*([None] * 9), closers=closers).close()
         raise

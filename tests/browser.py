@@ -25,7 +25,10 @@ PROBE_SCRIPT = r"""
     errors.push(t && t !== window ? "failed to load " + (t.currentSrc || t.src || t.tagName) : String(e.message));
   }, true);
   var consoleError = console.error;
-  console.error = function () { errors.push(Array.prototype.join.call(arguments, " ")); consoleError.apply(console, arguments); };
+  console.error = function () {
+    errors.push(Array.prototype.join.call(arguments, " "));
+    consoleError.apply(console, arguments);
+  };
   function videoReady(v) {
     return new Promise(function (resolve) {
       function done() { resolve({src: v.currentSrc, readyState: v.readyState, duration: v.duration,

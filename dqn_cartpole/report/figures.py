@@ -74,7 +74,8 @@ def _returns_panel(ax, rows: list[dict], all_rows: list[dict], facts: RunFacts, 
         ax.axhline(facts.solve_return, color="tab:green", linestyle="--", linewidth=1,
                    label=f"solved ({facts.solve_return:g})")
     if facts.max_return is not None:
-        ax.axhline(facts.max_return, color="grey", linestyle=":", linewidth=1, label=f"max return ({facts.max_return:g})")
+        ax.axhline(facts.max_return, color="grey", linestyle=":", linewidth=1,
+                   label=f"max return ({facts.max_return:g})")
     best = best_eval_row(all_rows)
     if best is not None and best.get(x_name) not in (None, ""):
         bx, by = float(best[x_name]) / scale, float(best["average_return"])

@@ -92,11 +92,14 @@ def _video_type(path: str) -> str:
 def table(header: Sequence[str], rows: Iterable[Sequence[object]], highlight: Optional[Sequence[bool]] = None,
           key_columns: int = 1) -> str:
     """A table; the first `key_columns` columns are left-aligned; rows flagged in `highlight` are marked."""
-    head = "".join(f'<th class="{"key" if i < key_columns else ""}">{esc(h)}</th>' for i, h in enumerate(header))
+    def cls(i: int) -> str:
+        return ' class="key"' if i < key_columns else ""
+
+    head = "".join(f"<th{cls(i)}>{esc(h)}</th>" for i, h in enumerate(header))
     body = []
     for n, row in enumerate(rows):
         marked = ' class="changed"' if highlight and highlight[n] else ""
-        cells = "".join(f'<td class="{"key" if i < key_columns else ""}">{esc(c)}</td>' for i, c in enumerate(row))
+        cells = "".join(f"<td{cls(i)}>{esc(c)}</td>" for i, c in enumerate(row))
         body.append(f"<tr{marked}>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
