@@ -108,7 +108,8 @@ class VideoConfig:
     """The mp4s of the trained and the random agent."""
 
     enabled: bool = _f(True, "record videos at the end of training")
-    num_episodes: int = _f(1, "episodes per video")
+    num_episodes: int = _f(3, "episodes of the trained (greedy) agent in its video")
+    random_episodes: int = _f(3, "episodes of the random agent in its video")
     fps: int = _f(50, "frames per second of the mp4")
 
 
@@ -165,6 +166,14 @@ def resolve_auto(config: Config) -> Config:
     """Replaces `auto` settings by what they stand for, so a run's config.yaml says what ran."""
     replay = dataclasses.replace(config.replay, sampling=sampling_mode(config.replay))
     return dataclasses.replace(config, replay=replay)
+
+
+def read_resolved(path: str) -> dict:
+    """A config file with every default filled in and its types checked, as plain data.
+
+    Unlike `load_config` it skips the env-id check, which imports TF-Agents: the report uses it.
+    """
+    return to_dict(_build(_read_yaml(path), path))
 
 
 def _read_yaml(path: str) -> dict:
@@ -322,7 +331,7 @@ def validate(config: Config, source: str) -> None:
         "training": ["num_iterations", "collect_steps_per_iteration", "train_steps_per_iteration",
                      "batch_size", "log_interval", "checkpoint_interval", "keep_checkpoints"],
         "evaluation": ["eval_interval", "num_eval_episodes", "solve_episodes"],
-        "video": ["num_episodes", "fps"],
+        "video": ["num_episodes", "random_episodes", "fps"],
     }
     for section, keys in positive.items():
         for key in keys:

@@ -73,6 +73,7 @@ CASES = [
     cfg("training:\n  keep_checkpoints: 0\n", "training.keep_checkpoints: must be positive", "training-range"),
     cfg("evaluation:\n  eval_interval: -5\n", "evaluation.eval_interval: must be positive", "evaluation-range"),
     cfg("video:\n  fps: 0\n", "video.fps: must be positive", "video-range"),
+    cfg("video:\n  random_episodes: 0\n", "video.random_episodes: must be positive", "video-random-episodes-range"),
     cfg("output:\n  run_name: a/b\n", "output.run_name", "output-range"),
     cfg("env:\n  id: Pendulum-v1\n", "env.id", "env-id-unsupported"),
     # -- overrides and flags
@@ -105,6 +106,11 @@ CASES = [
     override("replay.sampling=sometimes", "replay.sampling: must be one of auto, dataset, direct", "sampling-choice"),
     Case("resume-with-config", ("train", "--resume", "{dir}/run", "--config", SMOKE), "cannot be combined",
          setup="run"),
+    # -- report / plot of something that is not a run
+    Case("report-missing", ("report", "{dir}/nothing"), "no such run folder"),
+    Case("report-not-a-run", ("report", "{dir}/junk"), "not a run folder", setup="junk"),
+    Case("plot-a-file", ("plot", "{dir}/file"), "no such run folder", setup="file"),
+    Case("report-unreadable-config", ("report", "{dir}/run"), "cannot read", setup="bad-run"),
     Case("resume-bad-override", ("train", "--resume", "{dir}/run", "--set", "agent.gamma=2"), "agent.gamma",
          setup="run"),
 ]
@@ -122,6 +128,10 @@ def _prepare(case: Case, folder: str) -> list[str]:
         os.makedirs(os.path.join(folder, "junk"))
         with open(os.path.join(folder, "junk", "notes.txt"), "w") as handle:
             handle.write("precious\n")
+    elif case.setup == "bad-run":
+        os.makedirs(os.path.join(folder, "run"))
+        with open(os.path.join(folder, "run", "config.yaml"), "w") as handle:
+            handle.write("agent: [unclosed\n")
     elif case.setup == "run":
         os.makedirs(os.path.join(folder, "run"))
         shutil.copyfile(SMOKE, os.path.join(folder, "run", "config.yaml"))  # a run folder, as --resume sees it

@@ -31,9 +31,26 @@ def test_read_run_gives_config_summary_and_rows(tmp_path):
     assert record.solved and record.finished
     assert record.get("best_return") == 480.0
     assert record.config_value("training.seed") == 3
-    assert record.eval_rows == [{"train_step": "0", "env_steps": "10", "average_return": "9.5",
-                                 "average_episode_length": "", "num_episodes": "", "wall_s": ""}]
+    assert record.eval_rows == [{**{name: "" for name in EVAL_COLUMNS},
+                                 "train_step": "0", "env_steps": "10", "average_return": "9.5"}]
     assert record.train_rows == []
+
+
+def test_csv_log_adds_new_columns_to_a_file_with_an_old_header(tmp_path):
+    """A run resumed from CSVs an older version wrote keeps its rows and gains the new columns."""
+    path = str(tmp_path / "eval_metrics.csv")
+    old_columns = EVAL_COLUMNS[:6]
+    with open(path, "w", newline="") as handle:
+        handle.write(",".join(old_columns) + "\n0,10,9.5,9.5,3,1.25\n")
+    log = CsvLog(path, EVAL_COLUMNS)
+    log.write({"train_step": 100, "env_steps": 110, "average_return": 20.0, "min_return": 15.0})
+    log.close()
+    with open(path, newline="") as handle:
+        lines = handle.read().splitlines()
+    assert lines[0] == ",".join(EVAL_COLUMNS)
+    assert lines[1] == "0,10,9.5,9.5,3,1.25" + "," * (len(EVAL_COLUMNS) - 6)
+    assert lines[2].startswith("100,110,20,,,,15,")
+    assert len(lines) == 3 and not os.path.exists(path + ".tmp")
 
 
 def test_unfinished_and_old_and_newer_summaries(tmp_path):

@@ -16,14 +16,6 @@ from helpers import CONFIGS, run_cli, run_python
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    run_dir = str(tmp_path_factory.mktemp("smoke") / "run")
-    result = run_cli("train", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--output-dir", run_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir, result
-
-
 def rows(path: str) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
@@ -63,11 +55,18 @@ def test_metrics_csv_columns_and_rows(smoke_run):
     assert [int(r["train_step"]) for r in evals] == [0, 100, 200, 300]
     assert all(0 < float(r["average_return"]) <= 500 for r in evals)
     assert all(float(r["average_episode_length"]) > 0 for r in evals)
+    assert all(float(r["min_return"]) <= float(r["average_return"]) <= float(r["max_return"]) for r in evals)
+    assert all(float(r["std_return"]) >= 0 for r in evals)
+    max_discounted = (1 - 0.99 ** 500) / (1 - 0.99)  # smoke.yaml's gamma, CartPole-v1's 500 steps
+    assert all(0 < float(r["average_discounted_return"]) <= min(float(r["average_return"]), max_discounted)
+               for r in evals)
+    assert all(r["mean_max_q"] != "" for r in train)
+    assert len({r["mean_max_q"] for r in train}) > 1  # the probe follows the network as it trains
 
 
 def test_plots_open(smoke_run):
     run_dir, _ = smoke_run
-    for name in ("returns.png", "loss.png"):
+    for name in ("returns.png", "loss.png", "epsilon.png", "q_values.png"):
         image = mpimg.imread(os.path.join(run_dir, "plots", name))
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
@@ -78,9 +77,25 @@ def test_videos_decode_with_rendered_frame_size(smoke_run):
         reader = imageio.get_reader(os.path.join(run_dir, "videos", name))
         frames = [frame for frame in reader]
         reader.close()
-        assert len(frames) >= 9  # at least one whole CartPole episode
+        # smoke.yaml: 2 episodes of at least 9 steps each, and a 1 s title card (50 frames) after each
+        assert len(frames) >= 2 * (9 + 50)
         assert frames[0].shape == (400, 600, 3)
         assert frames[0].dtype == np.uint8 and frames[0].std() > 0
+        assert frames[0][:20].mean() < 80 < frames[0][200:].mean()  # the dark caption strip over the white scene
+        assert frames[-1].mean() < 80  # ends on the title card of the last episode
+
+
+def test_videos_are_browser_safe_h264(smoke_run):
+    import subprocess
+
+    import imageio_ffmpeg
+
+    run_dir, _ = smoke_run
+    for name in ("trained-agent.mp4", "random-agent.mp4"):
+        probe = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-i",
+                                os.path.join(run_dir, "videos", name)], capture_output=True, text=True, timeout=60)
+        stream = [line for line in probe.stderr.splitlines() if "Video:" in line]
+        assert stream and "h264 (Main)" in stream[0] and "yuv420p" in stream[0], probe.stderr
 
 
 def test_tensorboard_events_written(smoke_run):
@@ -138,6 +153,7 @@ def test_plot_command_redraws(smoke_run):
     result = run_cli("plot", run_dir)
     assert result.returncode == 0, result.stderr[-2000:]
     assert os.path.exists(os.path.join(run_dir, "plots", "returns.png"))
+    assert result.stdout.strip().splitlines()[-1] == f"wrote {os.path.join(run_dir, 'report.html')}"
 
 
 def test_existing_run_is_not_overwritten(smoke_run):

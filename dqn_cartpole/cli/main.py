@@ -1,4 +1,4 @@
-"""Command line: `python -m dqn_cartpole {train,evaluate,record,plot}`.
+"""Command line: `python -m dqn_cartpole {train,evaluate,record,plot,report,specs}`.
 
 Bad input ends in one line on stderr and exit status 2; heavy imports (TensorFlow) happen only
 after the arguments and the config have been checked. A run stopped by Ctrl-C or SIGTERM exits
@@ -24,6 +24,7 @@ EXIT_USAGE = 2
 EXIT_FAILED = 1
 REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 DEFAULT_CONFIG = os.path.join(REPO_CONFIGS, "default.yaml")
+TF_FREE_COMMANDS = ("plot", "report")  # they read a run folder only, so they start fast
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,9 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--env", help="gymnasium env id (default: the run's env, else CartPole-v1)")
     record.add_argument("--seed", type=int, default=0, help="env seed (default 0)")
 
-    plot = sub.add_parser("plot", help="redraw a run's plots from its CSV metrics",
-                          description="Redraw plots/returns.png and plots/loss.png from a run folder's CSVs.")
+    plot = sub.add_parser("plot", help="redraw a run's plots (and its report.html) from its CSV metrics",
+                          description="Redraw plots/*.png and report.html from a run folder's CSVs and summary.")
     plot.add_argument("run_dir", metavar="RUN_DIR")
+
+    report = sub.add_parser("report", help="write a run's report.html (plots, videos, evaluations, config)",
+                            description="Write RUN_DIR/report.html: the outcome, the plots (redrawn), the videos, "
+                                        "the evaluation table, the config and links, with relative paths only. "
+                                        "Needs no TensorFlow.")
+    report.add_argument("run_dir", metavar="RUN_DIR")
 
     specs = sub.add_parser("specs", help="show the env, agent and replay data specs and sample shapes",
                            description="Walk through the data as the replay buffer tutorial does: the env's "
@@ -98,7 +105,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 args.created, args.lock = False, lock_run(args.resume)
             else:
                 args.created, args.lock = _make_run_dir(args.checked[2], args.overwrite)
-        quiet.silence()  # before anything else imports TensorFlow
+        if args.command not in TF_FREE_COMMANDS:
+            quiet.silence()  # before anything else imports TensorFlow (silence() imports it itself)
         return COMMANDS[args.command](args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -187,7 +195,12 @@ def _run_training(config, run_dir: str, progress, plan, created: bool) -> int:
         raise UserError(str(exc)) from None
     finally:
         progress.close()
-    write_summary_json(result, RunLayout(run_dir).summary)
+    layout = RunLayout(run_dir)
+    result.artifacts["report"] = layout.report
+    write_summary_json(result, layout.summary)
+    from dqn_cartpole.report.run_page import write_run_report  # after the summary, which it shows
+
+    write_run_report(run_dir)
     print_summary(result)
     if result.stopped_by:
         print(f"Stopped by {result.stopped_by} at iteration {result.iterations}; the checkpoint, plots and "
@@ -439,7 +452,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     from dqn_cartpole.core.envs import make_env
     from dqn_cartpole.core.policies import random_act_fn
-    from dqn_cartpole.video import record_video
+    from dqn_cartpole.report.video import record_video
 
     env = make_env(env_id)
     try:
@@ -456,17 +469,17 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from dqn_cartpole.run_folder import layout as layout_lib
+    from dqn_cartpole.report.command import redraw_run
 
-    run = layout_lib.RunLayout(args.run_dir)
-    if not os.path.isdir(args.run_dir) or not os.path.exists(run.eval_metrics):
-        raise UserError(f"{args.run_dir}: not a run folder (no {layout_lib.EVAL_METRICS_FILE})")
-    env_id, _ = env_for(argparse.Namespace(env=None), args.run_dir if os.path.exists(run.config) else None)
-    from dqn_cartpole.core import envs
-    from dqn_cartpole import plots
-
-    for path in plots.plot_run(run, envs.max_return(env_id), env_id):
+    for path in redraw_run(args.run_dir):
         print(f"wrote {path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from dqn_cartpole.report.command import redraw_run
+
+    print(f"wrote {redraw_run(args.run_dir)[-1]}")
     return 0
 
 
@@ -488,4 +501,4 @@ def cmd_specs(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "record": cmd_record, "plot": cmd_plot,
-            "specs": cmd_specs}
+            "report": cmd_report, "specs": cmd_specs}

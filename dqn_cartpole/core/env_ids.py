@@ -120,20 +120,15 @@ def reward_threshold(env_id: str) -> float | None:
     return None if spec is None or spec.reward_threshold is None else float(spec.reward_threshold)
 
 
-def max_return(env_id: str) -> float | None:
-    """Returns the maximum achievable episode return where known.
+def max_return(env_id: str, max_episode_steps: int | None = None) -> float | None:
+    """The largest episode return, where known: the time limit times the per-step reward.
 
-    For CartPole-vX this is ``max_episode_steps * 1.0`` (500 for v1, 200 for
-    v0). Assumes the registered time limit.
-
-    Args:
-      env_id: Gymnasium env id.
-
-    Returns:
-      The maximum return, or None when unknown.
+    For CartPole-vX that is 500 (v1) or 200 (v0) with the registered time limit, or
+    `max_episode_steps` when a run overrides it. None for envs whose reward varies.
     """
     spec = gymnasium.registry.get(env_id)
-    if spec is None or spec.namespace is not None or spec.max_episode_steps is None:
+    if spec is None or spec.namespace is not None:
         return None
+    steps = max_episode_steps or spec.max_episode_steps
     per_step = _MAX_REWARD_PER_STEP.get(spec.name)
-    return None if per_step is None else spec.max_episode_steps * per_step
+    return None if per_step is None or steps is None else steps * per_step

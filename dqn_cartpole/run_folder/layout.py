@@ -11,6 +11,9 @@ EVAL_METRICS_FILE = "eval_metrics.csv"
 PLOTS_DIR = "plots"
 RETURNS_PLOT = "returns.png"
 LOSS_PLOT = "loss.png"
+EPSILON_PLOT = "epsilon.png"
+Q_VALUES_PLOT = "q_values.png"
+REPORT_FILE = "report.html"
 VIDEOS_DIR = "videos"
 TRAINED_VIDEO = "trained-agent.mp4"
 RANDOM_VIDEO = "random-agent.mp4"
@@ -55,6 +58,18 @@ class RunLayout:
     @property
     def loss_plot(self) -> str:
         return self.path(PLOTS_DIR, LOSS_PLOT)
+
+    @property
+    def epsilon_plot(self) -> str:
+        return self.path(PLOTS_DIR, EPSILON_PLOT)
+
+    @property
+    def q_values_plot(self) -> str:
+        return self.path(PLOTS_DIR, Q_VALUES_PLOT)
+
+    @property
+    def report(self) -> str:
+        return self.path(REPORT_FILE)
 
     @property
     def videos(self) -> str:

@@ -6,17 +6,27 @@ import csv
 import os
 from typing import Mapping, Optional, Sequence
 
+# New columns go at the end: a run resumed from files with an older header gets them added (see CsvLog).
 TRAIN_COLUMNS = ("train_step", "env_steps", "loss", "epsilon", "replay_size", "replay_inserts",
-                 "replay_samples", "samples_per_insert", "wall_s")
-EVAL_COLUMNS = ("train_step", "env_steps", "average_return", "average_episode_length", "num_episodes", "wall_s")
+                 "replay_samples", "samples_per_insert", "wall_s",
+                 "mean_max_q")  # the online network's mean max_a Q(s, a) over a fixed set of states
+EVAL_COLUMNS = ("train_step", "env_steps", "average_return", "average_episode_length", "num_episodes", "wall_s",
+                "min_return", "max_return", "std_return",  # the spread across the evaluation's episodes
+                "average_discounted_return")  # sum of gamma^t r_t, the quantity Q-values estimate
 
 
 class CsvLog:
-    """Appends rows to a CSV file with a fixed header; flushed after every row."""
+    """Appends rows to a CSV file with a fixed header; flushed after every row.
+
+    An existing file written with other columns (an older version, then resumed) is first
+    rewritten with `columns` as its header, its old rows kept and new cells left empty.
+    """
 
     def __init__(self, path: str, columns: Sequence[str]):
         self.path, self.columns = path, tuple(columns)
         new = not os.path.exists(path) or os.path.getsize(path) == 0
+        if not new and read_header(path) != list(self.columns):
+            rewrite_with_columns(path, self.columns)
         self._file = open(path, "a", newline="", encoding="utf-8")  # pylint: disable=consider-using-with
         self._writer = csv.DictWriter(self._file, fieldnames=self.columns)
         if new:
@@ -35,6 +45,26 @@ def _fmt(value: object) -> object:
     if isinstance(value, float):
         return f"{value:.6g}"
     return "" if value is None else value
+
+
+def read_header(path: str) -> list[str]:
+    """The first row of a CSV file."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        return next(csv.reader(handle), [])
+
+
+def rewrite_with_columns(path: str, columns: Sequence[str]) -> None:
+    """Rewrites a CSV file atomically with `columns` as its header; cells of dropped columns are lost."""
+    from dqn_cartpole.run_folder.atomic import replacing
+
+    rows = read_csv(path)
+    with replacing(path) as tmp:
+        with open(tmp, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+            handle.flush()
+            os.fsync(handle.fileno())
 
 
 def read_csv(path: str) -> list[dict[str, str]]:

@@ -40,6 +40,7 @@ from dqn_cartpole.core.policies import compiled_act_fn, random_act_fn
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.replay.base import Replay, ReverbReplay, build_replay, sequence_length_for
 from dqn_cartpole.core.seeding import seed_everything
+from dqn_cartpole.core.q_probe import QProbe
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,8 @@ def build_pipeline(config: Config, layout: RunLayout, announce: Callable[[str], 
             tf_env, agent.collect_policy, observers, num_steps=config.training.collect_steps_per_iteration)
         greedy_act = compiled_act_fn(agent.policy)
         return Pipeline(collect_env, tf_env, eval_env, agent, replay, env_steps, initial_driver, collect_driver,
-                        greedy_act, closers, evaluate_greedy=make_episode_runner(agent.policy, eval_env))
+                        greedy_act, closers,
+                        evaluate_greedy=make_episode_runner(agent.policy, eval_env, gamma=config.agent.gamma))
     except BaseException:
         Pipeline(*([None] * 9), closers=closers).close()
         raise
@@ -304,6 +306,8 @@ class TrainingRun:
         self.train_log = CsvLog(self.layout.train_metrics, TRAIN_COLUMNS)
         self.eval_log = CsvLog(self.layout.eval_metrics, EVAL_COLUMNS)
         self.scalars = Scalars(self.layout.tensorboard if self.config.output.tensorboard else None)
+        self.q_probe = QProbe.for_agent(self.pipeline.agent, self.config.env.id, self.config.training.seed,
+                                        self.config.env.max_episode_steps)
 
     def close_logs(self) -> None:
         for name in ("train_log", "eval_log", "scalars"):
@@ -393,9 +397,11 @@ class TrainingRun:
             "epsilon": float(self.pipeline.agent.collect_policy._get_epsilon()),  # pylint: disable=protected-access
             "replay_size": replay.size(), "replay_inserts": inserts, "replay_samples": samples,
             "samples_per_insert": samples / inserts if inserts else None, "wall_s": self.wall(),
+            "mean_max_q": self.q_probe(),
         }
         self.train_log.write(row)
-        self.scalars.write("train", self.train_step(), {k: row[k] for k in ("loss", "epsilon", "samples_per_insert")})
+        self.scalars.write("train", self.train_step(),
+                           {k: row[k] for k in ("loss", "epsilon", "samples_per_insert", "mean_max_q")})
 
     def evaluate(self) -> None:
         started = time.perf_counter()
@@ -413,10 +419,11 @@ class TrainingRun:
             self.save_policy(self.layout.best_policy, result.average_return)
         row = {"train_step": self.train_step(), "env_steps": self.env_steps(),
                "average_return": result.average_return, "average_episode_length": result.average_length,
-               "num_episodes": len(result.returns), "wall_s": self.wall()}
+               "num_episodes": len(result.returns), "wall_s": self.wall(), **result.spread_columns()}
         self.eval_log.write(row)
         self.scalars.write("eval", self.train_step(),
-                           {"average_return": result.average_return, "average_episode_length": result.average_length})
+                           {"average_return": result.average_return, "average_episode_length": result.average_length,
+                            **result.spread_columns()})
         self.progress.update(state.iteration, state.loss, state.last_return, force=True)
 
     def check_solved(self) -> None:
@@ -581,9 +588,9 @@ class TrainingRun:
         if last is not None or self.restored is not None:
             artifacts["checkpoint"] = last.path if last else self.restored.path
         self.close_logs()
-        from dqn_cartpole import plots  # matplotlib costs ~1 s to import: not before the policy is saved
+        from dqn_cartpole.report import figures  # matplotlib costs ~1 s to import: not before the policy is saved
 
-        for path in plots.plot_run(self.layout, self.max_return, self.config.env.id):
+        for path in figures.plot_run(self.layout):
             artifacts[path.rsplit("/", 1)[-1]] = path
         if self.config.video.enabled and trained:
             artifacts.update(self.record_videos())
@@ -606,13 +613,13 @@ class TrainingRun:
     def record_videos(self) -> dict[str, str]:
         cfg, pipeline = self.config, self.pipeline
         seed = cfg.training.seed + VIDEO_SEED_OFFSET
-        from dqn_cartpole import video  # imageio/ffmpeg: only once training is over
+        from dqn_cartpole.report import video  # imageio/ffmpeg: only once training is over
 
         video.record_video(pipeline.greedy_act, cfg.env.id, self.layout.trained_video, cfg.video.num_episodes,
-                           cfg.video.fps, seed, cfg.env.max_episode_steps)
+                           cfg.video.fps, seed, cfg.env.max_episode_steps, label="trained agent")
         random_act = random_act_fn(pipeline.tf_env.time_step_spec(), pipeline.tf_env.action_spec(), seed=seed)
-        video.record_video(random_act, cfg.env.id, self.layout.random_video, cfg.video.num_episodes,
-                           cfg.video.fps, seed, cfg.env.max_episode_steps)
+        video.record_video(random_act, cfg.env.id, self.layout.random_video, cfg.video.random_episodes,
+                           cfg.video.fps, seed, cfg.env.max_episode_steps, label="random agent")
         return {"trained video": self.layout.trained_video, "random video": self.layout.random_video}
 
 

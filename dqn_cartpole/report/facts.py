@@ -1,0 +1,62 @@
+"""What a report needs to know about a run beyond its CSVs: the env's limits, the discount, the best evaluation.
+
+Derived from the run's config.yaml and gymnasium's env registry; no TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import gymnasium
+
+from dqn_cartpole.core.env_ids import max_return, reward_threshold
+from dqn_cartpole.run_folder import RunRecord
+from dqn_cartpole.run_folder.metrics import number
+
+@dataclass(frozen=True)
+class RunFacts:
+    """The numbers every figure and the page draw in."""
+
+    env_id: str
+    gamma: float
+    max_episode_steps: Optional[int]
+    solve_return: Optional[float]
+    max_return: Optional[float]
+    train_steps_per_iteration: int
+    num_eval_episodes: Optional[int]
+
+    @property
+    def max_discounted_return(self) -> Optional[float]:
+        """sum_{t<T} gamma^t r: (1 - gamma^T) / (1 - gamma) for CartPole's reward of 1 per step."""
+        if self.max_return is None or not self.max_episode_steps:
+            return None
+        per_step = self.max_return / self.max_episode_steps
+        if self.gamma == 1.0:
+            return self.max_return
+        return per_step * (1 - self.gamma ** self.max_episode_steps) / (1 - self.gamma)
+
+
+def run_facts(record: RunRecord) -> RunFacts:
+    """The env limits and settings of a run, from its config and the gymnasium registry."""
+    env_id = record.config_value("env.id") or "CartPole-v1"
+    spec = gymnasium.registry.get(env_id)
+    steps = record.config_value("env.max_episode_steps") or (spec.max_episode_steps if spec else None)
+    solve = record.config_value("evaluation.solve_return")
+    if solve is None:
+        solve = reward_threshold(env_id)
+    gamma = record.config_value("agent.gamma")
+    return RunFacts(env_id=env_id, gamma=1.0 if gamma is None else float(gamma), max_episode_steps=steps,
+                    solve_return=solve, max_return=max_return(env_id, steps),
+                    train_steps_per_iteration=int(record.config_value("training.train_steps_per_iteration") or 1),
+                    num_eval_episodes=record.config_value("evaluation.num_eval_episodes"))
+
+
+def best_eval_row(eval_rows: list[dict]) -> Optional[dict]:
+    """The evaluation policy/best was saved at: the highest average return, the later one on ties."""
+    best = None
+    for row in eval_rows:
+        value = number(row.get("average_return"))
+        if value is not None and (best is None or value >= number(best["average_return"])):
+            best = row
+    return best

@@ -1,0 +1,162 @@
+"""The run's plots, drawn from its metrics CSVs (read with `read_run`) so they can be redrawn at any time.
+
+- returns.png: the greedy return against iterations and against env steps, the min-max band
+  across the evaluation's episodes, the solve threshold, the env's maximum and policy/best marked;
+- loss.png: the TD loss, raw and smoothed, on a log scale;
+- epsilon.png: the exploration rate of the collect policy;
+- q_values.png: the online network's mean max-Q on fixed states against the discounted return
+  the greedy policy gets (over-estimation shows as the first line above the second).
+
+No TensorFlow is imported here.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dqn_cartpole.report.facts import RunFacts, best_eval_row, run_facts  # noqa: E402
+from dqn_cartpole.run_folder import RunLayout, RunRecord, read_run  # noqa: E402
+from dqn_cartpole.run_folder.atomic import replacing  # noqa: E402
+from dqn_cartpole.run_folder.metrics import number  # noqa: E402
+
+SMOOTHING = 0.8  # weight of the previous value in the loss's exponential moving average (as TensorBoard)
+BAND_COLOR, LINE_COLOR, BEST_COLOR = "tab:blue", "tab:blue", "tab:orange"
+
+
+def rows_with(rows: list[dict], *names: str) -> list[dict]:
+    """The rows where every named column has a value."""
+    return [r for r in rows if all(r.get(n) not in (None, "") for n in names)]
+
+
+def values(rows: list[dict], name: str, scale: float = 1.0) -> list[float]:
+    return [float(r[name]) / scale for r in rows]
+
+
+def smooth(series: list[float], weight: float = SMOOTHING) -> list[float]:
+    """Exponential moving average, debiased at the start (so the first value is the first point)."""
+    out, average = [], 0.0
+    for i, value in enumerate(series, start=1):
+        average = weight * average + (1 - weight) * value
+        out.append(average / (1 - weight ** i))
+    return out
+
+
+def plot_returns(record: RunRecord, facts: RunFacts, out_path: str) -> None:
+    """Greedy return against iterations (left) and env steps (right)."""
+    rows = rows_with(record.eval_rows, "train_step", "env_steps", "average_return")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, x_name, x_label, scale in ((axes[0], "train_step", "iterations", facts.train_steps_per_iteration),
+                                       (axes[1], "env_steps", "env steps", 1)):
+        _returns_panel(ax, rows, record.eval_rows, facts, x_name, scale)
+        ax.set_xlabel(x_label)
+    axes[0].set_ylabel("return (sum of rewards in an episode)")
+    episodes = f", {facts.num_eval_episodes} greedy episodes per evaluation" if facts.num_eval_episodes else ""
+    fig.suptitle(f"{facts.env_id}: average return of the greedy policy{episodes}")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend under the panels, clear of the data
+    _save(fig, out_path, layout=False)
+
+
+def _returns_panel(ax, rows: list[dict], all_rows: list[dict], facts: RunFacts, x_name: str, scale: float) -> None:
+    x = values(rows, x_name, scale)
+    ax.plot(x, values(rows, "average_return"), color=LINE_COLOR, marker="o", markersize=3, label="average return")
+    spread = rows_with(rows, "min_return", "max_return")
+    if spread:
+        ax.fill_between(values(spread, x_name, scale), values(spread, "min_return"), values(spread, "max_return"),
+                        color=BAND_COLOR, alpha=0.2, linewidth=0, label="min-max over the episodes")
+    if facts.solve_return is not None:
+        ax.axhline(facts.solve_return, color="tab:green", linestyle="--", linewidth=1,
+                   label=f"solved ({facts.solve_return:g})")
+    if facts.max_return is not None:
+        ax.axhline(facts.max_return, color="grey", linestyle=":", linewidth=1,
+                   label=f"max return ({facts.max_return:g})")
+    best = best_eval_row(all_rows)
+    if best is not None and best.get(x_name) not in (None, ""):
+        bx, by = float(best[x_name]) / scale, float(best["average_return"])
+        ax.plot([bx], [by], marker="*", markersize=14, color=BEST_COLOR, linestyle="none",
+                label=f"policy/best ({by:.1f})")
+    top = max([facts.max_return or 0.0] + values(spread, "max_return") + values(rows, "average_return"))
+    ax.set_ylim(0, top * 1.08 if top > 0 else 1)
+    ax.grid(alpha=0.3)
+
+
+def plot_loss(record: RunRecord, facts: RunFacts, out_path: str) -> None:
+    """TD loss on a log scale: the logged values, and their moving average."""
+    rows = [r for r in rows_with(record.train_rows, "train_step", "loss") if float(r["loss"]) > 0]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x, loss = values(rows, "train_step", facts.train_steps_per_iteration), values(rows, "loss")
+    ax.plot(x, loss, color="tab:blue", alpha=0.35, linewidth=1, label="loss at each log")
+    ax.plot(x, smooth(loss), color="tab:blue", linewidth=2, label=f"moving average (weight {SMOOTHING:g})")
+    ax.set_yscale("log")
+    ax.set_xlabel("iterations")
+    ax.set_ylabel("TD loss (log scale)")
+    ax.set_title(f"{facts.env_id}: training loss")
+    ax.grid(alpha=0.3, which="both")
+    if rows:
+        ax.legend(loc="best", fontsize=8)
+    _save(fig, out_path)
+
+
+def plot_epsilon(record: RunRecord, facts: RunFacts, out_path: str) -> None:
+    """The collect policy's epsilon (probability of a random action)."""
+    rows = rows_with(record.train_rows, "train_step", "epsilon")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(values(rows, "train_step", facts.train_steps_per_iteration), values(rows, "epsilon"), color="tab:purple")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("iterations")
+    ax.set_ylabel("epsilon (probability of a random action)")
+    ax.set_title(f"{facts.env_id}: exploration rate of the collect policy")
+    ax.grid(alpha=0.3)
+    _save(fig, out_path)
+
+
+def plot_q_values(record: RunRecord, facts: RunFacts, out_path: str) -> None:
+    """Mean max-Q on fixed states next to the greedy policy's discounted return (both with the agent's gamma)."""
+    q_rows = rows_with(record.train_rows, "train_step", "mean_max_q")
+    g_rows = rows_with(record.eval_rows, "train_step", "average_discounted_return")
+    scale = facts.train_steps_per_iteration
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(values(q_rows, "train_step", scale), values(q_rows, "mean_max_q"), color="tab:red",
+            label="mean max-Q on fixed random-policy states (estimate)")
+    ax.plot(values(g_rows, "train_step", scale), values(g_rows, "average_discounted_return"), color="tab:blue",
+            marker="o", markersize=3, label="discounted return of the greedy policy (measured)")
+    if facts.max_discounted_return is not None:
+        ax.axhline(facts.max_discounted_return, color="grey", linestyle=":", linewidth=1,
+                   label=f"max discounted return ({facts.max_discounted_return:.1f})")
+    if not q_rows and not g_rows:
+        ax.text(0.5, 0.5, "no Q-value data in this run's CSVs", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("iterations")
+    ax.set_ylabel(f"discounted return (gamma = {facts.gamma:g})")
+    ax.set_title(f"{facts.env_id}: value estimate vs discounted return")
+    ax.grid(alpha=0.3)
+    if q_rows or g_rows:
+        ax.legend(loc="best", fontsize=8)
+    _save(fig, out_path)
+
+
+def _save(fig, out_path: str, layout: bool = True) -> None:
+    if layout:
+        fig.tight_layout()
+    try:
+        with replacing(out_path, ".tmp.png") as tmp:  # a reader never sees half a PNG
+            fig.savefig(tmp, dpi=100)
+    finally:
+        plt.close(fig)
+
+
+def plot_run(layout: RunLayout, record: Optional[RunRecord] = None) -> list[str]:
+    """Redraws every plot of a run folder from its CSVs; returns their paths."""
+    record = record or read_run(layout.root)
+    facts = run_facts(record)
+    drawn = []
+    for draw, path in ((plot_returns, layout.returns_plot), (plot_loss, layout.loss_plot),
+                       (plot_epsilon, layout.epsilon_plot), (plot_q_values, layout.q_values_plot)):
+        draw(record, facts, path)
+        drawn.append(path)
+    return drawn
