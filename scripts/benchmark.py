@@ -85,7 +85,7 @@ def evaluation_seconds(policy_run: str) -> float:
     code = f"""
 import time
 from dqn_cartpole.console import quiet; quiet.silence()
-from dqn_cartpole.cli.main import resolve_policy
+from dqn_cartpole.run_folder.resolve import resolve_policy
 from dqn_cartpole.run_folder.export import load_policy
 from dqn_cartpole.core.envs import make_batched_env
 from dqn_cartpole.core.evaluation import make_episode_runner

@@ -14,6 +14,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import os
@@ -38,7 +39,8 @@ from tf_agents.specs import tensor_spec  # noqa: E402
 from dqn_cartpole.core.agents import build_agent  # noqa: E402
 from dqn_cartpole.config import ReplayConfig, load_config  # noqa: E402
 from dqn_cartpole.core.envs import make_batched_env  # noqa: E402
-from dqn_cartpole.replay.base import Replay, build_replay  # noqa: E402
+from dqn_cartpole.core import build  # noqa: E402
+from dqn_cartpole.replay.base import Replay  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, NUM_STEPS, N_STEP = 64, 2, 1
@@ -103,10 +105,10 @@ def variants(sweep: bool) -> list[Variant]:
     return rows
 
 
-def make_replay(variant: Variant, data_spec: Any, capacity: int) -> Replay:
+def make_replay(variant: Variant, data_spec: Any, capacity: int, stack: contextlib.ExitStack) -> Replay:
     config = dataclasses.replace(ReplayConfig(), backend=variant.backend, sampling=variant.sampling,
                                  capacity=capacity, **variant.settings)
-    return build_replay(config, data_spec, num_envs=1, n_step=N_STEP)
+    return build.make_replay_buffer(config, data_spec, 1, N_STEP, stack)
 
 
 def library_py_dataset(replay: Replay) -> tf.data.Dataset:
@@ -163,7 +165,8 @@ def time_samples(sample: Callable[[], Any], count: int) -> tuple[float, float]:
 
 
 def measure(variant: Variant, data_spec: Any, args: argparse.Namespace, into: Measurement) -> None:
-    replay = make_replay(variant, data_spec, capacity=args.capacity)
+    stack = contextlib.ExitStack()
+    replay = make_replay(variant, data_spec, args.capacity, stack)
     try:
         into.insert_s.append(time_inserts(replay, one_batch_of_steps(data_spec), args.inserts))
         batches = args.batches // 3 if variant.library_py_sampling else args.batches  # that one is slow
@@ -173,7 +176,7 @@ def measure(variant: Variant, data_spec: Any, args: argparse.Namespace, into: Me
         into.sample_cpu_s.append(cpu)
     finally:
         sample = None  # the iterator's sampler threads must end with this variant, not linger
-        replay.close()
+        stack.close()  # the replay, then its server
         gc.collect()
 
 

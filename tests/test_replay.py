@@ -7,7 +7,9 @@ is 100 * env + step, so each test can also check *which* steps came back, not on
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import functools
 import os
 
 import numpy as np
@@ -18,7 +20,8 @@ from helpers import CONFIGS, run_cli
 
 from dqn_cartpole.config import ReplayConfig
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.replay.base import PyUniformReplay, Replay, ReverbReplay, TFUniformReplay
+from dqn_cartpole.core import build
+from dqn_cartpole.replay.base import Replay
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
 TUTORIAL_SPEC = (
@@ -48,29 +51,17 @@ def steps_of(num_envs: int, step: int):
     return tf.nest.map_structure(leaf, TUTORIAL_SPEC)
 
 
-def make(backend: str, num_envs: int, capacity: int, sequence_length: int = 2) -> Replay:
+def make(stack: contextlib.ExitStack, backend: str, num_envs: int, capacity: int, sequence_length: int = 2) -> Replay:
+    """A replay as training builds it (through the builder); `stack` closes it and stops its server."""
     config = ReplayConfig(backend=backend, capacity=capacity)
-    if backend == "tf_uniform":
-        return TFUniformReplay(TUTORIAL_SPEC, num_envs, config)
-    if backend == "py_uniform":
-        return PyUniformReplay(TUTORIAL_SPEC, num_envs, config)
-    return ReverbReplay(TUTORIAL_SPEC, num_envs, config, sequence_length)
+    return build.make_replay_buffer(config, TUTORIAL_SPEC, num_envs, sequence_length - 1, stack)
 
 
 @pytest.fixture
 def open_replays():
     """Builds replays and closes them all (and so stops their Reverb servers), even on failure."""
-    made: list[Replay] = []
-
-    def build(*args, **kwargs) -> Replay:
-        made.append(make(*args, **kwargs))
-        return made[-1]
-
-    try:
-        yield build
-    finally:
-        for replay in made:
-            replay.close()
+    with contextlib.ExitStack() as stack:
+        yield functools.partial(make, stack)
 
 
 # ---------------------------------------------------------------------------- 1. tutorial shapes
@@ -107,7 +98,7 @@ def test_tutorial_shapes_py_uniform(open_replays):
     # PyUniformReplayBuffer stores a single stream (it only takes batches of 1), so the
     # tutorial's 32 envs become one: the same 6 adds give a full pass of [1, 6, ...].
     with pytest.raises(UserError, match="env.num_envs: 1"):
-        make("py_uniform", TUTORIAL_BATCH, capacity=TUTORIAL_MAX_LENGTH)
+        open_replays("py_uniform", TUTORIAL_BATCH, capacity=TUTORIAL_MAX_LENGTH)
     replay = open_replays("py_uniform", 1, capacity=TUTORIAL_MAX_LENGTH)
     for step in range(TUTORIAL_ADDS):
         replay.add_batch(steps_of(1, step))

@@ -11,6 +11,8 @@ n steps included, starts exactly one window.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -20,7 +22,8 @@ from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
 
 from dqn_cartpole.core import agents
 from dqn_cartpole.config import ReplayConfig
-from dqn_cartpole.replay.base import PyUniformReplay, Replay, ReverbReplay, TFUniformReplay, sequence_length_for
+from dqn_cartpole.core import build
+from dqn_cartpole.replay.base import Replay
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
 GAMMA = 0.9
@@ -93,15 +96,6 @@ def expected_transitions(steps: list[Step], n: int) -> dict[int, tuple]:
     return expected
 
 
-def make_replay(backend: str, n: int, data_spec) -> Replay:
-    config = ReplayConfig(backend=backend, capacity=1000)
-    if backend == "tf_uniform":
-        return TFUniformReplay(data_spec, 1, config)
-    if backend == "py_uniform":
-        return PyUniformReplay(data_spec, 1, config)
-    return ReverbReplay(data_spec, 1, config, sequence_length_for(n))
-
-
 def make_agent(n: int, double: bool = False) -> tuple[agents.DqnAgent, sequential.Sequential]:
     tf.random.set_seed(n)
     q_net = sequential.Sequential([tf.keras.layers.Dense(8, activation="tanh"), tf.keras.layers.Dense(2)])
@@ -148,15 +142,10 @@ def assert_same(got: dict, expected: dict) -> None:
 
 @pytest.fixture
 def replays():
-    made: list[Replay] = []
-
-    def build(backend: str, n: int, data_spec) -> Replay:
-        made.append(make_replay(backend, n, data_spec))
-        return made[-1]
-
-    yield build
-    for replay in made:
-        replay.close()
+    """Builds replays as training does (through the builder); closes them and stops their servers."""
+    with contextlib.ExitStack() as stack:
+        yield lambda backend, n, data_spec: build.make_replay_buffer(ReplayConfig(backend=backend, capacity=1000),
+                                                                      data_spec, 1, n, stack)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])

@@ -6,20 +6,18 @@ steps with a random policy, then shows the specs and the shapes each reading API
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 import tree  # dm-tree, which Reverb and tf-agents use: flattens nests with their paths
-from tf_agents.drivers import dynamic_step_driver
 from tf_agents.environments import tf_py_environment
-from tf_agents.policies import random_tf_policy
 from tf_agents.specs import tensor_spec
 
-from dqn_cartpole.core import envs
-from dqn_cartpole.core.agents import build_agent
 from dqn_cartpole.config import Config
-from dqn_cartpole.replay.base import Replay, ReverbReplay, build_replay, sequence_length_for
+from dqn_cartpole.core import build
+from dqn_cartpole.replay.base import Replay, sequence_length_for
 
 # The tutorial's reads: get_next(10, 1), as_dataset(4, 2), then everything.
 GET_NEXT = dict(sample_batch_size=10, num_steps=1)
@@ -54,8 +52,7 @@ def _leaves(nest: Any) -> list[tuple[str, Any]]:
 
 def collect(tf_env: tf_py_environment.TFPyEnvironment, replay: Replay, steps: int) -> None:
     """Runs a random policy for `steps` env steps, with `replay.add_batch` observing, as `train` fills it."""
-    policy = random_tf_policy.RandomTFPolicy(tf_env.time_step_spec(), tf_env.action_spec())
-    driver = dynamic_step_driver.DynamicStepDriver(tf_env, policy, [replay.add_batch], num_steps=steps)
+    driver = build.make_random_driver(tf_env, [replay.add_batch], steps)
     tf.function(driver.run, autograph=False)(tf_env.reset(), ())
 
 
@@ -69,9 +66,10 @@ def _reading(label: str, read: Callable[[], Any]) -> str:
 def replay_lines(replay: Replay, steps: int) -> list[str]:
     """The replay's size after `steps` env steps, then the shape of each read."""
     config = replay.config
-    if isinstance(replay, ReverbReplay):
+    if replay.backend == "reverb":
         stores = (f"Reverb stores items of sequence_length={replay.sequence_length} consecutive steps of one env: "
-                  f"{replay.size()} items from {steps} random env steps (a window may span two episodes)")
+                  f"{replay.size()} items from {steps} random env steps (windows stay inside an episode; its "
+                  f"last steps are padded)")
         everything = "single pass over everything stored (oldest first; shape [items, sequence_length, ...])"
     else:
         stores = (f"it stores single steps, one column per env: {replay.size()} steps from {steps} random env "
@@ -91,26 +89,16 @@ def replay_lines(replay: Replay, steps: int) -> list[str]:
 
 def specs_report(config: Config, steps: int, announce: Callable[[str], None]) -> list[str]:
     """Everything `specs` prints, for `config`, after collecting `steps` env steps."""
-    env = envs.make_batched_env(config.env.id, config.env.num_envs, seed=config.training.seed,
-                                max_episode_steps=config.env.max_episode_steps)
-    replay = None
-    try:
-        tf_env = tf_py_environment.TFPyEnvironment(env)
-        agent = build_agent(config.agent, config.network, tf_env.time_step_spec(), tf_env.action_spec())
+    with contextlib.ExitStack() as stack:
+        envs = build.make_envs(config, stack)
+        tf_env = envs.tf_env
+        agent = build.make_agent(config, tf_env)
         lines = [f"Environment {config.env.id} ({config.env.num_envs} env(s) stepped together)", "time_step_spec:"]
         lines += describe_spec(tf_env.time_step_spec())
         lines += ["action_spec:"] + describe_spec(tf_env.action_spec())
         lines += ["collect_data_spec (the agent's Trajectory: what one env step adds to replay):"]
         lines += describe_spec(agent.collect_data_spec)
         lines += [f"The learner samples windows of n_step + 1 = {sequence_length_for(config.agent.n_step)} steps."]
-        replay = build_replay(config.replay, agent.collect_data_spec, config.env.num_envs, config.agent.n_step)
-        if isinstance(replay, ReverbReplay):
-            from dqn_cartpole.training.session import reverb_exposure_line
-
-            announce(reverb_exposure_line(replay.port))
+        replay = build.make_replay(config, agent.collect_data_spec, stack, announce=announce)
         collect(tf_env, replay, steps)
         return lines + replay_lines(replay, steps)
-    finally:
-        if replay is not None:
-            replay.close()
-        env.close()

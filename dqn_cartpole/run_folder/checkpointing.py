@@ -303,19 +303,19 @@ def _build_optimizer(agent) -> None:
 
 
 class CheckpointWriter:
-    """Saves and restores the trainable state of one pipeline under `root` (RUN/checkpoints)."""
+    """Saves and restores a run's trainable state under `root` (RUN/checkpoints): the agent, the
+    env-step counter and the replay (a uniform buffer's variables, or Reverb's table checkpoint)."""
 
-    def __init__(self, root: str, pipeline: Any, keep: int):
+    def __init__(self, root: str, agent: Any, env_steps: Any, replay: Any, keep: int):
         import tensorflow as tf
 
-        self.root, self.pipeline, self.keep = root, pipeline, keep
-        replay = pipeline.replay
-        objects = {"agent": pipeline.agent, "env_steps": pipeline.env_steps}
+        self.root, self.agent, self.replay, self.keep = root, agent, replay, keep
+        objects = {"agent": agent, "env_steps": env_steps}
         self.reverb = replay.backend == "reverb"
         if not self.reverb:
             objects["replay"] = replay.buffer  # TFUniformReplayBuffer variables / PyUniform's NumpyState
         self._checkpoint = tf.train.Checkpoint(**objects)
-        self._agent_only = tf.train.Checkpoint(agent=pipeline.agent)
+        self._agent_only = tf.train.Checkpoint(agent=agent)
 
     # -- saving
     def save(self, iteration: int, state: dict, metrics: dict[str, str]) -> Saved:
@@ -332,7 +332,7 @@ class CheckpointWriter:
                 from dqn_cartpole.console import quiet
 
                 with quiet.NativeStderrFilter():
-                    written = self.pipeline.replay.checkpoint()
+                    written = self.replay.checkpoint()
                 os.makedirs(os.path.join(tmp, REVERB_DIR))
                 os.replace(written, os.path.join(tmp, REVERB_DIR, os.path.basename(written.rstrip("/"))))
             for name, path in metrics.items():
@@ -375,7 +375,7 @@ class CheckpointWriter:
     # -- restoring
     def restore(self, found: Found) -> None:
         """Loads everything but Reverb's table (the server loaded that when it started)."""
-        _build_optimizer(self.pipeline.agent)
+        _build_optimizer(self.agent)
         try:
             self._checkpoint.read(found.tf_prefix).assert_consumed()
         except Exception as exc:  # pylint: disable=broad-except

@@ -1,0 +1,318 @@
+"""The single-process commands: train (and resume), evaluate, record, plot, report, specs.
+
+Each handler checks its input first (bad input: one line, exit status 2), then imports
+TensorFlow through `quiet.silence()` only if it needs it: `plot` and `report` never do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import shutil
+import sys
+from typing import Any, Optional
+
+from dqn_cartpole.cli.args import add_config_args, check_positive, config_path
+from dqn_cartpole.cli.summary import resume_command, summary_lines, write_run_summary
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.run_folder import layout
+from dqn_cartpole.run_folder.lock import lock_run
+from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
+
+EXIT_FAILED = 1
+
+
+def add_parsers(sub: Any) -> None:
+    """Adds the single-process commands to `sub` (argparse subparsers)."""
+    train = sub.add_parser("train", help="train an agent and write a run folder",
+                           description="Train a DQN agent. Writes config, metrics, plots, videos, the policy, "
+                                       "report.html and TensorBoard events to outputs/<run-name>/.")
+    add_config_args(train)
+    train.add_argument("--output-dir", metavar="DIR", help="run folder (default: outputs/<env>__s<seed>__<time>)")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --output-dir")
+    train.add_argument("--resume", metavar="RUN_DIR",
+                       help="continue a stopped or crashed run from its newest good checkpoint (with its own "
+                            "config.yaml; --set may change keys that keep the env, network and replay shapes)")
+    train.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
+
+    evaluate = sub.add_parser("evaluate", help="average return of a saved policy",
+                              description="Load a saved policy and report the return over N greedy episodes.")
+    evaluate.add_argument("policy", metavar="RUN_DIR_OR_POLICY", help="a run folder or a policy SavedModel folder")
+    evaluate.add_argument("--final", action="store_true", help="use the run's policy/final (default: policy/best)")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    evaluate.add_argument("--env", help="gymnasium env id (default: the run's env, else CartPole-v1)")
+    evaluate.add_argument("--seed", type=int, default=0, help="env seed (default 0)")
+
+    record = sub.add_parser("record", help="write an mp4 of a saved or the random policy",
+                            description="Record episodes of a saved policy (or of the random policy) to an mp4.")
+    record.add_argument("policy", metavar="RUN_DIR_OR_POLICY", nargs="?", help="a run folder or a policy folder")
+    record.add_argument("--final", action="store_true", help="use the run's policy/final (default: policy/best)")
+    record.add_argument("--random", action="store_true", help="record the uniformly random policy instead")
+    record.add_argument("--output", "-o", metavar="MP4", help="output file (default: videos/ of the run, or ./)")
+    record.add_argument("--episodes", type=int, default=1, help="episodes to record (default 1)")
+    record.add_argument("--fps", type=int, default=50, help="frames per second (default 50)")
+    record.add_argument("--env", help="gymnasium env id (default: the run's env, else CartPole-v1)")
+    record.add_argument("--seed", type=int, default=0, help="env seed (default 0)")
+
+    plot = sub.add_parser("plot", help="redraw a run's plots (and its report.html) from its CSV metrics",
+                          description="Redraw plots/*.png and report.html from a run folder's CSVs and summary.")
+    plot.add_argument("run_dir", metavar="RUN_DIR")
+
+    report = sub.add_parser("report", help="write a run's report.html (plots, videos, evaluations, config)",
+                            description="Write RUN_DIR/report.html: the outcome, the plots (redrawn), the videos, "
+                                        "the evaluation table, the config and links, with relative paths only. "
+                                        "Needs no TensorFlow.")
+    report.add_argument("run_dir", metavar="RUN_DIR")
+
+    specs = sub.add_parser("specs", help="show the env, agent and replay data specs and sample shapes",
+                           description="Walk through the data as the replay buffer tutorial does: the env's "
+                                       "time_step_spec and action_spec, the agent's collect_data_spec, and the "
+                                       "shapes that get_next, as_dataset and a full pass of the configured "
+                                       "replay backend return after a few random steps.")
+    add_config_args(specs, example="replay.backend=reverb")
+    specs.add_argument("--steps", type=int, default=20, help="random env steps collected first (default 20)")
+
+
+def silence() -> None:
+    from dqn_cartpole.console import quiet
+
+    quiet.silence()  # before anything else imports TensorFlow (it imports it itself)
+
+
+# ---------------------------------------------------------------------------- train
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`train`: checks everything (in ~0.1 s, before TensorFlow), creates and locks the run folder, trains."""
+    if args.resume:
+        return cmd_resume(args)
+    from dqn_cartpole.config import load_config
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
+        if args.output_dir:
+            resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
+        path = config_path(args.config)
+        config = load_config(path, args.overrides)
+        run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
+    created, _lock = create_run_dir(run_dir, args.overwrite)  # the lock lives as long as this call
+    silence()
+    from dqn_cartpole.console.progress import Progress
+
+    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
+    progress.message(f"Training {config.env.id} with {os.path.basename(path or 'defaults')} "
+                     f"(seed {config.training.seed}, replay {config.replay.backend}) -> {run_dir}")
+    return run_training(config, run_dir, progress, None, created)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """`train --resume RUN_DIR`: the run's config (plus --set), from its newest good checkpoint."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with contextlib.redirect_stderr(io.StringIO()):
+        config, plan = check_resume(args.resume, args)
+    run_dir = args.resume
+    _lock = lock_run(run_dir)  # noqa: F841  (held as long as this call)
+    silence()
+    from dqn_cartpole.console.progress import Progress
+
+    for bad in plan.bad:
+        instead = f"using {os.path.basename(plan.found.path)} instead" if plan.found else "no other checkpoint"
+        print(f"warning: checkpoint {bad.path} is {bad.reason}; {instead}", file=sys.stderr)
+    if plan.found is None:
+        print(f"warning: {run_dir} has no usable checkpoint (it stopped before writing one); "
+              f"starting it again from iteration 0 with its config.yaml", file=sys.stderr)
+    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
+    start = f"{os.path.basename(plan.found.path)}" if plan.found else "the beginning"
+    progress.message(f"Resuming {run_dir} ({config.env.id}, seed {config.training.seed}, replay "
+                     f"{config.replay.backend}) from {start}")
+    return run_training(config, run_dir, progress, plan, created=False)
+
+
+def run_training(config: Any, run_dir: str, progress: Any, plan: Any, created: bool) -> int:
+    """Trains, then writes summary.json and report.html and prints the summary; returns the exit status."""
+    from dqn_cartpole.run_folder.checkpointing import CheckpointError, DiskFullError
+    from dqn_cartpole.run_folder.layout import RunLayout
+    from dqn_cartpole.training import train
+
+    run = RunLayout(run_dir)
+    try:
+        summary = train(config, run, progress, plan)
+    except UserError:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
+        raise
+    except DiskFullError as exc:
+        progress.close()
+        print(f"error: {exc}. Free some space, then resume with: {resume_command(run_dir)}", file=sys.stderr)
+        return EXIT_FAILED
+    except CheckpointError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        progress.close()
+    summary["artifacts"]["report"] = run.report
+    write_run_summary(summary, run.summary)
+    from dqn_cartpole.report.run_page import write_run_report  # after the summary, which it shows
+
+    write_run_report(run_dir)
+    print("\n".join(summary_lines(summary)))
+    if summary["stopped_by"]:
+        print(f"Stopped by {summary['stopped_by']} at iteration {summary['iterations']}; the checkpoint, plots and "
+              f"policy are saved. Resume with:\n  {resume_command(run_dir)}")
+    elif summary["diverged_at_iteration"] is not None:
+        print(f"Training diverged (the loss became NaN or Inf at iteration {summary['diverged_at_iteration']}) and "
+              f"stopped. Lower agent.learning_rate or set agent.gradient_clipping, then continue with:\n"
+              f"  {resume_command(run_dir)} --set agent.learning_rate=...", file=sys.stderr)
+    return summary["exit_status"]
+
+
+def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
+    """Checks `--resume RUN_DIR` before anything heavy: a run folder, a compatible config, a checkpoint plan."""
+    from dqn_cartpole.config import load_config, to_dict
+    from dqn_cartpole.run_folder import checkpointing
+
+    for flag, given in (("--config", args.config), ("--output-dir", args.output_dir), ("--overwrite", args.overwrite)):
+        if given:
+            raise UserError(f"--resume cannot be combined with {flag}: a resumed run keeps its folder and its "
+                            f"config.yaml (change single keys with --set)")
+    if not os.path.exists(run_dir):
+        raise UserError(f"--resume {run_dir}: no such folder")
+    if not os.path.isdir(run_dir):
+        raise UserError(f"--resume {run_dir}: is a file, not a run folder")
+    config_file = os.path.join(run_dir, layout.CONFIG_FILE)
+    if not os.path.isfile(config_file):
+        raise UserError(f"--resume {run_dir}: not a run folder (no {layout.CONFIG_FILE}); give a folder that "
+                        f"'train' wrote, e.g. outputs/<run-name>")
+    original = load_config(config_file)
+    config = load_config(config_file, args.overrides)
+    plan = checkpointing.plan_resume(run_dir)
+    for label, before in (("the run's", to_dict(original)),
+                          ("its checkpoint's", plan.found.state.get("config", {}) if plan.found else {})):
+        changes = checkpointing.frozen_changes(before, to_dict(config)) if before else []
+        if changes:
+            raise UserError(f"--resume {run_dir}: cannot change {', '.join(changes)} from {label} config; a resumed "
+                            f"run keeps its env, network, n_step, replay backend and capacity, and seed; start a "
+                            f"new run instead")
+    if not os.access(run_dir, os.W_OK):
+        raise UserError(f"--resume {run_dir}: cannot write there (no permission)")
+    return config, plan
+
+
+# ---------------------------------------------------------------------------- saved policies
+
+
+def env_for(args: argparse.Namespace, run_dir: Optional[str]) -> tuple[str, Optional[int]]:
+    """The env id (and time-limit override) to use: --env, else the run's config, else CartPole-v1."""
+    if args.env:
+        from dqn_cartpole.config import validate_env_id
+
+        validate_env_id(args.env, "--env")
+        return args.env, None
+    if run_dir:
+        from dqn_cartpole.config import load_config
+
+        config = load_config(os.path.join(run_dir, layout.CONFIG_FILE))
+        return config.env.id, config.env.max_episode_steps
+    return "CartPole-v1", None
+
+
+def load_policy_or_fail(policy_dir: str) -> Any:
+    """The saved policy, or one line saying why it cannot be loaded."""
+    from dqn_cartpole.run_folder.export import load_policy
+
+    try:
+        return load_policy(policy_dir)
+    except Exception as exc:  # pylint: disable=broad-except
+        raise UserError(f"{policy_dir}: cannot load the policy: {str(exc).splitlines()[0]}") from None
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    check_positive("--episodes", args.episodes)
+    policy_dir, run_dir = resolve_policy(args.policy, args.final)
+    env_id, max_steps = env_for(args, run_dir)
+    silence()
+    import numpy as np
+
+    from dqn_cartpole.core.envs import make_batched_env
+    from dqn_cartpole.core.evaluation import make_episode_runner
+
+    env = make_batched_env(env_id, args.episodes, seed=args.seed, max_episode_steps=max_steps)
+    try:
+        result = make_episode_runner(load_policy_or_fail(policy_dir), env)()
+    finally:
+        env.close()
+    returns = result.returns
+    print(f"{policy_dir} on {env_id}, {len(returns)} greedy episodes: mean {np.mean(returns):.1f}, "
+          f"std {np.std(returns):.1f}, min {np.min(returns):.1f}, max {np.max(returns):.1f}")
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    check_positive("--episodes", args.episodes)
+    check_positive("--fps", args.fps)
+    if args.random == bool(args.policy):
+        raise UserError("record: give either a run folder / policy folder or --random")
+    policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
+    env_id, max_steps = env_for(args, run_dir)
+    name = layout.RANDOM_VIDEO if args.random else layout.TRAINED_VIDEO
+    output = args.output or (os.path.join(run_dir, layout.VIDEOS_DIR, name) if run_dir else name)
+    if os.path.isdir(output):
+        raise UserError(f"--output {output}: is a folder; give an .mp4 file name")
+    silence()
+    from tf_agents.specs import tensor_spec
+
+    from dqn_cartpole.core.envs import make_env
+    from dqn_cartpole.core.policies import compiled_act_fn
+    from dqn_cartpole.core.policies import random_act_fn
+    from dqn_cartpole.report.video import record_video
+
+    env = make_env(env_id)
+    try:
+        if args.random:
+            act = random_act_fn(tensor_spec.from_spec(env.time_step_spec()), tensor_spec.from_spec(env.action_spec()),
+                                seed=args.seed)
+        else:
+            act = compiled_act_fn(load_policy_or_fail(policy_dir), tensor_spec.from_spec(env.time_step_spec()))
+    finally:
+        env.close()
+    returns = record_video(act, env_id, output, args.episodes, args.fps, args.seed, max_steps)
+    print(f"wrote {output}: {len(returns)} episode(s), returns {', '.join(f'{r:.0f}' for r in returns)}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from dqn_cartpole.report.command import redraw_run
+
+    for path in redraw_run(args.run_dir):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from dqn_cartpole.report.command import redraw_run
+
+    print(f"wrote {redraw_run(args.run_dir)[-1]}")
+    return 0
+
+
+def cmd_specs(args: argparse.Namespace) -> int:
+    from dqn_cartpole.config import load_config
+
+    config = load_config(config_path(args.config), args.overrides)
+    # as_dataset(4, 2) needs 2 steps, and Reverb one whole item; an empty Reverb table blocks reads.
+    needed = config.agent.n_step + 1
+    if args.steps < needed:
+        raise UserError(f"--steps: must be at least {needed} (n_step + 1), got {args.steps}")
+    silence()
+    from dqn_cartpole.console import quiet
+    from dqn_cartpole.core.specs import specs_report
+
+    with quiet.NativeStderrFilter():
+        lines = specs_report(config, args.steps, announce=lambda line: print(line, file=sys.stderr))
+    print("\n".join(lines))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "record": cmd_record, "plot": cmd_plot,
+            "report": cmd_report, "specs": cmd_specs}

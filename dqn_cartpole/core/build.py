@@ -1,0 +1,128 @@
+"""The builder: what a DQN run is made of, asked for by name.
+
+`train`, `specs` (and later every distributed role) build their parts here, so the wiring
+env -> agent -> replay -> driver exists once. Reverb is always "a server, then a client": an
+embedded run starts the server in its own process and connects to it; a separate process
+would only connect, knowing the address.
+
+Everything that must be released (envs, servers, readers and writers) is registered on the
+`contextlib.ExitStack` the caller passes in, in the order that releases it safely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from tf_agents.drivers import dynamic_step_driver
+from tf_agents.environments import tf_py_environment
+from tf_agents.policies import random_tf_policy
+
+from dqn_cartpole.config import Config, ReplayConfig
+from dqn_cartpole.console.quiet import NativeStderrFilter
+from dqn_cartpole.core import envs
+from dqn_cartpole.core.agents import build_agent
+from dqn_cartpole.replay import reverb_tables
+from dqn_cartpole.replay.base import Replay, sequence_length_for
+from dqn_cartpole.replay.uniform import PyUniformReplay, TFUniformReplay
+
+# Offsets keep the collect, eval, solve-check and video envs on different random streams.
+EVAL_SEED_OFFSET, SOLVE_SEED_OFFSET, VIDEO_SEED_OFFSET = 10_000, 20_000, 30_000
+
+
+@dataclass(frozen=True)
+class Envs:
+    """The collection envs (as a Python env and its TF wrapper) and the evaluation envs."""
+
+    collect: envs.BatchedGymnasiumEnvironment
+    tf_env: tf_py_environment.TFPyEnvironment
+    evaluate: envs.BatchedGymnasiumEnvironment
+
+
+def make_env_copies(config: Config, copies: int, seed: int, stack: contextlib.ExitStack
+                    ) -> envs.BatchedGymnasiumEnvironment:
+    """`copies` copies of the configured env stepped together, closed with `stack`."""
+    env = envs.make_batched_env(config.env.id, copies, seed=seed, max_episode_steps=config.env.max_episode_steps)
+    stack.callback(env.close)
+    return env
+
+
+def make_envs(config: Config, stack: contextlib.ExitStack) -> Envs:
+    """`env.num_envs` collection envs and one evaluation env per evaluation episode."""
+    seed = config.training.seed
+    collect = make_env_copies(config, config.env.num_envs, seed, stack)
+    evaluate = make_env_copies(config, config.evaluation.num_eval_episodes, seed + EVAL_SEED_OFFSET, stack)
+    return Envs(collect, tf_py_environment.TFPyEnvironment(collect), evaluate)
+
+
+def make_agent(config: Config, tf_env: tf_py_environment.TFPyEnvironment) -> Any:
+    """The configured DqnAgent / DdqnAgent for the env's specs."""
+    return build_agent(config.agent, config.network, tf_env.time_step_spec(), tf_env.action_spec())
+
+
+# ---------------------------------------------------------------------------- replay
+
+
+def make_replay_tables(replay_config: ReplayConfig, data_spec: Any, n_step: int) -> list:
+    """Reverb's server side: the tables of (n_step + 1)-step windows of `data_spec` items."""
+    return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, sequence_length_for(n_step))
+
+
+def start_replay_server(replay_config: ReplayConfig, data_spec: Any, n_step: int, stack: contextlib.ExitStack,
+                        checkpoint_dir: Optional[str] = None,
+                        announce: Callable[[str], None] = lambda line: None) -> reverb_tables.ReplayServer:
+    """Starts a Reverb server with the DQN tables (loading `checkpoint_dir`'s newest checkpoint, if any)."""
+    server = reverb_tables.ReplayServer(make_replay_tables(replay_config, data_spec, n_step),
+                                        port=replay_config.reverb_port, checkpoint_dir=checkpoint_dir)
+    stack.callback(server.stop)
+    announce(reverb_tables.exposure_line(server.port))
+    return server
+
+
+def make_replay_client(replay_config: ReplayConfig, data_spec: Any, num_envs: int, n_step: int, address: str,
+                       stack: contextlib.ExitStack, local_server: Any = None) -> Replay:
+    """A Reverb client (reader and one writer per env) of the server at `address`."""
+    from dqn_cartpole.replay.reverb_client import ReverbReplay  # imports Reverb: only this backend pays
+
+    replay = ReverbReplay(data_spec, num_envs, replay_config, sequence_length_for(n_step), address, local_server)
+    stack.callback(replay.close)
+    return replay
+
+
+def make_replay_buffer(replay_config: ReplayConfig, data_spec: Any, num_envs: int, n_step: int,
+                       stack: contextlib.ExitStack, checkpoint_dir: Optional[str] = None,
+                       announce: Callable[[str], None] = lambda line: None) -> Replay:
+    """A replay for one process: a uniform buffer, or an embedded Reverb server and its client."""
+    if replay_config.backend == "reverb":
+        stack.enter_context(NativeStderrFilter())  # Reverb's info lines, while its server lives here
+        server = start_replay_server(replay_config, data_spec, n_step, stack, checkpoint_dir, announce)
+        return make_replay_client(replay_config, data_spec, num_envs, n_step, server.address, stack,
+                                  local_server=server.server)
+    buffer_class = TFUniformReplay if replay_config.backend == "tf_uniform" else PyUniformReplay
+    replay = buffer_class(data_spec, num_envs, replay_config)
+    stack.callback(replay.close)
+    return replay
+
+
+def make_replay(config: Config, data_spec: Any, stack: contextlib.ExitStack, checkpoint_dir: Optional[str] = None,
+                announce: Callable[[str], None] = lambda line: None) -> Replay:
+    """The configured replay of a single-process run."""
+    return make_replay_buffer(config.replay, data_spec, config.env.num_envs, config.agent.n_step, stack,
+                              checkpoint_dir, announce)
+
+
+# ---------------------------------------------------------------------------- collection
+
+
+def make_collect_driver(tf_env: tf_py_environment.TFPyEnvironment, policy: Any, observers: Sequence[Callable],
+                        num_steps: int) -> dynamic_step_driver.DynamicStepDriver:
+    """A TF-Agents driver that steps `policy` in `tf_env` for `num_steps` env steps per `run`."""
+    return dynamic_step_driver.DynamicStepDriver(tf_env, policy, list(observers), num_steps=num_steps)
+
+
+def make_random_driver(tf_env: tf_py_environment.TFPyEnvironment, observers: Sequence[Callable],
+                       num_steps: int) -> dynamic_step_driver.DynamicStepDriver:
+    """The collect driver of a uniformly random policy (fills replay before training)."""
+    policy = random_tf_policy.RandomTFPolicy(tf_env.time_step_spec(), tf_env.action_spec())
+    return make_collect_driver(tf_env, policy, observers, num_steps)

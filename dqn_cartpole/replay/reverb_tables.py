@@ -1,0 +1,96 @@
+"""Reverb's server side: the tables a DQN replay needs, and a server's life (port, checkpoints, stop).
+
+The same tables serve an embedded server (started in the training process) and a standalone
+one; clients (`replay.reverb_client`) only need its address.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Optional
+
+from tf_agents.specs import tensor_spec
+
+from dqn_cartpole.errors import UserError
+
+TABLE_NAME = "uniform_table"
+# A second view of the same items (no copy of the data), ordered by insertion, for single_pass.
+PASS_TABLE_NAME = "insertion_order"
+
+
+
+
+def make_replay_tables(data_spec: Any, capacity: int, sequence_length: int) -> list:
+    """The uniform table training samples, and an insertion-order view of the same items.
+
+    Both hold the same items (their data is shared, not copied) and evict the same oldest one.
+    Training samples the uniform table; `single_pass` walks the min-heap one, whose priorities
+    are insertion indices.
+    """
+    import reverb  # only this backend pays for importing Reverb
+
+    signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec), sequence_length)
+
+    def table(name: str, sampler: Any) -> Any:
+        return reverb.Table(name, max_size=capacity, sampler=sampler, remover=reverb.selectors.Fifo(),
+                            rate_limiter=reverb.rate_limiters.MinSize(1), signature=signature)
+
+    return [table(TABLE_NAME, reverb.selectors.Uniform()), table(PASS_TABLE_NAME, reverb.selectors.MinHeap())]
+
+
+def check_port_free(port: int) -> None:
+    """Refuses a port something already listens on, with one line.
+
+    gRPC sets SO_REUSEPORT, so a second Reverb server on a used port would start without error
+    and split the clients between the two; a plain bind sees the conflict.
+    """
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("::", port))
+        except OSError as exc:
+            raise UserError(f"replay.reverb_port: port {port} is already in use ({exc.strerror}); choose "
+                            f"another port, or null for a free one") from None
+
+
+class ReplayServer:
+    """A Reverb server with the DQN tables: started at construction, stopped by `stop()` (idempotent)."""
+
+    def __init__(self, tables: list, port: Optional[int] = None, checkpoint_dir: Optional[str] = None):
+        import reverb
+
+        if port:
+            check_port_free(port)
+        checkpointer = reverb.checkpointers.DefaultCheckpointer(checkpoint_dir) if checkpoint_dir else None
+        try:
+            self.server = reverb.Server(tables, port=port, checkpointer=checkpointer)
+        except Exception as exc:  # pylint: disable=broad-except  # reverb raises bare RuntimeError/ValueError
+            raise UserError(reverb_start_problem(exc, port, checkpoint_dir)) from None
+        self.port = self.server.port
+
+    @property
+    def address(self) -> str:
+        return f"localhost:{self.port}"
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            # A stopped server keeps ~35 threads until the object is freed: drop the reference.
+            self.server = None
+
+
+def exposure_line(port: int) -> str:
+    """The one line every Reverb server prints: the port, and that it is open to the network."""
+    return (f"Reverb replay server on port {port}, listening on ALL network interfaces (*:{port}) with no "
+            f"authentication; set replay.backend: tf_uniform to open no port.")
+
+
+def reverb_start_problem(exc: Exception, port: Optional[int], checkpoint_dir: Optional[str]) -> str:
+    """One line saying why the Reverb server did not start: its port, or the table checkpoint it loads."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if "BuildAndStart" in first or "address" in first.lower():
+        where = f"port {port}" if port else "a free port"
+        return f"replay.reverb_port: cannot start the Reverb server on {where}: {first}"
+    if checkpoint_dir and os.path.isdir(checkpoint_dir) and os.listdir(checkpoint_dir):
+        return f"cannot start the Reverb server from the table checkpoint in {checkpoint_dir}: {first}"
+    return f"cannot start the Reverb server: {first}"

@@ -1,0 +1,105 @@
+"""Finding and creating run folders: where a new run goes, which policy a path means.
+
+The rules a user meets: an existing run is never replaced without `--overwrite`, a folder that
+is not a run is never deleted, and one process at a time works in a run folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from typing import IO, Any, Optional
+
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.run_folder import layout
+from dqn_cartpole.run_folder.lock import lock_run
+
+
+def is_run_folder(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, layout.CONFIG_FILE))
+
+
+def resolve_run_dir(config: Any, output_dir: Optional[str], overwrite: bool) -> str:
+    """The run folder: `output_dir`, else output.root/output.run_name, else a fresh timestamped name.
+
+    Checks, without touching anything, that it can be used (`config` may be None with `output_dir`).
+    """
+    if output_dir:
+        path = output_dir
+    elif config.output.run_name:
+        path = os.path.join(config.output.root, config.output.run_name)
+    else:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        base = os.path.join(config.output.root, f"{config.env.id}__s{config.training.seed}__{stamp}")
+        path, n = base, 1
+        while os.path.exists(path):
+            n += 1
+            path = f"{base}-{n}"
+    if os.path.isfile(path):
+        raise UserError(f"{path}: is a file, not a folder; choose another --output-dir")
+    if os.path.isdir(path) and os.listdir(path):
+        if not overwrite:
+            raise UserError(f"{path}: already holds a run; pass --overwrite to replace it, --resume {path} to "
+                            f"continue it, or choose another --output-dir")
+        if not is_run_folder(path):
+            raise UserError(f"{path}: holds files but is not a run folder (no {layout.CONFIG_FILE}); refusing to "
+                            f"delete it, even with --overwrite")
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UserError(f"{path}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"{path}: cannot write there (no permission on {probe})")
+    return path
+
+
+def create_run_dir(path: str, overwrite: bool) -> tuple[bool, IO]:
+    """Creates (or, with `overwrite`, empties) the run folder and locks it for this process.
+
+    Returns whether the folder is new, and the lock to keep open while the run lives. A folder
+    in use by another process is refused before anything in it is touched.
+    """
+    existed = os.path.isdir(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot create the run folder: {exc.strerror}") from None
+    lock = lock_run(path)
+    if existed and overwrite:
+        for name in os.listdir(path):
+            if name != layout.LOCK_FILE:
+                target = os.path.join(path, name)
+                if os.path.isdir(target) and not os.path.islink(target):
+                    shutil.rmtree(target)
+                else:
+                    os.remove(target)
+        existed = False
+    return not existed, lock
+
+
+def resolve_policy(path: str, final: bool = False) -> tuple[str, Optional[str]]:
+    """Returns (policy folder, run folder or None) for a run folder or a policy folder.
+
+    A run folder means its `policy/best` (or `policy/final` with `final`), falling back to the other.
+    """
+    from dqn_cartpole.run_folder.export import recover_policy
+
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such run or policy folder")
+
+    def run_of(folder: str) -> Optional[str]:
+        return folder if is_run_folder(folder) else None
+
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        parent = os.path.dirname(os.path.abspath(path))
+        return path, run_of(parent) or run_of(os.path.dirname(parent))
+    order = (layout.FINAL_POLICY, layout.BEST_POLICY) if final else (layout.BEST_POLICY, layout.FINAL_POLICY)
+    for base, run in ((os.path.join(path, layout.POLICY_DIR), path), (path, os.path.dirname(os.path.abspath(path)))):
+        for name in order:
+            candidate = os.path.join(base, name)
+            recover_policy(candidate)
+            if os.path.exists(os.path.join(candidate, "saved_model.pb")):
+                return candidate, run_of(run)
+    raise UserError(f"{path}: not a run folder or a saved policy (no saved_model.pb)")

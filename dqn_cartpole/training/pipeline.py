@@ -1,0 +1,55 @@
+"""What a single-process run is made of, asked of the builder: envs, agent, replay, drivers, evaluators."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from tf_agents.drivers import dynamic_step_driver
+from tf_agents.metrics import tf_metrics
+
+from dqn_cartpole.config import Config
+from dqn_cartpole.core import build
+from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
+from dqn_cartpole.core.policies import compiled_act_fn
+from dqn_cartpole.replay.base import Replay
+
+
+@dataclass
+class Pipeline:
+    """Everything built for a run; the ExitStack it was built with releases it."""
+
+    envs: build.Envs
+    agent: Any
+    replay: Replay
+    env_steps: tf_metrics.EnvironmentSteps
+    initial_driver: dynamic_step_driver.DynamicStepDriver
+    collect_driver: dynamic_step_driver.DynamicStepDriver
+    greedy_act: Callable
+    evaluate_greedy: Callable[[], EvalResult]  # one episode per evaluation env copy
+    stack: contextlib.ExitStack
+
+    def env_step_count(self) -> int:
+        return int(self.env_steps.result().numpy())
+
+    def train_step_count(self) -> int:
+        return int(self.agent.train_step_counter.numpy())
+
+    def epsilon(self) -> float:
+        return float(self.agent.collect_policy._get_epsilon())  # pylint: disable=protected-access  # tf-agents'
+
+
+def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callable[[str], None],
+                   replay_checkpoint_dir: Optional[str] = None) -> Pipeline:
+    """Builds envs, agent, replay and drivers; `stack` closes everything they open."""
+    envs = build.make_envs(config, stack)
+    agent = build.make_agent(config, envs.tf_env)
+    replay = build.make_replay(config, agent.collect_data_spec, stack, replay_checkpoint_dir, announce)
+    env_steps = tf_metrics.EnvironmentSteps()
+    observers = [replay.add_batch, env_steps]
+    initial_driver = build.make_random_driver(envs.tf_env, observers, config.training.initial_collect_steps)
+    collect_driver = build.make_collect_driver(envs.tf_env, agent.collect_policy, observers,
+                                               config.training.collect_steps_per_iteration)
+    return Pipeline(envs, agent, replay, env_steps, initial_driver, collect_driver, compiled_act_fn(agent.policy),
+                    make_episode_runner(agent.policy, envs.evaluate, gamma=config.agent.gamma), stack)

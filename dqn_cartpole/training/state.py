@@ -1,0 +1,98 @@
+"""The run's state: one record the loop updates, that a checkpoint carries and summary.json reports."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+# The fields a checkpoint carries over to a resumed run; the rest are per process or per outcome.
+RESUMED_FIELDS = ("loss", "last_return", "best_return", "best_iteration", "solved_at_iteration", "solved_return",
+                  "solved_wall_s", "solved_env_steps")
+
+
+@dataclass
+class RunState:
+    """What the run knows between compiled calls, and how it ended."""
+
+    iteration: int = 0
+    loss: Optional[float] = None
+    last_return: Optional[float] = None
+    best_return: Optional[float] = None
+    best_iteration: Optional[int] = None
+    solved_at_iteration: Optional[int] = None
+    solved_return: Optional[float] = None
+    solved_wall_s: Optional[float] = None
+    solved_env_steps: Optional[int] = None
+    stop: bool = False  # solved: stop early
+    # per process
+    loop_s: float = 0.0  # inside compiled chunks, excluding the first (which traces)
+    loop_iterations: int = 0
+    eval_s: float = 0.0
+    # how it ended
+    diverged_at_iteration: Optional[int] = None
+    stopped_by: Optional[str] = None  # "SIGINT" / "SIGTERM": stopped early, resumable
+    exit_status: int = 0  # 130 / 143 after a signal, 1 after a divergence
+    resumed_from: Optional[str] = None
+    artifacts: dict = field(default_factory=dict)
+
+    def resumed_fields(self) -> dict:
+        return {name: getattr(self, name) for name in RESUMED_FIELDS}
+
+    def resume_from(self, saved: dict, iteration: int) -> None:
+        """Takes over a checkpoint's fields (unknown ones, from older checkpoints, are ignored)."""
+        for name, value in saved.get("run_state", {}).items():
+            if name in RESUMED_FIELDS:
+                setattr(self, name, value)
+        self.iteration = iteration
+
+    def summary(self, run_dir: str, train_steps: int, env_steps: int, wall_s: float,
+                last_checkpoint: Any = None) -> dict:
+        """What summary.json holds (without its version stamp, which `write_summary` adds)."""
+        return {
+            "run_dir": run_dir, "iterations": self.iteration, "train_steps": train_steps, "env_steps": env_steps,
+            "best_return": self.best_return, "final_return": self.last_return,
+            "solved_at_iteration": self.solved_at_iteration, "solved_wall_s": self.solved_wall_s,
+            "solved_env_steps": self.solved_env_steps, "solved_return": self.solved_return, "wall_s": wall_s,
+            "iterations_per_s": self.loop_iterations / self.loop_s if self.loop_s else None, "eval_s": self.eval_s,
+            "artifacts": dict(self.artifacts), "stopped_by": self.stopped_by, "exit_status": self.exit_status,
+            "diverged_at_iteration": self.diverged_at_iteration, "resumed_from": self.resumed_from,
+            "checkpoint_bytes": last_checkpoint.bytes if last_checkpoint else None,
+            "checkpoint_write_s": last_checkpoint.seconds if last_checkpoint else None,
+        }
+
+
+def rng_state() -> dict:
+    """Python's and NumPy's global RNG states, as JSON."""
+    numpy_state = np.random.get_state()
+    return {"python": list(random.getstate()),
+            "numpy": [numpy_state[0], numpy_state[1].tolist(), *[np.asarray(x).item() for x in numpy_state[2:]]]}
+
+
+def restore_rng_state(saved: dict) -> None:
+    python_state = saved["python"]
+    random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
+    name, keys, *rest = saved["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+
+
+def checkpoint_record(state: RunState, finished: bool, train_steps: int, env_steps: int, replay: Any,
+                      time_step: Any, wall_s: float, config: dict) -> dict:
+    """The loop's part of a checkpoint (state.json): counters, run state, replay seam, RNGs, config."""
+    return {
+        "finished": bool(finished),
+        "train_step": train_steps,
+        "env_steps": env_steps,
+        "replay_size": replay.size(),
+        "replay_inserts": replay.inserts(),
+        "run_state": state.resumed_fields(),
+        # Where each env's stored stream stands: a resumed run ends it there (Replay.write_seam).
+        "stream": {"observation": np.asarray(time_step.observation).tolist(), "held": replay.held_steps()},
+        "wall_s": wall_s,
+        "rng": rng_state(),
+        "config": config,
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }

@@ -1,0 +1,159 @@
+"""The periodic work between compiled chunks, one small class each, as TF-Agents' learner triggers.
+
+Each is a callable the session runs through a TF-Agents `IntervalTrigger` (see `every`): log a
+train row, evaluate the greedy policy (and confirm a solve on fresh episodes), write a
+checkpoint. `PolicyExport` writes policy/best and policy/final with what they are.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from tf_agents.train import interval_trigger
+
+from dqn_cartpole.config import Config
+from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.core import build
+from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
+from dqn_cartpole.run_folder import export
+from dqn_cartpole.run_folder.metrics import CsvLog
+from dqn_cartpole.run_folder.tensorboard import Scalars
+from dqn_cartpole.training.pipeline import Pipeline
+from dqn_cartpole.training.state import RunState
+
+
+def every(interval: int, work: Callable[[], None], iteration: int) -> interval_trigger.IntervalTrigger:
+    """Runs `work` at every multiple of `interval`; started at the last multiple at or before
+    `iteration`, so a resumed run misses no row and repeats none."""
+    return interval_trigger.IntervalTrigger(interval, work, start=iteration - iteration % interval)
+
+
+class Clock:
+    """Wall seconds since the process started (as a user counts them), continued across a resume."""
+
+    def __init__(self, start: float):
+        self.start = start
+
+    def wall(self) -> float:
+        return time.time() - self.start
+
+    def continue_from(self, wall_s: float) -> None:
+        """A resumed run counts on from the checkpoint's wall time."""
+        self.start = time.time() - wall_s
+
+
+class PolicyExport:
+    """Exports the greedy policy with its step, iteration, env steps and measured return."""
+
+    def __init__(self, pipeline: Pipeline, config: Config, state: RunState):
+        self.pipeline, self.config, self.state = pipeline, config, state
+        self.saver: Optional[export.PolicyExporter] = None  # made at the first export
+
+    def save(self, path: str, average_return: Optional[float], episodes: Optional[int] = None, **where: int) -> str:
+        """`where` overrides the iteration and env steps (after a divergence the weights are the last
+        good checkpoint's, not the current iteration's)."""
+        if self.saver is None:
+            self.saver = export.PolicyExporter(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
+        info = {"train_step": self.pipeline.train_step_count(), "iteration": self.state.iteration,
+                "env_steps": self.pipeline.env_step_count(), "average_return": average_return,
+                "episodes": episodes or self.config.evaluation.num_eval_episodes, "env_id": self.config.env.id}
+        info.update(where)
+        return export.save_policy(self.saver, path, info)
+
+
+class LogTrain:
+    """A train row: loss, epsilon, replay counts, the Q-value probe; to the CSV and TensorBoard."""
+
+    def __init__(self, pipeline: Pipeline, config: Config, state: RunState, log: CsvLog, scalars: Scalars,
+                 q_probe: Callable[[], float], clock: Clock):
+        self.pipeline, self.config, self.state = pipeline, config, state
+        self.log, self.scalars, self.q_probe, self.clock = log, scalars, q_probe, clock
+
+    def __call__(self) -> None:
+        replay, train_step = self.pipeline.replay, self.pipeline.train_step_count()
+        samples = train_step * self.config.training.batch_size
+        inserts = replay.inserts()
+        row = {
+            "train_step": train_step, "env_steps": self.pipeline.env_step_count(), "loss": self.state.loss,
+            "epsilon": self.pipeline.epsilon(), "replay_size": replay.size(), "replay_inserts": inserts,
+            "replay_samples": samples, "samples_per_insert": samples / inserts if inserts else None,
+            "wall_s": self.clock.wall(), "mean_max_q": self.q_probe(),
+        }
+        self.log.write(row)
+        self.scalars.write("train", train_step, {k: row[k] for k in ("loss", "epsilon", "samples_per_insert",
+                                                                     "mean_max_q")})
+
+
+class SolveCheck:
+    """Confirms a good evaluation on `evaluation.solve_episodes` fresh episodes; on success, stops the run."""
+
+    def __init__(self, pipeline: Pipeline, config: Config, state: RunState, exporter: PolicyExport,
+                 final_policy: str, solve_return: float, clock: Clock, progress: Progress):
+        self.pipeline, self.config, self.state, self.exporter = pipeline, config, state, exporter
+        self.final_policy, self.solve_return, self.clock, self.progress = final_policy, solve_return, clock, progress
+        self.run_episodes: Optional[Callable[[], EvalResult]] = None  # built once; later checks continue its stream
+
+    def __call__(self) -> None:
+        cfg = self.config
+        if self.run_episodes is None:
+            env = build.make_env_copies(cfg, cfg.evaluation.solve_episodes,
+                                        cfg.training.seed + build.SOLVE_SEED_OFFSET + self.state.iteration,
+                                        self.pipeline.stack)
+            self.run_episodes = make_episode_runner(self.pipeline.agent.policy, env)
+        result = self.run_episodes()
+        if result.average_return < self.solve_return:
+            return
+        state = self.state
+        state.stop = True
+        state.solved_at_iteration, state.solved_return = state.iteration, result.average_return
+        state.solved_env_steps = self.pipeline.env_step_count()
+        self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns))
+        state.solved_wall_s = self.clock.wall()
+        self.progress.message(
+            f"Solved at iteration {state.iteration}: average return {result.average_return:.1f} over "
+            f"{len(result.returns)} greedy episodes (target {self.solve_return:g}); stopping early.")
+
+
+class Evaluate:
+    """Runs the greedy policy, writes the eval row, keeps policy/best, and asks for a solve check."""
+
+    def __init__(self, pipeline: Pipeline, config: Config, state: RunState, exporter: PolicyExport,
+                 best_policy: str, log: CsvLog, scalars: Scalars, clock: Clock, progress: Progress,
+                 solve_check: SolveCheck):
+        self.pipeline, self.config, self.state, self.exporter = pipeline, config, state, exporter
+        self.best_policy, self.log, self.scalars = best_policy, log, scalars
+        self.clock, self.progress, self.solve_check = clock, progress, solve_check
+
+    def __call__(self) -> None:
+        started = time.perf_counter()
+        result = self.pipeline.evaluate_greedy()
+        self.state.eval_s += time.perf_counter() - started
+        self.record(result)
+        if self.config.evaluation.stop_when_solved and result.average_return >= self.solve_check.solve_return:
+            self.solve_check()
+
+    def record(self, result: EvalResult) -> None:
+        state, train_step = self.state, self.pipeline.train_step_count()
+        state.last_return = result.average_return
+        if state.best_return is None or result.average_return >= state.best_return:  # ties go to the later
+            state.best_return, state.best_iteration = result.average_return, state.iteration
+            self.exporter.save(self.best_policy, result.average_return)
+        spread = result.spread_columns()
+        self.log.write({"train_step": train_step, "env_steps": self.pipeline.env_step_count(),
+                        "average_return": result.average_return, "average_episode_length": result.average_length,
+                        "num_episodes": len(result.returns), "wall_s": self.clock.wall(), **spread})
+        self.scalars.write("eval", train_step, {"average_return": result.average_return,
+                                                "average_episode_length": result.average_length, **spread})
+        self.progress.update(state.iteration, state.loss, state.last_return, force=True)
+
+
+class PeriodicCheckpoint:
+    """Writes a checkpoint, except at the end (the last one is written once the final evaluation is in)."""
+
+    def __init__(self, save: Callable[[], None], state: RunState, total: int):
+        self.save, self.state, self.total = save, state, total
+
+    def __call__(self) -> None:
+        if self.state.iteration < self.total and not self.state.stop:
+            self.save()
