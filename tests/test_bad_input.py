@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from helpers import CONFIGS, REPO
+from helpers import CONFIGS, REPO, cli_env, run_cli
 
 SMOKE = os.path.join(CONFIGS, "smoke.yaml")
 
@@ -150,9 +150,7 @@ def _snapshot(folder: str) -> list[tuple[str, float]]:
 def _run(argv: list[str], cwd: str) -> subprocess.CompletedProcess:
     # TF_CPP_MIN_LOG_LEVEL=2 is a common export; it lets TensorFlow's C++ import print errors, so
     # every check must run before TensorFlow is imported.
-    env = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy", TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-m", "dqn_cartpole", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return run_cli(*argv, cwd=cwd, timeout=120, env=cli_env(TF_CPP_MIN_LOG_LEVEL="2"))
 
 
 @pytest.fixture(scope="module")

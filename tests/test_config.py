@@ -1,15 +1,13 @@
 """Config loading, overrides and every kind of bad input."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from dqn_cartpole.config import Config, describe, dump_yaml, load_config
 from dqn_cartpole.errors import ConfigError
 
-from helpers import CONFIGS, REPO
+from helpers import CONFIGS, REPO, run_cli
 
 
 def write(tmp_path, text: str) -> str:
@@ -109,12 +107,6 @@ def test_bad_overrides(item, needle):
     with pytest.raises(ConfigError) as info:
         load_config(None, [item])
     assert needle in str(info.value)
-
-
-def run_cli(*args, cwd):
-    env = dict(os.environ, PYTHONPATH=REPO)
-    return subprocess.run([sys.executable, "-m", "dqn_cartpole", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("args", [

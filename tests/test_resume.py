@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from helpers import CONFIGS, REPO, run_python
+from helpers import CONFIGS, KILL_ENV, REPO, cli_env, run_cli, run_python, start_cli
 
 SMOKE = os.path.join(CONFIGS, "smoke.yaml")
 N = 400
@@ -33,23 +33,12 @@ def train_args(run_dir: str, *sets: str, iterations: int = N) -> list[str]:
             "--set", "output.tensorboard=false", "--set", f"training.num_iterations={iterations}", *extra]
 
 
-def env_for(kill: str | None = None) -> dict:
-    env = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy")
-    env.pop("DQN_CARTPOLE_TEST_KILL", None)
-    if kill:
-        env["DQN_CARTPOLE_TEST_KILL"] = kill
-    return env
-
-
 def cli(*args: str, kill: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dqn_cartpole", *args], cwd=REPO, env=env_for(kill),
-                          capture_output=True, text=True, timeout=timeout)
+    return run_cli(*args, timeout=timeout, env=cli_env(**({KILL_ENV: kill} if kill else {})))
 
 
 def start(*args: str, log_dir) -> subprocess.Popen:
-    out, err = open(log_dir / "stdout", "w"), open(log_dir / "stderr", "w")
-    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole", *args], cwd=REPO, env=env_for(), stdout=out,
-                            stderr=err)
+    return start_cli(*args, log_dir=log_dir)
 
 
 def wait_for_checkpoint(run_dir: str, proc: subprocess.Popen, timeout: float = 180) -> None:

@@ -90,3 +90,52 @@ def test_replacing_keeps_the_old_file_on_error(tmp_path):
             raise RuntimeError("crash")
     assert open(path, encoding="utf-8").read() == "old"
     assert os.listdir(tmp_path) == ["f.txt"]
+
+
+# ---------------------------------------------------------------------------- resolving run folders
+
+
+def test_resolve_run_dir_never_replaces_a_run_or_a_folder_that_is_not_one(tmp_path):
+    from dqn_cartpole.run_folder.resolve import resolve_run_dir
+
+    run = make_run(str(tmp_path / "run"))
+    with pytest.raises(UserError, match="already holds a run"):
+        resolve_run_dir(None, run.root, overwrite=False)
+    assert resolve_run_dir(None, run.root, overwrite=True) == run.root
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "notes.txt").write_text("precious")
+    with pytest.raises(UserError, match="not a run folder"):
+        resolve_run_dir(None, str(junk), overwrite=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="is a file"):
+        resolve_run_dir(None, str(tmp_path / "file"), overwrite=False)
+    assert resolve_run_dir(None, str(tmp_path / "new" / "run"), overwrite=False) == str(tmp_path / "new" / "run")
+
+
+def test_create_run_dir_overwrites_under_its_lock(tmp_path):
+    from dqn_cartpole.run_folder.layout import LOCK_FILE
+    from dqn_cartpole.run_folder.lock import lock_run
+    from dqn_cartpole.run_folder.resolve import create_run_dir
+
+    run = make_run(str(tmp_path / "run"))
+    created, lock = create_run_dir(run.root, overwrite=True)
+    assert created and os.listdir(run.root) == [LOCK_FILE]
+    with pytest.raises(UserError, match=f"in use by another dqn_cartpole process \\(pid {os.getpid()}\\)"):
+        lock_run(run.root)  # a second lock on the folder (flock locks are per open file)
+    lock.close()
+    lock_run(run.root).close()
+
+
+def test_resolve_policy_prefers_best_then_final(tmp_path):
+    from dqn_cartpole.run_folder.resolve import resolve_policy
+
+    run = make_run(str(tmp_path / "run"))
+    with pytest.raises(UserError, match="no saved_model.pb"):
+        resolve_policy(run.root)
+    for path in (run.best_policy, run.final_policy):
+        os.makedirs(path)
+        open(os.path.join(path, "saved_model.pb"), "w").close()
+    assert resolve_policy(run.root) == (run.best_policy, run.root)
+    assert resolve_policy(run.root, final=True) == (run.final_policy, run.root)
+    assert resolve_policy(run.final_policy) == (run.final_policy, run.root)

@@ -10,13 +10,11 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from helpers import CONFIGS, REPO
+from helpers import CONFIGS, REPO, run_cli, start_cli
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/net/tcp"), reason="needs Linux /proc")
 
@@ -54,18 +52,12 @@ def listening(pid: int) -> set[tuple[str, str, int]]:
     return found
 
 
-def start(args: list[str], log_dir) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy")
-    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole", *args], cwd=REPO, env=env,
-                            stdout=open(log_dir / "stdout", "w"), stderr=open(log_dir / "stderr", "w"))
-
-
 def test_default_config_opens_no_listening_socket(tmp_path):
     """Samples the sockets of a short training run on configs/default.yaml from start to end."""
     run_dir = str(tmp_path / "run")
-    proc = start(["train", "--quiet", "--config", os.path.join(CONFIGS, "default.yaml"), "--output-dir", run_dir,
+    proc = start_cli("train", "--quiet", "--config", os.path.join(CONFIGS, "default.yaml"), "--output-dir", run_dir,
                   "--set", "training.num_iterations=1500", "--set", "evaluation.stop_when_solved=false",
-                  "--set", "video.enabled=false"], tmp_path)
+                  "--set", "video.enabled=false", log_dir=tmp_path)
     seen, samples = set(), 0
     while proc.poll() is None:
         seen |= listening(proc.pid)
@@ -83,7 +75,7 @@ def test_reverb_run_prints_its_port_and_exposure_then_stops_and_resumes_with_its
     args = ["train", "--quiet", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--output-dir", run_dir,
             "--set", "replay.backend=reverb", "--set", "replay.sampling=dataset", "--set", "video.enabled=false",
             "--set", "output.tensorboard=false", "--set", "training.num_iterations=1000000"]
-    proc = start(args, tmp_path)
+    proc = start_cli(*args, log_dir=tmp_path)
     stderr = tmp_path / "stderr"
     port, ports = None, set()
     try:
@@ -115,10 +107,7 @@ def test_reverb_run_prints_its_port_and_exposure_then_stops_and_resumes_with_its
     assert os.listdir(os.path.join(ckpt_dir, "reverb"))  # Reverb's own checkpoint of the table
     with open(os.path.join(ckpt_dir, "state.json")) as handle:
         state = json.load(handle)
-    env = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy")
-    result = subprocess.run([sys.executable, "-m", "dqn_cartpole", "train", "--quiet", "--resume", run_dir, "--set",
-                             f"training.num_iterations={state['iteration'] + 100}"], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = run_cli("train", "--quiet", "--resume", run_dir, "--set", f"training.num_iterations={state['iteration'] + 100}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len([line for line in result.stderr.splitlines() if "Reverb replay server on port" in line]) == 1
     assert f"{state['replay_size']} transitions in replay" in result.stderr  # the table came back

@@ -1,0 +1,165 @@
+"""The training run's parts in-process: triggers, chunk sizing, the run state, resume planning.
+
+The end-to-end tests (test_train_e2e, test_resume) run the whole CLI; these pin down each
+part's rules directly, fast, so a refactor does not lean on the slow tests alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dqn_cartpole.config import load_config
+from dqn_cartpole.run_folder import checkpointing
+from dqn_cartpole.run_folder.export import INFO_FILE
+from dqn_cartpole.training import resume, triggers
+from dqn_cartpole.training.loop import FIRST_CHUNK, Chunk, ChunkedLoop
+from dqn_cartpole.training.state import RESUMED_FIELDS, RunState
+
+
+# ---------------------------------------------------------------------------- triggers
+
+
+def test_every_fires_once_per_multiple_and_a_resumed_run_misses_none():
+    # The loop calls triggers where chunks end: on every multiple of any interval (here 50 and 100).
+    fired = []
+    for start in (0, 250):  # a fresh run, and one resumed at iteration 250
+        trigger = triggers.every(100, lambda: fired.append((start, iteration)), iteration=start)
+        for iteration in range(start + 50, 401, 50):
+            trigger(iteration)
+    assert fired == [(0, 100), (0, 200), (0, 300), (0, 400), (250, 300), (250, 400)]
+
+
+def test_periodic_checkpoint_skips_the_end_and_a_solved_run():
+    saved, state = [], RunState()
+    checkpoint = triggers.PeriodicCheckpoint(lambda: saved.append(state.iteration), state, total=1000)
+    for iteration, stop in ((500, False), (1000, False), (700, True)):
+        state.iteration, state.stop = iteration, stop
+        checkpoint()
+    assert saved == [500]  # the last one is written after the loop, with the final evaluation in it
+
+
+def test_clock_continues_from_a_checkpoint():
+    clock = triggers.Clock(0.0)
+    clock.continue_from(12.5)
+    assert 12.4 < clock.wall() < 14
+
+
+# ---------------------------------------------------------------------------- the compiled loop's chunks
+
+
+def test_chunks_end_on_every_interval_and_never_pass_the_total():
+    loop = ChunkedLoop(run_iterations=None, intervals=[200, 500, 5000])
+    assert loop.chunk_size(0, 30_000) == FIRST_CHUNK
+    loop.max_chunk = 10_000
+    assert loop.chunk_size(0, 30_000) == 200
+    assert loop.chunk_size(450, 30_000) == 50  # the eval at 500 comes first
+    assert loop.chunk_size(29_990, 30_000) == 10
+
+
+def test_first_bad_loss_names_the_iteration():
+    chunk = Chunk(first=400, size=4, time_step=None, policy_state=None,
+                  losses=np.array([1.0, 2.0, np.nan, np.inf], np.float32))
+    assert chunk.first_bad_loss()[0] == 403 and np.isnan(chunk.first_bad_loss()[1])
+    assert Chunk(0, 2, None, None, np.array([1.0, 2.0])).first_bad_loss() is None
+
+
+# ---------------------------------------------------------------------------- the run state
+
+
+def test_run_state_round_trips_through_a_checkpoint_and_reports_a_summary():
+    state = RunState(iteration=500, loss=0.5, last_return=200.0, best_return=300.0, best_iteration=400,
+                     loop_s=2.0, loop_iterations=1000)
+    saved = {"run_state": state.resumed_fields()}
+    assert set(saved["run_state"]) == set(RESUMED_FIELDS)
+    resumed = RunState()
+    resumed.resume_from({"run_state": {**saved["run_state"], "from_a_newer_version": 1}}, iteration=500)
+    assert resumed.resumed_fields() == state.resumed_fields() and resumed.iteration == 500
+    assert resumed.loop_s == 0.0  # per process
+    summary = state.summary("run", train_steps=500, env_steps=600, wall_s=9.0)
+    assert summary["iterations_per_s"] == 500.0 and summary["best_return"] == 300.0
+    assert summary["checkpoint_bytes"] is None and summary["exit_status"] == 0
+
+
+# ---------------------------------------------------------------------------- resume planning
+
+
+def write_checkpoint(root: str, iteration: int, finished: bool = False, num_iterations: int = 1000,
+                     damage: bool = False) -> str:
+    """A checkpoint folder as CheckpointWriter lays it out (state.json and a manifest, no TF files)."""
+    path = os.path.join(root, checkpointing.checkpoint_name(iteration))
+    os.makedirs(path)
+    state = {"format": checkpointing.FORMAT, "iteration": iteration, "finished": finished,
+             "config": {"training": {"num_iterations": num_iterations}}}
+    with open(os.path.join(path, checkpointing.STATE_FILE), "w") as handle:
+        json.dump(state, handle)
+    data = open(os.path.join(path, checkpointing.STATE_FILE), "rb").read()
+    files = {checkpointing.STATE_FILE: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
+    with open(os.path.join(path, checkpointing.MANIFEST_FILE), "w") as handle:
+        json.dump({"format": checkpointing.FORMAT, "iteration": iteration, "files": files}, handle)
+    if damage:
+        with open(os.path.join(path, checkpointing.STATE_FILE), "a") as handle:
+            handle.write(" ")
+    return path
+
+
+def test_resume_plan_takes_the_newest_good_checkpoint(tmp_path):
+    root = str(tmp_path / "run" / "checkpoints")
+    os.makedirs(root)
+    write_checkpoint(root, 100)
+    good = write_checkpoint(root, 200)
+    write_checkpoint(root, 300, damage=True)
+    os.makedirs(os.path.join(root, checkpointing.checkpoint_name(400) + checkpointing.TMP_SUFFIX))
+    plan = checkpointing.plan_resume(str(tmp_path / "run"))
+    assert plan.found.path == good and plan.found.iteration == 200
+    reasons = sorted(bad.reason.split(":")[0] for bad in plan.bad)
+    assert reasons == ["damaged", "partial"]
+
+
+def test_prepare_folder_sets_bad_checkpoints_aside_and_restores_their_metrics(tmp_path):
+    from dqn_cartpole.run_folder.layout import RunLayout
+
+    run = RunLayout(str(tmp_path / "run"))
+    os.makedirs(run.checkpoints)
+    good = write_checkpoint(run.checkpoints, 100)
+    os.makedirs(os.path.join(good, checkpointing.METRICS_DIR))
+    with open(os.path.join(good, checkpointing.METRICS_DIR, "eval_metrics.csv"), "w") as handle:
+        handle.write("train_step\n0\n100\n")
+    with open(run.eval_metrics, "w") as handle:
+        handle.write("train_step\n0\n100\n200\n")  # a row written after the checkpoint
+    write_checkpoint(run.checkpoints, 200, damage=True)
+    found = resume.prepare_folder(run, checkpointing.plan_resume(run.root))
+    assert found.iteration == 100
+    assert open(run.eval_metrics).read() == "train_step\n0\n100\n"
+    assert not os.path.exists(os.path.join(run.checkpoints, checkpointing.checkpoint_name(200)))
+
+
+@pytest.mark.parametrize("finished, asked_before, asked_now, done", [
+    (False, 1000, 1000, False), (True, 1000, 1000, True), (True, 1000, 2000, False), (True, 1000, 500, True)])
+def test_a_finished_run_trains_on_only_when_more_iterations_are_asked(tmp_path, finished, asked_before, asked_now,
+                                                                     done):
+    path = write_checkpoint(str(tmp_path), 1000, finished=finished, num_iterations=asked_before)
+    found = checkpointing.Found(path, 1000, checkpointing.read_state(path))
+    config = load_config(None, [f"training.num_iterations={asked_now}"])
+    assert resume.already_done(found, config) is done
+
+
+def test_a_better_best_policy_saved_after_the_checkpoint_is_kept(tmp_path):
+    best = tmp_path / "best"
+    best.mkdir()
+    (best / INFO_FILE).write_text(json.dumps({"average_return": 480.0, "iteration": 1200}))
+    state = RunState(best_return=450.0, best_iteration=1000)
+    resume.adopt_best_on_disk(str(best), state)
+    assert (state.best_return, state.best_iteration) == (480.0, 1200)
+    state = RunState(best_return=490.0, best_iteration=1000)
+    resume.adopt_best_on_disk(str(best), state)
+    assert (state.best_return, state.best_iteration) == (490.0, 1000)
+
+
+def test_resume_seed_depends_on_seed_and_iteration():
+    seeds = {resume.resume_seed(s, i) for s in (0, 1) for i in (100, 200)}
+    assert len(seeds) == 4 and all(0 <= s < 2**31 - 1 for s in seeds)
