@@ -232,7 +232,7 @@ def test_sigint_saves_everything_and_exits_130_then_a_nan_loss_keeps_the_last_go
 
 
 def test_recover_policy_finishes_an_interrupted_swap(tmp_path):
-    from dqn_cartpole.run_folder.export import recover_policy
+    from dqn_cartpole.run_folder.policy_files import recover_policy
 
     path = tmp_path / "final"
     (tmp_path / "final.old").mkdir()

@@ -124,7 +124,7 @@ def feed(replay: Replay, steps: list[Step]) -> None:
 
 def transitions_of(agent, windows) -> dict[int, tuple]:
     """start id -> (return, bootstrap id, bootstrap discount incl. gamma), as the agent converts them."""
-    _, _, next_steps = agent._as_transition(windows)  # pylint: disable=protected-access  # the loss's converter
+    _, _, next_steps = agent.n_step_transitions(windows)  # the loss's own converter
     starts = np.asarray(windows.observation)[:, 0, 0].astype(int)
     keep = np.asarray(windows.step_type)[:, 0] != LAST
     return {int(s): (float(r), int(o), float(GAMMA * d)) for s, r, o, d, k in zip(

@@ -15,7 +15,7 @@ import pytest
 
 from dqn_cartpole.config import load_config
 from dqn_cartpole.run_folder import checkpointing
-from dqn_cartpole.run_folder.export import INFO_FILE
+from dqn_cartpole.run_folder.policy_files import INFO_FILE
 from dqn_cartpole.training import resume, triggers
 from dqn_cartpole.training.loop import FIRST_CHUNK, Chunk, ChunkedLoop
 from dqn_cartpole.training.state import RESUMED_FIELDS, RunState

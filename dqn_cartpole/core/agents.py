@@ -94,9 +94,37 @@ class _EpisodeTargetsMixin:
         super().__init__(*args, **kwargs)
         self._as_transition = EpisodeNStepTransition(self.data_context, gamma=self._gamma, n=self._n_step_update)
 
+    @property
+    def q_network(self) -> Any:
+        return self._q_network
+
+    def epsilon(self) -> float:
+        """The collect policy's epsilon now (it follows the train-step counter)."""
+        return float(self.collect_policy._get_epsilon())  # pylint: disable=protected-access  # tf-agents' own
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """Changes the optimizer's learning rate (a resumed run may set a new one)."""
+        self._optimizer.learning_rate = learning_rate
+
+    def build_optimizer(self) -> None:
+        """Creates the optimizer's slots and hyperparameters now, so a checkpoint restore fills them at once.
+
+        Without this the optimizer's variables are restored later, on their creation inside the
+        first training step, and would overwrite a learning rate changed on resume.
+        """
+        variables = self._q_network.trainable_variables
+        if hasattr(self._optimizer, "_create_all_weights"):  # Keras 2 legacy optimizers
+            self._optimizer._create_all_weights(variables)  # pylint: disable=protected-access
+        else:
+            self._optimizer.build(variables)
+
+    def n_step_transitions(self, experience: trajectory_lib.Trajectory) -> trajectory_lib.Transition:
+        """A [B, n + 1] batch of windows as the loss sees them: (first step, action) -> (bootstrap step)."""
+        return self._as_transition(experience)
+
     def td_targets(self, experience: trajectory_lib.Trajectory) -> tuple[tf.Tensor, tf.Tensor]:
         """(valid mask, TD targets) of a [B, n + 1] batch, exactly as the loss computes them."""
-        time_steps, actions, next_time_steps = self._as_transition(experience)
+        time_steps, actions, next_time_steps = self.n_step_transitions(experience)
         next_q = self._compute_next_q_values(next_time_steps, actions.info)
         targets = dqn_agent.compute_td_targets(next_q, rewards=self._reward_scale_factor * next_time_steps.reward,
                                                discounts=self._gamma * next_time_steps.discount)

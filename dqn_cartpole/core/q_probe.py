@@ -58,4 +58,4 @@ class QProbe:
     def for_agent(cls, agent, env_id: str, seed: int, max_episode_steps: Optional[int] = None) -> "QProbe":
         """A probe of `agent`'s online Q-network on NUM_STATES random-policy states of `env_id`."""
         states = random_policy_states(env_id, NUM_STATES, seed + SEED_OFFSET, max_episode_steps)
-        return cls(agent._q_network, states)  # pylint: disable=protected-access
+        return cls(agent.q_network, states)

@@ -288,20 +288,6 @@ class Saved:
     seconds: float
 
 
-def _build_optimizer(agent) -> None:
-    """Creates the optimizer's slots and hyperparameters now, so a restore fills them at once.
-
-    Without this the optimizer's variables are restored later, on their creation inside the
-    first training step, and would overwrite a learning rate changed on resume.
-    """
-    optimizer = agent._optimizer  # pylint: disable=protected-access
-    variables = agent._q_network.trainable_variables  # pylint: disable=protected-access
-    if hasattr(optimizer, "_create_all_weights"):  # Keras 2 legacy optimizers
-        optimizer._create_all_weights(variables)  # pylint: disable=protected-access
-    elif hasattr(optimizer, "build"):
-        optimizer.build(variables)
-
-
 class CheckpointWriter:
     """Saves and restores a run's trainable state under `root` (RUN/checkpoints): the agent, the
     env-step counter and the replay (a uniform buffer's variables, or Reverb's table checkpoint)."""
@@ -375,7 +361,7 @@ class CheckpointWriter:
     # -- restoring
     def restore(self, found: Found) -> None:
         """Loads everything but Reverb's table (the server loaded that when it started)."""
-        _build_optimizer(self.agent)
+        self.agent.build_optimizer()  # so the restore fills its slots at once (see the agent)
         try:
             self._checkpoint.read(found.tf_prefix).assert_consumed()
         except Exception as exc:  # pylint: disable=broad-except

@@ -16,7 +16,7 @@ import tensorflow as tf
 from tf_agents.policies import policy_saver
 
 from dqn_cartpole.run_folder.checkpointing import crash_point, fsync_tree
-INFO_FILE = "policy_info.json"
+from dqn_cartpole.run_folder.policy_files import INFO_FILE, recover_policy
 
 
 def make_saver(policy, train_step: tf.Variable) -> policy_saver.PolicySaver:
@@ -79,26 +79,6 @@ def save_policy(saver, path: str, info: Optional[dict] = None) -> str:
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
     return path
-
-
-def recover_policy(path: str) -> None:
-    """Completes a swap that a crash interrupted (see `save_policy`)."""
-    tmp, old = path + ".tmp", path + ".old"
-    if os.path.exists(path) or not os.path.exists(old):
-        return
-    # `old` exists only once `tmp` was completely written, so `tmp` is the newer, whole policy.
-    os.replace(tmp if os.path.exists(tmp) else old, path)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def read_info(path: str) -> Optional[dict]:
-    """The `policy_info.json` of a saved policy, or None."""
-    try:
-        with open(os.path.join(path, INFO_FILE), encoding="utf-8") as handle:
-            info = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return info if isinstance(info, dict) else None
 
 
 def load_policy(path: str):

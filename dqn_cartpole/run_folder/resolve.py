@@ -14,6 +14,7 @@ from typing import IO, Any, Optional
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder import layout
 from dqn_cartpole.run_folder.lock import lock_run
+from dqn_cartpole.run_folder.policy_files import recover_policy
 
 
 def is_run_folder(path: str) -> bool:
@@ -84,8 +85,6 @@ def resolve_policy(path: str, final: bool = False) -> tuple[str, Optional[str]]:
 
     A run folder means its `policy/best` (or `policy/final` with `final`), falling back to the other.
     """
-    from dqn_cartpole.run_folder.export import recover_policy
-
     if not os.path.exists(path):
         raise UserError(f"{path}: no such run or policy folder")
 

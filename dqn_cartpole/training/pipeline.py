@@ -37,7 +37,7 @@ class Pipeline:
         return int(self.agent.train_step_counter.numpy())
 
     def epsilon(self) -> float:
-        return float(self.agent.collect_policy._get_epsilon())  # pylint: disable=protected-access  # tf-agents'
+        return self.agent.epsilon()
 
 
 def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callable[[str], None],

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from dqn_cartpole.config import Config, to_dict
 from dqn_cartpole.core import build
-from dqn_cartpole.run_folder import checkpointing, export
+from dqn_cartpole.run_folder import checkpointing, policy_files
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState, checkpoint_record, restore_rng_state
@@ -37,7 +37,7 @@ def prepare_folder(layout: RunLayout, plan: Optional[checkpointing.ResumePlan]) 
     puts back the metrics of the good one. Returns the checkpoint to resume from, if any."""
     os.makedirs(layout.checkpoints, exist_ok=True)
     for path in (layout.best_policy, layout.final_policy):
-        export.recover_policy(path)
+        policy_files.recover_policy(path)
     if plan is None:
         return None
     checkpointing.set_aside(list(plan.bad))
@@ -62,7 +62,7 @@ def already_done(found: checkpointing.Found, config: Config) -> bool:
 
 def adopt_best_on_disk(best_policy: str, state: RunState) -> None:
     """Keeps policy/best if it beats the checkpoint's best (it was saved after the checkpoint)."""
-    info = export.read_info(best_policy)
+    info = policy_files.read_info(best_policy)
     if not info or info.get("average_return") is None:
         return
     best = state.best_return
@@ -107,7 +107,7 @@ class Checkpoints:
             self.state.stop = False  # more iterations were asked for: train on
         adopt_best_on_disk(self.layout.best_policy, self.state)
         self.clock.continue_from(float(saved["wall_s"]))
-        pipeline.agent._optimizer.learning_rate = cfg.agent.learning_rate  # pylint: disable=protected-access
+        pipeline.agent.set_learning_rate(cfg.agent.learning_rate)
         restore_rng_state(saved["rng"])
         size = pipeline.replay.size()  # before the seam is written
         if size != saved["replay_size"]:
