@@ -345,9 +345,11 @@ def validate(config: Config, source: str) -> None:
     if not 0.0 < config.agent.target_update_tau <= 1.0:
         fail("agent.target_update_tau", f"must be in (0, 1], got {config.agent.target_update_tau}")
     if not config.network.fc_layer_params or min(config.network.fc_layer_params) <= 0:
-        fail("network.fc_layer_params", f"must be a non-empty list of positive sizes, got {list(config.network.fc_layer_params)}")
+        fail("network.fc_layer_params",
+             f"must be a non-empty list of positive sizes, got {list(config.network.fc_layer_params)}")
     if config.training.batch_size > config.replay.capacity:
-        fail("training.batch_size", f"{config.training.batch_size} is larger than replay.capacity ({config.replay.capacity})")
+        fail("training.batch_size",
+             f"{config.training.batch_size} is larger than replay.capacity ({config.replay.capacity})")
     if config.replay.backend == "reverb" and config.replay.sampling == "direct":
         fail("replay.sampling", "Reverb is read through a tf.data dataset; use sampling: dataset (or auto) with "
                                 "backend: reverb")
@@ -355,7 +357,8 @@ def validate(config: Config, source: str) -> None:
     if config.training.initial_collect_steps < window:
         fail("training.initial_collect_steps",
              f"must be at least (agent.n_step + 1) x env.num_envs = {window}, so the first sample finds a whole "
-             f"{config.agent.n_step + 1}-step window in every env's stream; got {config.training.initial_collect_steps}")
+             f"{config.agent.n_step + 1}-step window in every env's stream; "
+             f"got {config.training.initial_collect_steps}")
     if config.replay.reverb_port is not None and not 0 < config.replay.reverb_port < 65536:
         fail("replay.reverb_port", f"must be a port in 1..65535, got {config.replay.reverb_port}")
     if config.replay.reverb_num_workers_per_iterator == 0 or config.replay.reverb_num_workers_per_iterator < -1:
@@ -363,7 +366,8 @@ def validate(config: Config, source: str) -> None:
              f"must be -1 (Reverb picks) or positive, got {config.replay.reverb_num_workers_per_iterator}")
     if config.env.num_envs > 1 and config.training.collect_steps_per_iteration % config.env.num_envs:
         fail("training.collect_steps_per_iteration",
-             f"must be a multiple of env.num_envs ({config.env.num_envs}), got {config.training.collect_steps_per_iteration}")
+             f"must be a multiple of env.num_envs ({config.env.num_envs}), "
+             f"got {config.training.collect_steps_per_iteration}")
     if config.output.run_name is not None and (not config.output.run_name or "/" in config.output.run_name):
         fail("output.run_name", f"must be a plain folder name, got {config.output.run_name!r}")
     validate_env_id(config.env.id, source)

@@ -146,7 +146,8 @@ def main() -> None:
     ok = [s for s in solves if s["solved"]]
     if ok:
         print(f"| **time to solve, median** | **{statistics.median(s['time_s'] for s in ok):.1f} s, "
-              f"{statistics.median(s['env_steps'] for s in ok):.0f} env steps** ({len(ok)}/{len(solves)} seeds solved) |")
+              f"{statistics.median(s['env_steps'] for s in ok):.0f} env steps** "
+              f"({len(ok)}/{len(solves)} seeds solved) |")
     if has_reference:
         reference = (reference_before + reference_after) / 2
         print(f"| reference loop (tutorial), it/s | {reference:.0f} (before {reference_before:.0f}, "

@@ -107,7 +107,8 @@ def test_reverb_run_prints_its_port_and_exposure_then_stops_and_resumes_with_its
     assert os.listdir(os.path.join(ckpt_dir, "reverb"))  # Reverb's own checkpoint of the table
     with open(os.path.join(ckpt_dir, "state.json")) as handle:
         state = json.load(handle)
-    result = run_cli("train", "--quiet", "--resume", run_dir, "--set", f"training.num_iterations={state['iteration'] + 100}")
+    result = run_cli("train", "--quiet", "--resume", run_dir,
+                     "--set", f"training.num_iterations={state['iteration'] + 100}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len([line for line in result.stderr.splitlines() if "Reverb replay server on port" in line]) == 1
     assert f"{state['replay_size']} transitions in replay" in result.stderr  # the table came back

@@ -10,6 +10,7 @@ import re
 import sys
 import threading
 import warnings
+from typing import Optional
 
 
 def silence() -> None:
@@ -72,8 +73,8 @@ class NativeStderrFilter:
 
     def __init__(self, noise: tuple = ALL_NOISE):
         self.noise = tuple(n.encode() for n in noise)
-        self._saved_fd: "int | None" = None
-        self._thread: "threading.Thread | None" = None
+        self._saved_fd: Optional[int] = None
+        self._thread: Optional[threading.Thread] = None
 
     def __enter__(self) -> "NativeStderrFilter":
         return self.start()

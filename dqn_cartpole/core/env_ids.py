@@ -12,7 +12,7 @@ os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # before gymnasium's renderer
 
 import difflib  # noqa: E402
 import functools  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, Optional  # noqa: E402
 
 import gymnasium  # noqa: E402
 from gymnasium import spaces  # noqa: E402
@@ -35,7 +35,7 @@ class EnvSpecError(ValueError):
 # --------------------------------------------------------------------------
 
 
-def suggest_env_id(env_id: str) -> str | None:
+def suggest_env_id(env_id: str) -> Optional[str]:
     """Returns the registered env id closest to ``env_id``, if any is close."""
     # Match case-insensitively so 'cartpole-v1' suggests 'CartPole-v1'.
     by_lower = {key.lower(): key for key in gymnasium.registry}
@@ -55,7 +55,7 @@ def registered_spec(env_id: str) -> EnvSpec:
 
 def spaces_problem(
     name: str, observation_space: spaces.Space, action_space: spaces.Space
-) -> str | None:
+) -> Optional[str]:
     """Describes why the spaces are unsupported, or None if they are fine."""
     if not isinstance(observation_space, spaces.Box):
         return (
@@ -71,7 +71,7 @@ def spaces_problem(
 
 
 @functools.lru_cache(maxsize=None)
-def _env_id_spaces_problem(env_id: str) -> str | None:
+def _env_id_spaces_problem(env_id: str) -> Optional[str]:
     """Builds ``env_id`` once to inspect its spaces (cached: spaces are static)."""
     try:
         env = make_gymnasium(env_id, render_mode=None, max_episode_steps=None)
@@ -101,7 +101,7 @@ def check_env_id(env_id: str) -> None:
 
 
 def make_gymnasium(
-    env_id: str, render_mode: str | None, max_episode_steps: int | None
+    env_id: str, render_mode: Optional[str], max_episode_steps: Optional[int]
 ) -> gymnasium.Env:
     """``gymnasium.make`` without the env checker or the 'out of date' warning."""
     kwargs: dict[str, Any] = {"disable_env_checker": True}
@@ -114,13 +114,13 @@ def make_gymnasium(
     return gymnasium.make(registered_spec(env_id), **kwargs)
 
 
-def reward_threshold(env_id: str) -> float | None:
+def reward_threshold(env_id: str) -> Optional[float]:
     """The env's registered "solved" return (475 for CartPole-v1, 195 for v0), if it has one."""
     spec = gymnasium.registry.get(env_id)
     return None if spec is None or spec.reward_threshold is None else float(spec.reward_threshold)
 
 
-def max_return(env_id: str, max_episode_steps: int | None = None) -> float | None:
+def max_return(env_id: str, max_episode_steps: Optional[int] = None) -> Optional[float]:
     """The largest episode return, where known: the time limit times the per-step reward.
 
     For CartPole-vX that is 500 (v1) or 200 (v0) with the registered time limit, or

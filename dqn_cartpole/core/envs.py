@@ -13,7 +13,7 @@ import os
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
-from typing import Any  # noqa: E402
+from typing import Any, Optional  # noqa: E402
 
 import gymnasium  # noqa: E402
 import numpy as np  # noqa: E402
@@ -111,7 +111,7 @@ class _GymnasiumWrapper:
 class GymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironment):
     """Single (unbatched) gymnasium env as a PyEnvironment."""
 
-    def __init__(self, env: gymnasium.Env, seed: int | None = None):
+    def __init__(self, env: gymnasium.Env, seed: Optional[int] = None):
         """Wraps ``env``.
 
         Args:
@@ -185,7 +185,7 @@ def _autoreset_mode(vector_env: VectorEnv) -> AutoresetMode:
 class BatchedGymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironment):
     """N copies of an env stepped together as one batched PyEnvironment."""
 
-    def __init__(self, vector_env: VectorEnv, seed: int | None = None):
+    def __init__(self, vector_env: VectorEnv, seed: Optional[int] = None):
         """Wraps ``vector_env``.
 
         Args:
@@ -267,9 +267,9 @@ class BatchedGymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironmen
 
 def make_env(
     env_id: str,
-    seed: int | None = None,
-    render_mode: str | None = None,
-    max_episode_steps: int | None = None,
+    seed: Optional[int] = None,
+    render_mode: Optional[str] = None,
+    max_episode_steps: Optional[int] = None,
 ) -> GymnasiumEnvironment:
     """Creates a single gymnasium env wrapped as a PyEnvironment.
 
@@ -293,8 +293,8 @@ SYNC_UP_TO = 2
 def make_batched_env(
     env_id: str,
     num_envs: int,
-    seed: int | None = None,
-    max_episode_steps: int | None = None,
+    seed: Optional[int] = None,
+    max_episode_steps: Optional[int] = None,
 ) -> BatchedGymnasiumEnvironment:
     """Creates ``num_envs`` copies of an env as one batched PyEnvironment.
 

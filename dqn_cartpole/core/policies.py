@@ -44,6 +44,7 @@ def random_act_fn(time_step_spec, action_spec, seed: Optional[int] = None) -> Ac
 
     def act(time_step: ts.TimeStep) -> np.ndarray:
         batch = np.asarray(time_step.step_type).shape[0]
-        return np.stack([policy.action(ts.TimeStep(*[np.asarray(x)[i] for x in time_step])).action for i in range(batch)])
+        return np.stack([policy.action(ts.TimeStep(*[np.asarray(x)[i] for x in time_step])).action
+                         for i in range(batch)])
 
     return act

@@ -1,1 +1,1 @@
-"""Replay, split by side: the interface and the uniform buffers, Reverb's tables and server, and its client and writers."""
+"""Replay, split by side: the interface and uniform buffers, Reverb's tables and server, its client and writers."""

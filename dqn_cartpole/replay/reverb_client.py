@@ -115,7 +115,8 @@ class ReverbReplay(Replay):
         self.address = address
         buffer = reverb_replay_buffer.ReverbReplayBuffer(
             data_spec, table_name=TABLE_NAME, sequence_length=sequence_length,
-            server_address=None if local_server is not None else address, local_server=local_server, max_cycle_length=config.reverb_max_cycle_length,
+            server_address=None if local_server is not None else address, local_server=local_server,
+            max_cycle_length=config.reverb_max_cycle_length,
             dataset_buffer_size=config.reverb_dataset_buffer_size,
             num_workers_per_iterator=config.reverb_num_workers_per_iterator,
         )

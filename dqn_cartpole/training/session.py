@@ -121,7 +121,8 @@ class TrainingSession:
         """Runs compiled chunks of iterations, stopping at every due trigger and at a stop request."""
         cfg, state, pipeline = self.config, self.state, self.pipeline
         sample = pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step))
-        train = make_train_step(pipeline.agent, sample, cfg.training.train_steps_per_iteration, cfg.training.jit_compile)
+        train = make_train_step(pipeline.agent, sample, cfg.training.train_steps_per_iteration,
+                                cfg.training.jit_compile)
         intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval, cfg.training.checkpoint_interval]
         loop = ChunkedLoop(compile_iterations(train, pipeline.collect_driver), intervals)
         total = cfg.training.num_iterations
@@ -192,7 +193,8 @@ class TrainingSession:
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
         signum = self.stop_request.signum
-        state.exit_status = signals.exit_status(signum) if signum else (1 if state.diverged_at_iteration is not None else 0)
+        diverged = state.diverged_at_iteration is not None
+        state.exit_status = signals.exit_status(signum) if signum else (1 if diverged else 0)
         return state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
 
     def record_videos(self) -> dict[str, str]:
