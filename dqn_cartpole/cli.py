@@ -1,4 +1,4 @@
-"""Command line: `python -m dqn_cartpole {train,evaluate,record,plot}`.
+"""Command line: `python -m dqn_cartpole {train,evaluate,record,plot,specs,sweep,compare,tune}`.
 
 Bad input ends in one line on stderr and exit status 2; heavy imports (TensorFlow) happen only
 after the arguments and the config have been checked. A run stopped by Ctrl-C or SIGTERM exits
@@ -18,6 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.experiments import commands as experiments
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     specs.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                        help="override one config key, e.g. --set replay.backend=reverb (repeatable)")
     specs.add_argument("--steps", type=int, default=20, help="random env steps collected first (default 20)")
+    experiments.add_parsers(sub)
     return parser
 
 
@@ -89,6 +91,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of `python -m dqn_cartpole` and the `dqn-cartpole` script."""
     try:
         args = build_parser().parse_args(argv)
+        if args.command in experiments.COMMANDS:  # they start training in child processes: no TensorFlow here
+            return experiments.COMMANDS[args.command](args)
         from dqn_cartpole import quiet
 
         if args.command == "train":
