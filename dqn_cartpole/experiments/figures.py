@@ -44,3 +44,7 @@ def save_optuna_axes(ax, path: str) -> str:
         fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path
+
+
+def close(ax) -> None:
+    plt.close(ax.figure)
