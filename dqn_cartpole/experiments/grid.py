@@ -101,14 +101,41 @@ def _yaml_value(value) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
-def load_quietly(config_path: str, overrides: Sequence[str]):
-    """`load_config`, with the import-time notices of the env lookup (gymnasium, TF-Agents) kept off the console."""
-    import contextlib
-    import io
-    import os
+def check_configs(config_path: str, override_lists: Sequence[Sequence[str]]) -> list:
+    """Loads and checks the config once per list of overrides; returns, for each, the config as plain
+    data (`to_dict`) or the UserError that `train` would have refused it with.
 
-    from dqn_cartpole.config import load_config
+    Checking a config looks its env id up, which imports TF-Agents and TensorFlow (~3 s, ~400 MB).
+    That happens in one short-lived spawned process, so the long-lived parent of a sweep or a study
+    stays small. A bad config raises the same one-line UserError as `train` would.
+    """
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with contextlib.redirect_stderr(io.StringIO()):
-        return load_config(config_path, overrides)
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_load_all, config_path, [list(o) for o in override_lists]).result()
+
+
+def first_error(checked: list) -> None:
+    """Raises the first UserError among `check_configs`' results."""
+    for item in checked:
+        if isinstance(item, UserError):
+            raise item
+
+
+def _load_all(config_path: str, override_lists: list) -> list:
+    import contextlib
+    import io
+
+    from dqn_cartpole.config import load_config, to_dict
+
+    results: list = []
+    with contextlib.redirect_stderr(io.StringIO()):  # import-time notices of gymnasium / TF-Agents
+        for overrides in override_lists:
+            try:
+                results.append(to_dict(load_config(config_path, overrides)))
+            except UserError as exc:
+                results.append(UserError(str(exc)))
+    return results

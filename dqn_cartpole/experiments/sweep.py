@@ -92,19 +92,19 @@ def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], ove
         raise UserError("the sweep is empty: give at least one seed and one value per --grid key")
     if jobs is not None and jobs <= 0:
         raise UserError(f"--jobs: must be positive, got {jobs}")
-    base = grid.load_quietly(config_path, overrides)
+    configs = grid.check_configs(config_path, [[*overrides, *point.overrides] for point in points])
+    grid.first_error(configs)
     name = name or f"{os.path.splitext(os.path.basename(config_path))[0]}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     if not name or "/" in name or name in (".", ".."):
         raise UserError(f"--name {name!r}: must be a plain folder name")
-    folder = os.path.join(base.output.root, "sweeps", name)
+    folder = os.path.join(configs[0]["output"]["root"], "sweeps", name)
     members = []
-    for point in points:
-        config = grid.load_quietly(config_path, [*overrides, *point.overrides])  # checks the grid's keys and values
+    for point, config in zip(points, configs):
         for seed in seeds:
             member_name = f"{point.label}__s{seed}"
             members.append(Member(member_name, os.path.join(folder, member_name),
-                                  (*point.overrides, f"{grid.SEED_KEY}={seed}"), config.training.num_iterations,
-                                  config.training.train_steps_per_iteration))
+                                  (*point.overrides, f"{grid.SEED_KEY}={seed}"), config["training"]["num_iterations"],
+                                  config["training"]["train_steps_per_iteration"]))
     manifest = {"config": os.path.abspath(config_path), "seeds": seeds, "grid": list(grid_texts),
                 "set": list(overrides), "members": [m.name for m in members]}
     _check_manifest(folder, manifest)

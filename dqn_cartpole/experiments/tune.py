@@ -45,6 +45,7 @@ class TunePlan:
     study_name: str
     folder: str
     config_path: str
+    space_path: str
     params: tuple
     trials: int
     jobs: int
@@ -70,27 +71,22 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
         storage.check_url(storage_url)
         rdb = storage.open_storage(storage_url) if storage.is_rdb(storage_url) else None
     params = space.load_space(space_path)
-    base = grid.load_quietly(config_path, overrides)
-    for param in params:
-        for value in param.values_to_check():
-            try:
-                grid.load_quietly(config_path, [*overrides, space.override(param.key, value)])
-            except UserError as exc:
-                raise UserError(f"--space {space_path}: {param.key}: {value!r} is not a valid value "
-                                f"({str(exc).split(': ', 1)[-1]})") from None
+    candidates = [(param, value) for param in params for value in param.values_to_check()]
+    base, *checked = grid.check_configs(config_path, [overrides, *([*overrides, space.override(p.key, v)]
+                                                                   for p, v in candidates)])
+    grid.first_error([base])
+    for (param, value), result in zip(candidates, checked):  # a trial never starts a run train would refuse
+        if isinstance(result, UserError):
+            raise UserError(f"--space {space_path}: {param.key}: {value!r} is not a valid value "
+                            f"({str(result).split(': ', 1)[-1]})")
     name = study_name or os.path.splitext(os.path.basename(config_path))[0]
     if not name or "/" in name or name in (".", ".."):
         raise UserError(f"--study {name!r}: must be a plain name")
-    folder = os.path.join(base.output.root, "tune", name)
-    budget = env_step_budget(storage_config_dict(base))
-    return TunePlan(name, folder, os.path.abspath(config_path), tuple(params), trials, jobs,
-                    storage_url or os.path.join(folder, JOURNAL_FILE), tuple(overrides), sampler_seed, budget // 3, rdb)
-
-
-def storage_config_dict(config) -> dict:
-    from dqn_cartpole.config import to_dict
-
-    return to_dict(config)
+    folder = os.path.join(base["output"]["root"], "tune", name)
+    budget = env_step_budget(base)
+    return TunePlan(name, folder, os.path.abspath(config_path), os.path.abspath(space_path), tuple(params), trials,
+                    jobs, storage_url or os.path.join(folder, JOURNAL_FILE), tuple(overrides), sampler_seed,
+                    budget // 3, rdb)
 
 
 def env_step_budget(config: dict) -> int:
@@ -155,12 +151,12 @@ def run_tune(plan: TunePlan) -> int:
 def continue_command(plan: TunePlan) -> str:
     import shlex
 
-    argv = ["python", "-m", "dqn_cartpole", "tune", "--config", plan.config_path, "--space", "SPACE.yaml",
+    argv = ["python", "-m", "dqn_cartpole", "tune", "--config", plan.config_path, "--space", plan.space_path,
             "--trials", str(plan.trials), "--jobs", str(plan.jobs), "--study", plan.study_name,
             "--storage", storage.describe(plan.storage_url)]
     for item in plan.overrides:
         argv += ["--set", item]
-    return shlex.join(argv).replace("SPACE.yaml", "<the same --space>")
+    return shlex.join(argv)
 
 
 class Objective:

@@ -72,18 +72,19 @@ def write_best(study, plan) -> str:
     """best.yaml: the full config of the best completed trial, ready for `train --config`."""
     from optuna.trial import TrialState
 
-    from dqn_cartpole.config import dump_yaml
+    import yaml
 
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return "no completed trial yet: best.yaml not written"
     best = study.best_trial
     overrides = [*plan.overrides, *best.user_attrs.get("overrides", [])]
-    config = grid.load_quietly(plan.config_path, [*overrides, "output.run_name=null"])
+    (config,) = grid.check_configs(plan.config_path, [[*overrides, "output.run_name=null"]])
+    grid.first_error([config])
     header = (f"# Best trial {best.number} of study {plan.study_name}: objective {best.value:g} "
               f"({'env steps to solve' if best.user_attrs.get('solved_env_steps') is not None else 'unsolved penalty'}).\n"
               f"# {os.path.basename(plan.config_path)} with: {', '.join(best.user_attrs.get('overrides', []))}\n")
     path = os.path.join(plan.folder, BEST_FILE)
-    write_text_atomic(path, header + dump_yaml(config))
+    write_text_atomic(path, header + yaml.safe_dump(config, sort_keys=False, default_flow_style=None))
     return f"wrote {path} (trial {best.number}, objective {best.value:g}); train it with: " \
            f"python -m dqn_cartpole train --config {path}"
 
