@@ -6,6 +6,7 @@ PostgreSQL refuses to run as root, so as root the server runs as the unprivilege
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pwd
 import shutil
@@ -31,13 +32,14 @@ class Server:
 
 def binaries() -> tuple[Optional[str], str]:
     """The folder holding initdb and pg_ctl, or (None, why not)."""
-    try:
-        from pgserver._commands import POSTGRES_BIN_PATH
-    except ImportError as exc:
-        found = shutil.which("initdb") or next(iter(sorted(
-            p for p in (f"/usr/lib/postgresql/{v}/bin/initdb" for v in range(20, 11, -1)) if os.path.exists(p))), None)
-        return (os.path.dirname(found), "") if found else (None, f"no pgserver wheel ({exc}) and no initdb")
-    return str(POSTGRES_BIN_PATH), ""
+    spec = importlib.util.find_spec("pgserver")  # located, not imported: its import warns about XDG dirs
+    if spec is not None and spec.submodule_search_locations:
+        bin_dir = os.path.join(list(spec.submodule_search_locations)[0], "pginstall", "bin")
+        if os.path.exists(os.path.join(bin_dir, "initdb")):
+            return bin_dir, ""
+    found = shutil.which("initdb") or next(
+        (p for p in (f"/usr/lib/postgresql/{v}/bin/initdb" for v in range(20, 11, -1)) if os.path.exists(p)), None)
+    return (os.path.dirname(found), "") if found else (None, "no pgserver wheel and no initdb on this machine")
 
 
 def free_port() -> int:
