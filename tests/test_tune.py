@@ -6,7 +6,6 @@ path against a real PostgreSQL server on loopback, started (and stopped) by the 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time

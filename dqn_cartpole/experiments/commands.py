@@ -7,11 +7,7 @@ these handlers imports TensorFlow: training happens in child processes.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
-
-from dqn_cartpole.errors import UserError
 
 EXIT_OK, EXIT_FAILED = 0, 1
 

@@ -92,7 +92,6 @@ def write_best(study, plan) -> str:
 def write_plots(study, folder: str) -> list[str]:
     """Optuna's optimisation history and parameter importances (the latter needs >= 2 completed trials
     whose parameters vary; otherwise it is skipped with a note)."""
-    import optuna
     from optuna.visualization import matplotlib as optuna_plots
 
     from dqn_cartpole.experiments import figures
