@@ -107,3 +107,15 @@ def test_storage_urls():
         storage.check_url("redis://localhost/0")
     assert storage.worker_alive(storage.worker_id()) is True
     assert storage.worker_alive("some-other-host:1:1") is None
+
+
+def test_groups_that_differ_in_many_keys_are_named_after_their_sweep_folder():
+    def run(folder, seed, lr):
+        config = {"agent": {"learning_rate": lr, "gamma": lr, "n_step": lr, "epsilon_end": lr},
+                  "training": {"seed": seed}}
+        return RunRecord(root=f"/sweeps/{folder}/s{seed}", version=1, config=config)
+
+    groups = compare.group_runs([run("fast", 0, 1.0), run("fast", 1, 1.0), run("slow", 0, 0.5)])
+    assert [g.label for g in groups] == ["group fast", "group slow"]
+    assert groups[0].settings == {"agent.epsilon_end": 1.0, "agent.gamma": 1.0, "agent.learning_rate": 1.0,
+                                  "agent.n_step": 1.0}

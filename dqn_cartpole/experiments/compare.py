@@ -116,6 +116,8 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
     buckets: dict[tuple, list] = {}
     for run, flat in zip(runs, flats):
         buckets.setdefault(tuple(repr(flat.get(k)) for k in differing), []).append((run, flat))
+    folders = [_common_parent([run for run, _ in members]) for members in buckets.values()]
+    named_by_folder = None not in folders and len(set(folders)) == len(folders)
     groups = []
     for index, members in enumerate(buckets.values()):
         settings = {k: members[0][1].get(k) for k in differing}
@@ -123,10 +125,18 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
             label = "all runs"
         elif len(differing) <= MAX_LABEL_KEYS:
             label = ", ".join(f"{k}={_show(v)}" for k, v in settings.items())
+        elif named_by_folder:  # e.g. two sweeps of different configs: each group is one sweep folder
+            label = f"group {folders[index]}"
         else:
             label = f"group {chr(ord('A') + index) if index < 26 else index}"
         groups.append(Group(label, settings, tuple(run for run, _ in members)))
     return groups
+
+
+def _common_parent(runs: Sequence[RunRecord]):
+    """The name of the folder that holds all of `runs` (a sweep's name), or None if they are spread out."""
+    parents = {os.path.dirname(os.path.abspath(r.root)) for r in runs}
+    return os.path.basename(parents.pop()) if len(parents) == 1 else None
 
 
 def _show(value) -> str:
