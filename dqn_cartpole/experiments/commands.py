@@ -1,0 +1,92 @@
+"""The `sweep`, `compare` and `tune` commands: their argparse definitions and handlers.
+
+`cli.py` registers them with `add_parsers(subparsers)` and dispatches through `COMMANDS`. None of
+these handlers imports TensorFlow: training happens in child processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def add_parsers(sub) -> None:
+    """Adds `sweep`, `compare` and `tune` to the CLI's subparsers."""
+    sweep = sub.add_parser("sweep", help="train a grid of configs x seeds, several runs at a time",
+                           description="Train every (grid point, seed) pair as its own run folder under "
+                                       "<output.root>/sweeps/NAME/. Running the same command again continues the "
+                                       "sweep: finished runs are skipped, stopped ones resume.")
+    sweep.add_argument("--config", metavar="PATH", required=True, help="YAML config every run starts from")
+    sweep.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2,7 (default 0)")
+    sweep.add_argument("--grid", metavar="SECTION.KEY=[V1,V2]", action="append", default=[],
+                       help="a key and the values to try, e.g. agent.learning_rate=[1e-3,2e-3] (repeatable; "
+                            "every combination is run)")
+    sweep.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
+                       help="override one config key for every run (repeatable)")
+    sweep.add_argument("--jobs", type=int, help="runs at a time (default: cores, capped at ~700 MB of free "
+                                                "memory per run)")
+    sweep.add_argument("--name", help="sweep folder name (default: <config>-<time>); reuse it to continue")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    compare = sub.add_parser("compare", help="compare runs across seeds: plot and table with confidence intervals",
+                             description="Group runs by the config keys that differ (ignoring the seed and "
+                                         "output keys) and report each group across its seeds, with 95%% "
+                                         "bootstrap confidence intervals.")
+    compare.add_argument("paths", metavar="PATH", nargs="+", help="run folders, sweep folders or globs")
+    compare.add_argument("--output", metavar="DIR", help="where returns.png, table.md and table.csv go "
+                                                         "(default: outputs/compare/<name or time>)")
+    compare.add_argument("--name", help="name of the default output folder")
+    compare.add_argument("--statistic", choices=("iqm", "mean"), default="iqm",
+                         help="the line drawn per group (default iqm: the mean of the middle 50%%)")
+
+    tune = sub.add_parser("tune", help="search hyperparameters with Optuna (TPE + median pruning)",
+                          description="Run an Optuna study: each trial is a training run folder under "
+                                      "<output.root>/tune/NAME/trials/NNNN. The objective (minimised) is the env "
+                                      "steps to solve; an unsolved trial scores 2 x its env-step budget.")
+    tune.add_argument("--config", metavar="PATH", required=True, help="YAML config every trial starts from")
+    tune.add_argument("--space", metavar="SPACE.yaml", required=True, help="search space, one entry per config key")
+    tune.add_argument("--trials", type=int, required=True, help="trials the study should hold in total")
+    tune.add_argument("--jobs", type=int, default=1, help="trials at a time in this process (default 1)")
+    tune.add_argument("--storage", metavar="URL", help="postgresql://... or mysql://... to share the study between "
+                                                       "machines, or a journal .log file (default: "
+                                                       "<output.root>/tune/NAME/journal.log)")
+    tune.add_argument("--study", metavar="NAME", help="study name (default: the config's file name)")
+    tune.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
+                      help="override one config key for every trial (repeatable)")
+    tune.add_argument("--seed", type=int, help="seed of the TPE sampler (default: random)")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from dqn_cartpole.experiments import sweep
+
+    plan = sweep.plan_sweep(args.config, args.seeds, args.grid, args.overrides, args.jobs, args.name)
+    start = time.time()
+    outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
+    print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start)))
+    if outcome.stopped_by is not None:
+        return 128 + int(outcome.stopped_by)
+    return EXIT_FAILED if outcome.failed else EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from dqn_cartpole.experiments import compare
+
+    runs = compare.load_runs(args.paths)
+    folder = compare.output_folder(args.output, args.name)
+    table = compare.run_compare(runs, folder, args.statistic)
+    print(table)
+    print(f"wrote {folder}/{{returns.png,table.md,table.csv}}")
+    return EXIT_OK
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from dqn_cartpole.experiments import tune
+
+    plan = tune.plan_tune(args.config, args.space, args.trials, args.jobs, args.storage, args.study,
+                          args.overrides, args.seed)
+    return tune.run_tune(plan)
+
+
+COMMANDS = {"sweep": cmd_sweep, "compare": cmd_compare, "tune": cmd_tune}

@@ -1,0 +1,224 @@
+"""`compare`: group runs by the config keys that differ and report each group across its seeds.
+
+Reads run folders through `dqn_cartpole.run_folder` only (no TensorFlow). Each run's evaluation
+curve (average return against env steps) is interpolated onto its group's common grid of env
+steps; a run that stopped early (solved) keeps its last evaluated return to the grid's end.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import glob
+import io
+import os
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.experiments import figures, stats
+from dqn_cartpole.run_folder import RunRecord, read_run
+from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.metrics import column
+from dqn_cartpole.run_folder.record import find_runs
+
+IGNORED_KEYS = ("training.seed",)
+IGNORED_SECTIONS = ("output",)
+OUTPUT_FILES = ("returns.png", "table.md", "table.csv")
+CURVE_POINTS = 100
+MAX_LABEL_KEYS = 3  # more differing keys than this: groups are lettered, with their keys listed under the table
+
+
+@dataclass(frozen=True)
+class Group:
+    """Runs that share every config value except the seed and output keys."""
+
+    label: str
+    settings: dict  # differing key -> this group's value
+    runs: tuple
+
+
+@dataclass(frozen=True)
+class GroupCurves:
+    label: str
+    x: np.ndarray
+    seeds: list  # (x, y) of each run
+    line: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+# ---------------------------------------------------------------------------- finding runs
+
+
+def load_runs(paths: Sequence[str]) -> list[RunRecord]:
+    """Every finished run at or below each path (globs expanded); unfinished runs are skipped with a warning."""
+    folders: list[str] = []
+    for pattern in paths:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        found = []
+        for match in matches:
+            if not glob.has_magic(pattern) and not os.path.isdir(match):
+                raise UserError(f"{match}: no such run or sweep folder")
+            found += find_runs(match) if os.path.isdir(match) else []
+        if not found:
+            raise UserError(f"{pattern}: no run folders there (no config.yaml at or below it)")
+        known = {os.path.abspath(f) for f in folders}
+        folders += [f for f in found if os.path.abspath(f) not in known]
+    runs = [read_run(folder) for folder in folders]
+    unfinished = [r.root for r in runs if not r.finished or not r.eval_rows]
+    if unfinished:
+        print(f"warning: skipping {len(unfinished)} unfinished run(s) (no summary.json or no evaluations): "
+              f"{', '.join(unfinished[:3])}{' ...' if len(unfinished) > 3 else ''}", file=sys.stderr)
+    runs = [r for r in runs if r.finished and r.eval_rows]
+    if not runs:
+        raise UserError(f"{' '.join(paths)}: no finished runs to compare")
+    return runs
+
+
+def output_folder(output: str | None, name: str | None) -> str:
+    """--output, else outputs/compare/<name or time>; refuses a folder that holds anything but compare outputs."""
+    folder = output or os.path.join("outputs", "compare", name or dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    if os.path.isfile(folder):
+        raise UserError(f"{folder}: is a file; give a folder for the compare outputs")
+    if os.path.isdir(folder):
+        others = sorted(set(os.listdir(folder)) - set(OUTPUT_FILES))
+        if others:
+            raise UserError(f"{folder}: holds other files ({', '.join(others[:3])}); refusing to write compare "
+                            f"outputs there, choose another --output")
+    return folder
+
+
+# ---------------------------------------------------------------------------- grouping
+
+
+def flat_config(run: RunRecord) -> dict:
+    """`section.key` -> value (lists as tuples), without the seed and output keys."""
+    flat = {}
+    for section, values in sorted(run.config.items()):
+        if section in IGNORED_SECTIONS or not isinstance(values, dict):
+            continue
+        for key, value in values.items():
+            dotted = f"{section}.{key}"
+            if dotted not in IGNORED_KEYS:
+                flat[dotted] = tuple(value) if isinstance(value, list) else value
+    return flat
+
+
+def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
+    """Groups by the config keys whose values differ between runs; labels say those keys' values."""
+    flats = [flat_config(r) for r in runs]
+    keys = sorted({k for f in flats for k in f})
+    differing = [k for k in keys if len({repr(f.get(k)) for f in flats}) > 1]
+    buckets: dict[tuple, list] = {}
+    for run, flat in zip(runs, flats):
+        buckets.setdefault(tuple(repr(flat.get(k)) for k in differing), []).append((run, flat))
+    folders = [_common_parent([run for run, _ in members]) for members in buckets.values()]
+    named_by_folder = None not in folders and len(set(folders)) == len(folders)
+    groups = []
+    for index, members in enumerate(buckets.values()):
+        settings = {k: members[0][1].get(k) for k in differing}
+        if not differing:
+            label = "all runs"
+        elif len(differing) <= MAX_LABEL_KEYS:
+            label = ", ".join(f"{k}={_show(v)}" for k, v in settings.items())
+        elif named_by_folder:  # e.g. two sweeps of different configs: each group is one sweep folder
+            label = f"group {folders[index]}"
+        else:
+            label = f"group {chr(ord('A') + index) if index < 26 else index}"
+        groups.append(Group(label, settings, tuple(run for run, _ in members)))
+    return groups
+
+
+def _common_parent(runs: Sequence[RunRecord]):
+    """The name of the folder that holds all of `runs` (a sweep's name), or None if they are spread out."""
+    parents = {os.path.dirname(os.path.abspath(r.root)) for r in runs}
+    return os.path.basename(parents.pop()) if len(parents) == 1 else None
+
+
+def _show(value) -> str:
+    return "[" + ", ".join(str(v) for v in value) + "]" if isinstance(value, tuple) else str(value)
+
+
+# ---------------------------------------------------------------------------- curves and table
+
+
+def group_curves(group: Group, statistic_name: str) -> GroupCurves:
+    """Each run's return on a common env-step grid, and the statistic across runs with its band."""
+    seeds = [(np.array(column(r.eval_rows, "env_steps")), np.array(column(r.eval_rows, "average_return")))
+             for r in group.runs]
+    start = min(float(x[0]) for x, _ in seeds)
+    end = max(float(x[-1]) for x, _ in seeds)
+    grid = np.linspace(start, end, CURVE_POINTS)
+    curves = np.stack([np.interp(grid, x, y) for x, y in seeds])
+    statistic = stats.STATISTICS[statistic_name]
+    low, high = stats.band(curves, statistic)
+    return GroupCurves(group.label, grid, seeds, statistic(curves, axis=0), low, high)
+
+
+TABLE_COLUMNS = ("group", "runs", "solved", "env steps to solve (median)", "wall s to solve (median)",
+                 "final return (IQM)", "best return (IQM)")
+
+
+def group_row(group: Group) -> dict:
+    """One table row; solve times are over the solved runs only; [low, high] is the 95% bootstrap CI."""
+    runs = group.runs
+    solved = [r for r in runs if r.solved]
+    steps = [r.get("solved_env_steps") for r in solved if r.get("solved_env_steps") is not None]
+    wall = [r.get("solved_wall_s") for r in solved if r.get("solved_wall_s") is not None]
+    final = [r.get("final_return") for r in runs if r.get("final_return") is not None]
+    best = [r.get("best_return") for r in runs if r.get("best_return") is not None]
+    return {"group": group.label, "runs": len(runs), "solved": len(solved) / len(runs),
+            "env steps to solve (median)": stats.estimate(steps, stats.median),
+            "wall s to solve (median)": stats.estimate(wall, stats.median),
+            "final return (IQM)": stats.estimate(final, stats.iqm),
+            "best return (IQM)": stats.estimate(best, stats.iqm)}
+
+
+def markdown_table(rows: Sequence[dict], groups: Sequence[Group]) -> str:
+    digits = {"wall s to solve (median)": 1, "final return (IQM)": 1, "best return (IQM)": 1}
+    lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---|" * len(TABLE_COLUMNS)]
+    for row in rows:
+        cells = [row[c].format(digits.get(c, 0)) if isinstance(row[c], stats.Estimate) else str(row[c])
+                 for c in TABLE_COLUMNS]
+        cells[2] = f"{round(row['solved'] * row['runs'])}/{row['runs']} ({row['solved']:.0%})"
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Medians and IQMs with [95% bootstrap CI] across runs; solve times over the solved runs only.")
+    if any(g.label.startswith("group ") for g in groups):
+        lines.append("")
+        for group in groups:
+            lines.append(f"- {group.label}: " + ", ".join(f"{k}={_show(v)}" for k, v in group.settings.items()))
+    return "\n".join(lines) + "\n"
+
+
+def csv_table(rows: Sequence[dict]) -> str:
+    header = []
+    for name in TABLE_COLUMNS:
+        header += [name] if name in ("group", "runs") else ["solved fraction"] if name == "solved" else [name, f"{name} ci_low", f"{name} ci_high"]
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    for row in rows:
+        cells = []
+        for name in TABLE_COLUMNS:
+            value = row[name]
+            cells += [value.value, value.low, value.high] if isinstance(value, stats.Estimate) else [value]
+        writer.writerow(["" if isinstance(c, float) and np.isnan(c) else c for c in cells])
+    return out.getvalue()
+
+
+def run_compare(runs: Sequence[RunRecord], folder: str, statistic_name: str = "iqm") -> str:
+    """Writes returns.png, table.md and table.csv into `folder`; returns the markdown table."""
+    groups = group_runs(runs)
+    os.makedirs(folder, exist_ok=True)
+    figures.plot_returns([group_curves(g, statistic_name) for g in groups], os.path.join(folder, "returns.png"),
+                         statistic_name)
+    rows = [group_row(g) for g in groups]
+    table = markdown_table(rows, groups)
+    write_text_atomic(os.path.join(folder, "table.md"), table)
+    write_text_atomic(os.path.join(folder, "table.csv"), csv_table(rows))
+    return table

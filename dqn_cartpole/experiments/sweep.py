@@ -1,0 +1,251 @@
+"""`sweep`: every (grid point, seed) pair is an ordinary run folder under <output.root>/sweeps/NAME/.
+
+The sweep runs its members as `train ... --quiet` child processes, N at a time. Running the same
+command again continues it: finished members are skipped, stopped or crashed ones resume from
+their checkpoints (`train --resume`). `sweep.yaml` records what was asked, so a second command
+with the same name but a different grid is refused rather than mixed in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shlex
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import yaml
+
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.experiments import grid, launcher
+from dqn_cartpole.run_folder import layout
+from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.metrics import read_csv
+
+MANIFEST_FILE = "sweep.yaml"
+LOGS_DIR = "logs"
+MEMORY_PER_RUN_MB = 700  # peak RSS of one training process (TensorFlow + TF-Agents), measured on the default config
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Member:
+    """One (grid point, seed) run of the sweep."""
+
+    name: str  # folder name, e.g. "learning_rate=0.002__s3"
+    run_dir: str
+    overrides: tuple  # the point's overrides plus training.seed
+    num_iterations: int
+    train_steps_per_iteration: int
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """Everything a sweep will do, checked before any process starts."""
+
+    name: str
+    folder: str
+    config_path: str
+    manifest: dict
+    members: tuple
+    jobs: int
+
+    @property
+    def logs(self) -> str:
+        return os.path.join(self.folder, LOGS_DIR)
+
+    def continue_command(self) -> str:
+        m = self.manifest
+        argv = ["python", "-m", "dqn_cartpole", "sweep", "--config", m["config"], "--seeds",
+                ",".join(str(s) for s in m["seeds"]), "--name", self.name, "--jobs", str(self.jobs)]
+        for axis in m["grid"]:
+            argv += ["--grid", axis]
+        for item in m["set"]:
+            argv += ["--set", item]
+        return shlex.join(argv)
+
+
+@dataclass
+class Outcome:
+    """How the members of one sweep command ended."""
+
+    done: list = field(default_factory=list)  # names of members that were already finished
+    ok: list = field(default_factory=list)
+    failed: list = field(default_factory=list)  # (name, exit status, last error line, log path)
+    stopped_by: Optional[int] = None
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], overrides: Sequence[str],
+               jobs: Optional[int], name: Optional[str]) -> SweepPlan:
+    """Parses and checks the whole sweep; raises UserError (one line) on any bad input."""
+    seeds = grid.parse_seeds(seeds_text)
+    points = grid.expand([grid.parse_axis(text) for text in grid_texts])
+    for item in overrides:
+        if item.split("=", 1)[0].strip() == grid.SEED_KEY:
+            raise UserError(f"--set {item}: give seeds with --seeds")
+    if not seeds or not points:
+        raise UserError("the sweep is empty: give at least one seed and one value per --grid key")
+    if jobs is not None and jobs <= 0:
+        raise UserError(f"--jobs: must be positive, got {jobs}")
+    configs = grid.check_configs(config_path, [[*overrides, *point.overrides] for point in points])
+    grid.first_error(configs)
+    name = name or f"{os.path.splitext(os.path.basename(config_path))[0]}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    if not name or "/" in name or name in (".", ".."):
+        raise UserError(f"--name {name!r}: must be a plain folder name")
+    folder = os.path.join(configs[0]["output"]["root"], "sweeps", name)
+    members = []
+    for point, config in zip(points, configs):
+        for seed in seeds:
+            member_name = f"{point.label}__s{seed}"
+            members.append(Member(member_name, os.path.join(folder, member_name),
+                                  (*point.overrides, f"{grid.SEED_KEY}={seed}"), config["training"]["num_iterations"],
+                                  config["training"]["train_steps_per_iteration"]))
+    manifest = {"config": os.path.abspath(config_path), "seeds": seeds, "grid": list(grid_texts),
+                "set": list(overrides), "members": [m.name for m in members]}
+    _check_manifest(folder, manifest)
+    return SweepPlan(name, folder, os.path.abspath(config_path), manifest, tuple(members),
+                     jobs or default_jobs(len(members)))
+
+
+def default_jobs(members: int) -> int:
+    """What the machine can take: one run per core, capped by available memory at ~700 MB a run."""
+    import psutil
+
+    by_memory = int(psutil.virtual_memory().available // (MEMORY_PER_RUN_MB * 2**20))
+    return max(1, min(os.cpu_count() or 1, by_memory, members))
+
+
+def _check_manifest(folder: str, manifest: dict) -> None:
+    path = os.path.join(folder, MANIFEST_FILE)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            earlier = yaml.safe_load(handle) or {}
+        asked = {k: earlier.get(k) for k in manifest}
+        if asked != manifest:
+            changed = ", ".join(k for k in manifest if earlier.get(k) != manifest[k])
+            raise UserError(f"{folder}: holds a sweep that asked for something else ({changed} differ); "
+                            f"continue it with its own arguments (see {path}) or choose another --name")
+    elif os.path.isdir(folder) and os.listdir(folder):
+        raise UserError(f"{folder}: exists and is not a sweep (no {MANIFEST_FILE}); choose another --name")
+
+
+def write_manifest(plan: SweepPlan) -> None:
+    path = os.path.join(plan.folder, MANIFEST_FILE)
+    if os.path.isfile(path):
+        return
+    data = {"name": plan.name, **plan.manifest, "created": dt.datetime.now().isoformat(timespec="seconds"),
+            "command": plan.continue_command()}
+    write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def member_state(member: Member) -> str:
+    """'done' (finished or diverged: never re-run), 'resume' (stopped or crashed) or 'new'."""
+    if not os.path.isdir(member.run_dir) or not os.listdir(member.run_dir):
+        return "new"
+    if not os.path.isfile(os.path.join(member.run_dir, layout.CONFIG_FILE)):
+        return "broken"
+    from dqn_cartpole.run_folder import read_run
+
+    status = read_run(member.run_dir).get("exit_status")
+    return "done" if status in (launcher.EXIT_OK, launcher.EXIT_FAILED) else "resume"
+
+
+def member_argv(plan: SweepPlan, member: Member, state: str) -> list[str]:
+    if state == "resume":
+        return launcher.resume_argv(member.run_dir)
+    return launcher.train_argv(plan.config_path, [*plan.manifest["set"], *member.overrides], member.run_dir)
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def run_sweep(plan: SweepPlan, show_progress: bool = True) -> Outcome:
+    """Runs every unfinished member, `plan.jobs` at a time; stops them all on SIGINT/SIGTERM."""
+    os.makedirs(plan.folder, exist_ok=True)
+    write_manifest(plan)
+    outcome = Outcome()
+    queue = []
+    for member in plan.members:
+        state = member_state(member)
+        if state == "done":
+            outcome.done.append(member.name)
+        elif state == "broken":
+            outcome.failed.append((member.name, None, "holds files but no config.yaml; move it away", member.run_dir))
+        else:
+            queue.append((member, state))
+    children = launcher.ChildSet()
+    running: dict = {}  # Child -> Member
+    bar = _progress_bar(plan, show_progress)
+    with launcher.StopFlag() as stop:
+        try:
+            while (queue or running) and not stop.requested:
+                while queue and len(running) < plan.jobs and not stop.requested:
+                    member, state = queue.pop(0)
+                    child = launcher.start(member_argv(plan, member, state), member.run_dir,
+                                           os.path.join(plan.logs, f"{member.name}.log"))
+                    children.add(child)
+                    running[child] = member
+                time.sleep(POLL_S)
+                _collect_finished(running, children, outcome)
+                _update_bar(bar, plan, outcome)
+        finally:  # a signal, or an error in this loop: no child outlives the sweep
+            outcome.stopped_by = stop.signum
+            children.stop(stop.signum or signal.SIGTERM)
+            _collect_finished(running, children, outcome)
+    _update_bar(bar, plan, outcome)
+    bar.close()
+    return outcome
+
+
+def _collect_finished(running: dict, children: launcher.ChildSet, outcome: Outcome) -> None:
+    for child in [c for c in running if c.returncode is not None]:
+        member = running.pop(child)
+        children.remove(child)
+        if child.returncode == launcher.EXIT_OK:
+            outcome.ok.append(member.name)
+        elif outcome.stopped_by is None or child.returncode not in (130, 143):
+            outcome.failed.append((member.name, child.returncode, child.last_error(), child.log_path))
+
+
+def _progress_bar(plan: SweepPlan, enabled: bool):
+    from tqdm import tqdm
+
+    total = sum(m.num_iterations for m in plan.members)
+    return tqdm(total=total, desc=f"sweep {plan.name}", unit="it", disable=not enabled, dynamic_ncols=True,
+                smoothing=0.1)
+
+
+def _update_bar(bar, plan: SweepPlan, outcome: Outcome) -> None:
+    """Iterations done over all members: finished ones count in full, running ones by their train log."""
+    finished = set(outcome.done) | set(outcome.ok)
+    done = 0
+    for member in plan.members:
+        if member.name in finished:
+            done += member.num_iterations
+            continue
+        rows = read_csv(os.path.join(member.run_dir, layout.TRAIN_METRICS_FILE))
+        if rows and rows[-1].get("train_step"):
+            done += min(member.num_iterations, int(rows[-1]["train_step"]) // member.train_steps_per_iteration)
+    bar.n = done
+    bar.set_postfix_str(f"{len(finished)}/{len(plan.members)} runs done, {len(outcome.failed)} failed", refresh=False)
+    bar.refresh()
+
+
+def summary_lines(plan: SweepPlan, outcome: Outcome, wall_s: float) -> list[str]:
+    """The final report: counts, failures with their log, and how to continue or compare."""
+    lines = [f"sweep {plan.name}: {len(plan.members)} runs ({len(outcome.done)} already done, {len(outcome.ok)} "
+             f"finished now, {len(outcome.failed)} failed) in {wall_s:.1f} s with --jobs {plan.jobs}; "
+             f"folder {plan.folder}"]
+    for name, status, error, log in outcome.failed:
+        lines.append(f"  failed {name} (exit {status}): {error or '?'}  [log: {log}]")
+    if outcome.stopped_by is not None or outcome.failed:
+        lines.append(f"Continue the sweep (finished runs are skipped, stopped ones resume) with:\n  "
+                     f"{plan.continue_command()}")
+    else:
+        lines.append(f"Compare the runs with:\n  python -m dqn_cartpole compare {shlex.quote(plan.folder)}")
+    return lines

@@ -1,0 +1,97 @@
+"""Bad input to sweep, compare and tune: exit status 2, one `error:` line, no files created, no hang."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from helpers import CONFIGS, run_cli
+
+SMOKE = os.path.join(CONFIGS, "smoke.yaml")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:  # bound, then closed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def sweep(*extra):
+    return ("sweep", "--config", SMOKE, "--set", "output.root={dir}/out", "--name", "x", *extra)
+
+
+def tune(space_text, *extra):
+    return ("tune", "--config", SMOKE, "--space", "{dir}/space.yaml", "--trials", "2", "--set",
+            "output.root={dir}/out", *extra), space_text
+
+
+GOOD_SPACE = "agent.learning_rate: {low: 1e-4, high: 1e-2, log: true}\n"
+CASES = {
+    "grid-not-a-list": (sweep("--grid", "agent.learning_rate=1e-3"), None, "expected a list of values"),
+    "grid-no-equals": (sweep("--grid", "agent.learning_rate"), None, "expected section.key=[value"),
+    "grid-unknown-key": (sweep("--grid", "agent.learnig_rate=[1,2]"), None, "unknown key 'agent.learnig_rate'"),
+    "grid-bad-value": (sweep("--grid", "training.batch_size=[32,big]"), None, "expected an integer"),
+    "sweep-empty-grid": (sweep("--grid", "agent.learning_rate=[]"), None, "the sweep would have no runs"),
+    "sweep-empty-seeds": (sweep("--seeds", "4-1"), None, "is empty"),
+    "sweep-zero-jobs": (sweep("--jobs", "0"), None, "--jobs: must be positive"),
+    "sweep-different-grid": (sweep("--grid", "agent.n_step=[1,2]"), None, "asked for something else"),
+    "compare-missing": (("compare", "{dir}/nothing"), None, "no such run or sweep folder"),
+    "compare-no-runs": (("compare", "{dir}"), None, "no run folders there"),
+    "compare-empty-glob": (("compare", "{dir}/runs-*"), None, "no run folders there"),
+    "space-unknown-key": (*tune("agent.learnin_rate: {low: 1e-4, high: 1e-2}\n"), "did you mean 'agent.learning_rate'"),
+    "space-bad-bound": (*tune("agent.gamma: {low: 0.9, high: 1.5}\n"), "agent.gamma: 1.5 is not a valid value"),
+    "space-malformed": (*tune("agent.gamma: {low: 0.9\n"), "cannot read"),
+    "tune-zero-trials": (*tune(GOOD_SPACE, "--trials", "0"), "--trials: must be positive"),
+    "storage-unsupported": (*tune(GOOD_SPACE, "--storage", "redis://127.0.0.1/0"), "unsupported"),
+    "storage-unreachable": (*tune(GOOD_SPACE, "--storage", f"postgresql://u:pw@127.0.0.1:{_closed_port()}/db"),
+                            "cannot use the database"),
+}
+
+
+def _snapshot(folder):
+    return sorted(os.path.relpath(os.path.join(root, n), folder) for root, dirs, files in os.walk(folder)
+                  for n in dirs + files)
+
+
+def _run(case_id, args, space_text, folder):
+    os.makedirs(folder)
+    if space_text is not None:
+        with open(os.path.join(folder, "space.yaml"), "w") as handle:
+            handle.write(space_text)
+    if case_id == "sweep-different-grid":
+        os.makedirs(os.path.join(folder, "out", "sweeps", "x"))
+        with open(os.path.join(folder, "out", "sweeps", "x", "sweep.yaml"), "w") as handle:
+            handle.write(f"config: {SMOKE}\nseeds: [0]\ngrid: ['agent.learning_rate=[1e-3,2e-3]']\nset: []\n")
+    before = _snapshot(folder)
+    start = time.time()
+    proc = run_cli(*(a.replace("{dir}", folder) for a in args), timeout=60)
+    return proc, time.time() - start, before, _snapshot(folder)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    base = tmp_path_factory.mktemp("experiments_bad_input")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {cid: pool.submit(_run, cid, args, space_text, str(base / cid))
+                   for cid, (args, space_text, _) in CASES.items()}
+        return {cid: f.result() for cid, f in futures.items()}
+
+
+@pytest.mark.parametrize("case_id", list(CASES))
+def test_bad_input_is_one_line_and_exit_2(case_id, results):
+    proc, _, before, after = results[case_id]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert CASES[case_id][2] in lines[0], lines[0]
+    assert after == before, "the command created or changed files"
+
+
+def test_an_unreachable_database_fails_within_seconds(results):
+    proc, seconds, _, _ = results["storage-unreachable"]
+    assert proc.returncode == 2 and seconds < 15
+    assert "pw" not in proc.stderr  # the password is not echoed

@@ -1,0 +1,121 @@
+"""Fast unit tests of the experiments package: grid parsing, statistics, search space, grouping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.experiments import compare, grid, space, stats, storage
+from dqn_cartpole.run_folder import RunRecord
+
+
+def test_seeds_ranges_and_lists():
+    assert grid.parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert grid.parse_seeds("1-2,7") == [1, 2, 7]
+    for bad in ("a", "3-1", "1,1", "-2"):
+        with pytest.raises(UserError):
+            grid.parse_seeds(bad)
+
+
+def test_grid_expands_every_combination_with_yaml_values():
+    points = grid.expand([grid.parse_axis("agent.learning_rate=[1e-3,2e-3]"),
+                          grid.parse_axis("network.fc_layer_params=[[32],[64,64]]")])
+    assert [p.overrides for p in points] == [
+        ("agent.learning_rate=1e-3", "network.fc_layer_params=[32]"),
+        ("agent.learning_rate=1e-3", "network.fc_layer_params=[64, 64]"),
+        ("agent.learning_rate=2e-3", "network.fc_layer_params=[32]"),
+        ("agent.learning_rate=2e-3", "network.fc_layer_params=[64, 64]")]
+    assert points[1].label == "learning_rate=1e-3__fc_layer_params=64_64"
+    assert grid.expand([])[0].label == "base"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("agent.learning_rate", "expected section.key=[value"),
+    ("agent.learning_rate=1e-3", "expected a list"),
+    ("agent.learning_rate=[]", "empty"),
+    ("learning_rate=[1]", "one dot"),
+    ("training.seed=[1,2]", "--seeds"),
+    ("output.root=[a,b]", "output keys"),
+    ("agent.n_step=[1,1]", "twice"),
+])
+def test_bad_grid_entries(text, needle):
+    with pytest.raises(UserError, match=needle.replace("[", r"\[")):
+        grid.parse_axis(text)
+
+
+def test_iqm_and_bootstrap_interval():
+    assert stats.iqm(np.array([1.0, 2, 3, 4, 100])) == 3.0  # the middle 50%: 2, 3, 4
+    one = stats.estimate([7.0])
+    assert (one.value, one.low, one.high, one.format()) == (7.0, 7.0, 7.0, "7")
+    same = stats.estimate([5.0, 5.0, 5.0], stats.median)
+    assert (same.low, same.high) == (5.0, 5.0)
+    spread = stats.estimate([10.0, 20, 30, 40, 50, 60], stats.median)
+    assert spread.value == 35.0 and 10.0 <= spread.low < 35.0 < spread.high <= 60.0
+    assert stats.estimate([]).format() == "-"
+    low, high = stats.band(np.array([[1.0, 2.0], [3.0, 2.0], [5.0, 2.0]]), stats.mean)
+    assert high[1] == low[1] == 2.0 and low[0] < 3.0 < high[0]
+
+
+def test_space_entries_and_their_errors(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("agent.learning_rate: {low: 1e-4, high: 1e-2, log: true}\nagent.n_step: {low: 1, high: 3}\n"
+                    "network.fc_layer_params: {choices: [[32], [64, 64]]}\n")
+    lr, n_step, layers = space.load_space(str(path))
+    assert (lr.kind, lr.low, lr.high, lr.log) == ("float", 1e-4, 1e-2, True)
+    assert (n_step.kind, n_step.low, n_step.high) == ("int", 1, 3)
+    assert layers.choices == ((32,), (64, 64))
+    for text, needle in (("agent.learnin_rate: {low: 1, high: 2}", "did you mean 'agent.learning_rate'"),
+                         ("agent.td_loss: {low: 1, high: 2}", "needs choices"),
+                         ("agent.n_step: {low: 1.5, high: 3}", "integer"),
+                         ("agent.learning_rate: {low: 0, high: 1, log: true}", "log range"),
+                         ("training.seed: {low: 0, high: 9}", "cannot be tuned"),
+                         ("agent.gamma: {low: 0.9, hi: 1}", "unknown field")):
+        path.write_text(text + "\n")
+        with pytest.raises(UserError, match=needle):
+            space.load_space(str(path))
+
+
+def test_suggested_values_round_trip_as_overrides():
+    import optuna
+
+    params = [space.Param("agent.learning_rate", "float", 1e-4, 1e-2, True),
+              space.Param("network.fc_layer_params", "choice", choices=((32,), (64, 64)))]
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)).ask()
+    lr, layers = space.suggest(trial, params)
+    assert lr.startswith("agent.learning_rate=") and 1e-4 <= float(lr.split("=")[1]) <= 1e-2
+    assert layers in ("network.fc_layer_params=[32]", "network.fc_layer_params=[64, 64]")
+
+
+def _run(lr, seed, root="r"):
+    config = {"agent": {"learning_rate": lr, "gamma": 0.99}, "training": {"seed": seed},
+              "output": {"root": f"/x/{seed}"}}
+    return RunRecord(root=f"{root}{lr}{seed}", version=1, config=config)
+
+
+def test_runs_are_grouped_by_the_keys_that_differ_ignoring_seed_and_output():
+    groups = compare.group_runs([_run(1e-3, 0), _run(2e-3, 0), _run(1e-3, 1), _run(2e-3, 1)])
+    assert [(g.label, len(g.runs)) for g in groups] == [("agent.learning_rate=0.001", 2),
+                                                         ("agent.learning_rate=0.002", 2)]
+    assert [g.label for g in compare.group_runs([_run(1e-3, 0), _run(1e-3, 1)])] == ["all runs"]
+
+
+def test_storage_urls():
+    assert storage.describe("postgresql://me:secret@db:5432/x") == "postgresql://me:***@db:5432/x"
+    assert storage.is_rdb("postgresql+psycopg2://h/x") and not storage.is_rdb("outputs/tune/x/journal.log")
+    with pytest.raises(UserError, match="unsupported"):
+        storage.check_url("redis://localhost/0")
+    assert storage.worker_alive(storage.worker_id()) is True
+    assert storage.worker_alive("some-other-host:1:1") is None
+
+
+def test_groups_that_differ_in_many_keys_are_named_after_their_sweep_folder():
+    def run(folder, seed, lr):
+        config = {"agent": {"learning_rate": lr, "gamma": lr, "n_step": lr, "epsilon_end": lr},
+                  "training": {"seed": seed}}
+        return RunRecord(root=f"/sweeps/{folder}/s{seed}", version=1, config=config)
+
+    groups = compare.group_runs([run("fast", 0, 1.0), run("fast", 1, 1.0), run("slow", 0, 0.5)])
+    assert [g.label for g in groups] == ["group fast", "group slow"]
+    assert groups[0].settings == {"agent.epsilon_end": 1.0, "agent.gamma": 1.0, "agent.learning_rate": 1.0,
+                                  "agent.n_step": 1.0}

@@ -1,0 +1,134 @@
+"""`tune` end to end on the smoke config: two processes share one journal-file study, a killed worker's
+trial is failed by the next worker, the study is resumed with more trials; and the multi-machine
+path against a real PostgreSQL server on loopback, started (and stopped) by the test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from helpers import CONFIGS, REPO, run_cli
+
+import postgres_server
+from dqn_cartpole.config import load_config
+from dqn_cartpole.run_folder import read_run
+
+SMOKE = os.path.join(CONFIGS, "smoke.yaml")
+SPACE = "agent.learning_rate: {low: 5e-4, high: 5e-3, log: true}\ntraining.batch_size: {choices: [16, 32]}\n"
+ENV = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy")
+
+
+def tune_argv(tmp_path, trials, *extra):
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    return ["tune", "--config", SMOKE, "--space", str(space), "--trials", str(trials), "--study", "t",
+            "--set", f"output.root={tmp_path}", "--set", "video.enabled=false", *extra]
+
+
+def start(argv):
+    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole", *argv], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def load(storage):
+    import optuna
+
+    return optuna.load_study(study_name="t", storage=storage)
+
+
+def journal(tmp_path):
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    return optuna.storages.JournalStorage(JournalFileBackend(str(tmp_path / "tune" / "t" / "journal.log")))
+
+
+def kill_tree(process: subprocess.Popen) -> list:
+    """SIGKILLs a tune worker and its training processes (which live in their own sessions)."""
+    tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+    for proc in tree:
+        proc.kill()
+    psutil.wait_procs(tree, timeout=30)
+    process.communicate(timeout=30)
+    return tree
+
+
+def test_two_workers_share_a_journal_study_and_it_resumes(tmp_path):
+    from optuna.trial import TrialState
+
+    workers = [start(tune_argv(tmp_path, 2)), start(tune_argv(tmp_path, 2))]
+    try:
+        outputs = [w.communicate(timeout=300) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    for worker, (out, err) in zip(workers, outputs):
+        assert worker.returncode == 0, err[-2000:]
+    study = load(journal(tmp_path))
+    trials = study.trials
+    assert len(trials) == 2
+    assert {t.state for t in trials} <= {TrialState.COMPLETE, TrialState.PRUNED}
+    assert len({t.user_attrs["worker"] for t in trials}) == 2  # both processes ran trials
+    for trial in trials:
+        run = read_run(str(tmp_path / "tune" / "t" / "trials" / f"{trial.number:04d}"))
+        assert run.config["agent"]["learning_rate"] == pytest.approx(trial.params["agent.learning_rate"])
+        assert run.config["training"]["batch_size"] == trial.params["training.batch_size"]
+    folder = tmp_path / "tune" / "t"
+    best = load_config(str(folder / "best.yaml"))  # a full config, ready for train --config
+    assert best.agent.learning_rate == pytest.approx(study.best_trial.params["agent.learning_rate"])
+    assert len((folder / "trials.csv").read_text().splitlines()) == 3
+    assert (folder / "history.png").stat().st_size > 0
+
+    # A worker killed mid-trial leaves a RUNNING trial; the next worker on this host fails it.
+    killed = start(tune_argv(tmp_path, 4))
+    try:
+        metrics = folder / "trials" / "0002" / "train_metrics.csv"
+        deadline = time.time() + 120
+        while not metrics.exists() and time.time() < deadline and killed.poll() is None:
+            time.sleep(0.2)
+        assert metrics.exists(), "trial 2 never started"
+    finally:
+        tree = kill_tree(killed)
+    assert not [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert load(journal(tmp_path)).trials[2].state == TrialState.RUNNING
+
+    resumed = run_cli(*tune_argv(tmp_path, 4), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "trial 2: marked FAILED" in resumed.stderr
+    trials = load(journal(tmp_path)).trials
+    assert len(trials) == 4
+    assert trials[2].state == TrialState.FAIL and "died" in trials[2].user_attrs["reason"]
+    assert trials[3].state in (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@pytest.fixture
+def postgres():
+    server, why = postgres_server.start()
+    if server is None:
+        pytest.skip(f"no PostgreSQL server can be started here: {why}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_study_in_postgresql_is_shared_through_the_database(tmp_path, postgres):
+    import optuna
+    from optuna.trial import TrialState
+
+    proc = run_cli(*tune_argv(tmp_path, 2, "--storage", postgres.url, "--jobs", "2"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    storage = optuna.storages.RDBStorage(postgres.url)
+    trials = load(storage).trials
+    assert len(trials) == 2 and {t.state for t in trials} <= {TrialState.COMPLETE, TrialState.PRUNED}
+    assert (tmp_path / "tune" / "t" / "best.yaml").exists() or all(t.state == TrialState.PRUNED for t in trials)
+    assert not (tmp_path / "tune" / "t" / "journal.log").exists()  # the database, not the default journal
+    storage.engine.dispose()
