@@ -6,6 +6,7 @@ Ctrl-C in the middle of a sweep followed by its continuation.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 import psutil
 import pytest
 
+from browser import find_chromium, probe_page
 from helpers import CONFIGS, REPO, run_cli
 
 from dqn_cartpole.run_folder import read_run
@@ -41,7 +43,7 @@ def test_every_grid_point_and_seed_is_a_finished_run_folder(sweep):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "4 finished now, 0 failed" in proc.stdout
     runs = {name: read_run(os.path.join(folder, name)) for name in sorted(os.listdir(folder))
-            if name not in ("sweep.yaml", "logs")}
+            if name not in ("sweep.yaml", "logs", "members.csv", "report.html")}
     assert sorted(runs) == ["learning_rate=1e-3__s0", "learning_rate=1e-3__s1", "learning_rate=2e-3__s0",
                             "learning_rate=2e-3__s1"]
     for name, run in runs.items():
@@ -70,7 +72,7 @@ def test_compare_groups_by_learning_rate_with_confidence_intervals(sweep, tmp_pa
     proc = subprocess.run([sys.executable, "-c", code, "compare", os.path.join(folder, "*"), "--output", str(out)],
                           cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert sorted(os.listdir(out)) == ["returns.png", "table.csv", "table.md"]
+    assert sorted(os.listdir(out)) == ["report.html", "returns.png", "table.csv", "table.md"]
     rows = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| agent.")]
     assert [r.split(" | ")[0] for r in rows] == ["| agent.learning_rate=0.001", "| agent.learning_rate=0.002"]
     for row in rows:
@@ -80,6 +82,27 @@ def test_compare_groups_by_learning_rate_with_confidence_intervals(sweep, tmp_pa
     header = (out / "table.csv").read_text().splitlines()[0]
     assert "best return (IQM) ci_low" in header and "solved fraction" in header
     assert rows[0] in proc.stdout
+    assert_page_links_resolve(str(out / "report.html"), expected_links=4)
+    browser = find_chromium()
+    if browser:  # CI always has one (.ci/run installs it)
+        result = probe_page(browser, str(out / "report.html"), str(tmp_path / "profile"))
+        assert [i["naturalWidth"] > 0 for i in result["images"]] == [True], result["images"]
+        assert result["errors"] == [] and result["console"] == [], result
+
+
+def assert_page_links_resolve(page: str, expected_links: int) -> None:
+    """Every relative href/src of a page points at a file next to it; there are `expected_links` run links."""
+    text = open(page, encoding="utf-8").read()
+    targets = re.findall(r'(?:href|src)="([^"#:]+)"', text)
+    assert targets and all(os.path.exists(os.path.join(os.path.dirname(page), t)) for t in targets), targets
+    assert len([t for t in targets if t.endswith("report.html")]) == expected_links
+
+
+def test_the_sweep_has_a_page_of_its_members(sweep):
+    folder, _, _ = sweep
+    rows = (open(os.path.join(folder, "members.csv")).read().splitlines())
+    assert rows[0].startswith("run,state,") and len(rows) == 5 and all(",done," in r for r in rows[1:])
+    assert_page_links_resolve(os.path.join(folder, "report.html"), expected_links=4)
 
 
 def _wait_for(predicate, timeout_s: float) -> bool:
@@ -92,7 +115,8 @@ def _wait_for(predicate, timeout_s: float) -> bool:
 
 
 def test_ctrl_c_stops_every_run_with_a_checkpoint_and_the_sweep_continues(tmp_path):
-    args = sweep_args(tmp_path, name="c", seeds="0", extra=("--set", "training.num_iterations=1000"))
+    # Long enough (several seconds of training) that the Ctrl-C lands while both runs train.
+    args = sweep_args(tmp_path, name="c", seeds="0", extra=("--set", "training.num_iterations=5000"))
     env = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy")
     parent = subprocess.Popen([sys.executable, "-m", "dqn_cartpole", *args], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -115,7 +139,7 @@ def test_ctrl_c_stops_every_run_with_a_checkpoint_and_the_sweep_continues(tmp_pa
     assert not [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     for name in ("learning_rate=1e-3__s0", "learning_rate=2e-3__s0"):
         run = read_run(str(folder / name))
-        assert run.get("exit_status") == 130 and run.get("iterations") < 1000
+        assert run.get("exit_status") == 130 and run.get("iterations") < 5000
         assert os.listdir(folder / name / "checkpoints")
 
     proc = run_cli(*args, timeout=240)

@@ -27,7 +27,8 @@ from dqn_cartpole.run_folder.record import find_runs
 
 IGNORED_KEYS = ("training.seed",)
 IGNORED_SECTIONS = ("output",)
-OUTPUT_FILES = ("returns.png", "table.md", "table.csv")
+OUTPUT_FILES = ("returns.png", "table.md", "table.csv", "report.html")
+PAGE_FILE = "report.html"
 CURVE_POINTS = 100
 MAX_LABEL_KEYS = 3  # more differing keys than this: groups are lettered, with their keys listed under the table
 
@@ -221,4 +222,14 @@ def run_compare(runs: Sequence[RunRecord], folder: str, statistic_name: str = "i
     table = markdown_table(rows, groups)
     write_text_atomic(os.path.join(folder, "table.md"), table)
     write_text_atomic(os.path.join(folder, "table.csv"), csv_table(rows))
+    write_page(folder, runs)
     return table
+
+
+def write_page(folder: str, runs: Sequence[RunRecord]) -> str:
+    """report.html next to the plot and tables: the same kind of page as a run's, linking each run's page."""
+    from dqn_cartpole.report.html import render_collection_page
+
+    links = [(os.path.basename(os.path.normpath(run.root)), run.layout.report) for run in runs]
+    return render_collection_page(os.path.join(folder, PAGE_FILE), f"Compare: {len(runs)} runs",
+                                  [os.path.join(folder, "returns.png")], os.path.join(folder, "table.csv"), links)

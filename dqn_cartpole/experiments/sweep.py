@@ -8,6 +8,7 @@ with the same name but a different grid is refused rather than mixed in.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import os
 import shlex
@@ -20,11 +21,12 @@ import yaml
 
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid, launcher
-from dqn_cartpole.run_folder import layout
+from dqn_cartpole.run_folder import layout, read_run
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.metrics import read_csv
 
 MANIFEST_FILE = "sweep.yaml"
+MEMBERS_FILE = "members.csv"  # one row per member, shown on the sweep's report.html
 LOGS_DIR = "logs"
 MEMORY_PER_RUN_MB = 700  # peak RSS of one training process (TensorFlow + TF-Agents), measured on the default config
 POLL_S = 0.5
@@ -199,7 +201,37 @@ def run_sweep(plan: SweepPlan, show_progress: bool = True) -> Outcome:
             _collect_finished(running, children, outcome)
     _update_bar(bar, plan, outcome)
     bar.close()
+    write_page(plan)
     return outcome
+
+
+def write_page(plan: SweepPlan) -> str:
+    """The sweep's report.html: every member's state, outcome and a link to its own report."""
+    from dqn_cartpole.report.html import render_collection_page
+
+    rows = []
+    for member in plan.members:
+        summary = read_summary(member.run_dir)
+        rows.append({"run": member.name, "state": member_state(member),
+                     "solved at env steps": summary.get("solved_env_steps", ""),
+                     "best return": summary.get("best_return", ""), "final return": summary.get("final_return", ""),
+                     "wall s": round(summary["wall_s"], 1) if summary.get("wall_s") is not None else ""})
+    table = os.path.join(plan.folder, MEMBERS_FILE)
+    with open(table, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    links = [(m.name, os.path.join(m.run_dir, layout.REPORT_FILE)) for m in plan.members]
+    return render_collection_page(os.path.join(plan.folder, layout.REPORT_FILE), f"Sweep {plan.name}", [], table,
+                                  links)
+
+
+def read_summary(run_dir: str) -> dict:
+    """A member's summary.json through the run-folder API ({} while it has none)."""
+    try:
+        return read_run(run_dir).summary
+    except UserError:
+        return {}
 
 
 def _collect_finished(running: dict, children: launcher.ChildSet, outcome: Outcome) -> None:
