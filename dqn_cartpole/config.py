@@ -93,6 +93,25 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
+class CollectionConfig:
+    """How the collect policy steps the envs."""
+
+    driver: str = _f("compiled", "'compiled' (a TF driver inside the compiled loop, fastest) or 'py' (the tutorial's "
+                                 "PyDriver + PyTFEagerPolicy in Python, then a compiled train step)")
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """Roles as separate processes (train --topology local, replay-server, collect, learn)."""
+
+    weight_refresh_steps: int = _f(100, "env steps a collector takes between pulls of the learner's weights")
+    weight_push_interval: int = _f(50, "learner train steps between pushes of its weights to the variables table")
+    server_checkpoint_s: float = _f(60.0, "seconds between the replay server's own table checkpoints")
+    connect_timeout_s: float = _f(10.0, "seconds a role waits for the replay server at start-up before it gives up")
+    rate_limiter_timeout_ms: int = _f(60_000, "a learner's sample waits this long for data, then fails (no freeze)")
+
+
+@dataclass(frozen=True)
 class EvaluationConfig:
     """Periodic greedy evaluation."""
 
@@ -131,6 +150,8 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    collection: CollectionConfig = field(default_factory=CollectionConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     video: VideoConfig = field(default_factory=VideoConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
@@ -138,7 +159,7 @@ class Config:
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)
 CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
-           ("replay", "sampling"): ("auto", "dataset", "direct")}
+           ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py")}
 
 
 # ---------------------------------------------------------------------------- loading
@@ -331,6 +352,8 @@ def validate(config: Config, source: str) -> None:
         "training": ["num_iterations", "collect_steps_per_iteration", "train_steps_per_iteration",
                      "batch_size", "log_interval", "checkpoint_interval", "keep_checkpoints"],
         "evaluation": ["eval_interval", "num_eval_episodes", "solve_episodes"],
+        "distributed": ["weight_refresh_steps", "weight_push_interval", "server_checkpoint_s", "connect_timeout_s",
+                        "rate_limiter_timeout_ms"],
         "video": ["num_episodes", "random_episodes", "fps"],
     }
     for section, keys in positive.items():

@@ -7,7 +7,8 @@ Prints one table:
     start until a policy is saved whose greedy average return over 100 episodes is >= 475, and
     the env steps it took; with the median;
   * iterations per second at the tutorial's hyperparameters (one env step and one gradient
-    step of batch 64 per iteration) for each replay backend, and the ratio against
+    step of batch 64 per iteration) for each replay backend with the compiled driver, and with
+    `collection.driver: py` (the tutorial's PyDriver loop) on tf_uniform and Reverb, and the ratio against
     the tutorial's own loop (`--reference PATH`, by default ../shared/bench/reference_loop.py
     next to the repository) run in the same benchmark (steady state: both exclude evaluation and
     the first 1,000 iterations, which include tracing); without that file the ratios are skipped;
@@ -71,11 +72,13 @@ def reference_rate(reference: str, iterations: int) -> float:
     return (int(rest[-1][0]) - int(first_it)) / span
 
 
-def project_rate(backend: str, iterations: int, workdir: str, extra: list[str]) -> float:
+def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], driver: str = "compiled") -> float:
+    """Steady-state it/s of `train` at the tutorial's hyperparameters, with `collection.driver: driver`."""
     sampling = "dataset" if backend == "reverb" else "direct"
-    out = os.path.join(workdir, f"tutorial-{backend}")
+    out = os.path.join(workdir, f"tutorial-{backend}-{driver}")
     summary = run_train("tutorial.yaml", out, [f"training.num_iterations={iterations}", "video.enabled=false",
                                                f"replay.backend={backend}", f"replay.sampling={sampling}",
+                                               f"collection.driver={driver}",
                                                "evaluation.eval_interval=1000", *extra])
     return summary["iterations_per_s"]
 
@@ -131,6 +134,8 @@ def main() -> None:
     reference_before = reference_rate(args.reference, args.iterations) if has_reference else None
     for backend in args.backends.split(","):
         rates[backend] = project_rate(backend, args.iterations, workdir, [])
+    for backend in ("tf_uniform", "reverb"):  # the tutorial's own loop shape: PyDriver, then a compiled train step
+        rates[f"{backend}, collection.driver: py"] = project_rate(backend, args.iterations, workdir, [], driver="py")
     rates["tf_uniform, 8 envs x 8 steps"] = project_rate(
         "tf_uniform", args.iterations // 8, workdir,
         ["env.num_envs=8", "training.collect_steps_per_iteration=8", "training.train_steps_per_iteration=8",

@@ -33,6 +33,13 @@ def test_tutorial_config_is_the_tutorial():
     assert c.network.fc_layer_params == (100, 50)
     assert (c.training.log_interval, c.evaluation.eval_interval, c.evaluation.num_eval_episodes) == (200, 1000, 10)
     assert c.agent.td_loss == "squared"
+    assert c.collection.driver == "py"  # the tutorial's PyDriver loop
+
+
+def test_collection_driver_is_checked():
+    assert load_config().collection.driver == "compiled"
+    with pytest.raises(ConfigError, match=r"collection.driver: must be one of compiled, py, got 'pydriver'"):
+        load_config(overrides=["collection.driver=pydriver"])
 
 
 def test_scientific_notation_loads_as_float(tmp_path):

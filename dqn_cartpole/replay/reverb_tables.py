@@ -10,8 +10,6 @@ import os
 import socket
 from typing import Any, Optional
 
-from tf_agents.specs import tensor_spec
-
 from dqn_cartpole.errors import UserError
 
 TABLE_NAME = "uniform_table"
@@ -29,6 +27,7 @@ def make_replay_tables(data_spec: Any, capacity: int, sequence_length: int) -> l
     are insertion indices.
     """
     import reverb  # only this backend pays for importing Reverb
+    from tf_agents.specs import tensor_spec  # not at the top: check_port_free runs before TensorFlow
 
     signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec), sequence_length)
 
