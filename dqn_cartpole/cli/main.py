@@ -12,12 +12,13 @@ import sys
 from typing import Optional, Sequence
 
 from dqn_cartpole.cli import single_process
+from dqn_cartpole.distributed import commands as distributed_commands
 from dqn_cartpole.cli.args import ArgParser
 from dqn_cartpole.errors import UserError
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
-COMMAND_MODULES = (single_process,)
+COMMAND_MODULES = (single_process, distributed_commands)
 COMMANDS = {name: handler for module in COMMAND_MODULES for name, handler in module.COMMANDS.items()}
 
 
