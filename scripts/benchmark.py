@@ -14,6 +14,9 @@ Prints one table:
     the first 1,000 iterations, which include tracing); without that file the ratios are skipped;
   * 10 greedy CartPole-v1 episodes of a solved policy (5,000 steps): seconds;
   * peak RSS of the default run.
+With `--scale-out 1,2,4` it prints only the scale-out table instead: `train --topology local` with
+each number of collectors on the default config, the collectors' summed env steps/s and the
+learner's train steps/s.
 Absolute times drift on shared machines; the ratios are measured side by side.
 """
 
@@ -83,6 +86,26 @@ def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], 
     return summary["iterations_per_s"]
 
 
+def scale_out(collectors: int, iterations: int, workdir: str) -> dict:
+    """`train --topology local` with `collectors` collectors on the default config (no early stop):
+    the collectors' summed env steps/s (their CSVs' last rows) and the learner's train steps/s."""
+    out = os.path.join(workdir, f"local-{collectors}")
+    args = [sys.executable, "-m", "dqn_cartpole", "train", "--topology", "local", "--collectors", str(collectors),
+            "--output-dir", out, "--quiet", "--overwrite", "--set", f"training.num_iterations={iterations}",
+            "--set", "evaluation.stop_when_solved=false", "--set", "video.enabled=false"]
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"local topology failed:\n{result.stderr[-2000:]}")
+    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
+        summary = json.load(handle)
+    env_rate = 0.0
+    for i in range(collectors):
+        with open(os.path.join(out, "roles", f"collector-{i}.csv"), encoding="utf-8") as handle:
+            last = handle.read().strip().splitlines()[-1].split(",")
+        env_rate += float(last[3])  # env_steps_per_s
+    return {"collectors": collectors, "env_steps_per_s": env_rate, "train_steps_per_s": summary["iterations_per_s"]}
+
+
 def evaluation_seconds(policy_run: str) -> float:
     """Seconds for 10 greedy CartPole-v1 episodes of a saved policy (best of three)."""
     code = f"""
@@ -118,7 +141,16 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                         help="override a key of the time-to-solve runs, e.g. replay.backend=reverb (repeatable)")
     parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--scale-out", default="", metavar="N,N,...",
+                        help="only the scale-out table: train --topology local with each number of collectors")
     args = parser.parse_args()
+    if args.scale_out:
+        workdir = tempfile.mkdtemp(prefix="dqn-bench-")
+        print("| collectors | env steps/s (all collectors) | learner train steps/s |\n| --- | --- | --- |")
+        for n in (int(v) for v in args.scale_out.split(",")):
+            r = scale_out(n, args.iterations, workdir)
+            print(f"| {n} | {r['env_steps_per_s']:.0f} | {r['train_steps_per_s']:.0f} |", flush=True)
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")
     started = time.time()

@@ -166,3 +166,36 @@ def test_a_port_in_use_is_one_line(tmp_path):
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and f"port {port} is already in use" in lines[0], result.stderr
     assert not os.path.exists(tmp_path / "local")  # bad input leaves no run folder
+
+
+def checkpoint_iterations(run_dir: str) -> list[int]:
+    folder = os.path.join(run_dir, "checkpoints")
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(int(n.split("-")[1]) for n in names if re.fullmatch(r"ckpt-\d+", n))
+
+
+def test_a_killed_learner_stops_everything_then_resume_continues_with_the_replay(tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = tmp_path / "first"
+    first.mkdir()
+    process = start_cli("train", *LOCAL, "--output-dir", run_dir, "--set", "training.num_iterations=600",
+                        log_dir=first)
+    try:
+        wait_for(lambda: any(i >= 200 for i in checkpoint_iterations(run_dir)), 300, "checkpoint 200")
+        (learner,) = [p for p in processes_of(run_dir) if "learn" in p.cmdline()]
+        learner.kill()
+        assert process.wait(120) == 1
+        stderr = (first / "stderr").read_text()
+        assert f"train --resume {run_dir} --topology local --collectors 2" in stderr, stderr[-2000:]
+        assert_all_gone(run_dir, server_port(first))
+    finally:
+        kill_tree(process, run_dir)
+    resumed = run_cli("train", "--resume", run_dir, "--topology", "local", "--collectors", "2", "--quiet",
+                      timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    match = re.search(r"Resumed from ckpt-(\d+): iteration \d+ of 600, train step \d+, (\d+) transitions", resumed.stdout
+                      + resumed.stderr)
+    assert match and int(match.group(1)) >= 200 and int(match.group(2)) > 0, resumed.stdout + resumed.stderr
+    assert json.load(open(os.path.join(run_dir, "summary.json")))["train_steps"] == 600
+    train_steps = [int(r["train_step"]) for r in rows(os.path.join(run_dir, "train_metrics.csv"))]
+    assert train_steps == list(range(50, 601, 50))  # no row lost or repeated across the crash

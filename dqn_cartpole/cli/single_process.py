@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import os
 import shutil
@@ -129,9 +130,11 @@ def cmd_train_local(args: argparse.Namespace) -> int:
                 resolve_run_dir(None, args.output_dir, args.overwrite)
             config, plan = load_config(config_path(args.config), args.overrides), None
             run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
-    if config.replay.backend != "reverb":
-        raise UserError(f"--topology local: the roles share a Reverb server; set replay.backend: reverb "
-                        f"(got {config.replay.backend})")
+    if config.replay.backend != "reverb":  # the roles share their replay through a Reverb server
+        replay = dataclasses.replace(config.replay, backend="reverb", sampling="dataset")
+        config = dataclasses.replace(config, replay=replay)
+        print("note: --topology local shares the replay through a Reverb server: replay.backend: reverb",
+              file=sys.stderr)
     if plan is not None and plan.found is not None and not os.path.isdir(
             os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
         raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")

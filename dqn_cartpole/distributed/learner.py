@@ -48,7 +48,6 @@ class LearnerSession(TrainingSession):
         replay = build.make_replay_client(cfg.replay, agent.collect_data_spec, cfg.env.num_envs, cfg.agent.n_step,
                                           self.address, stack,
                                           rate_limiter_timeout_ms=cfg.distributed.rate_limiter_timeout_ms)
-        self.sync = WeightSync(self.address, agent)
         return Pipeline(envs, agent, replay, tf_metrics.EnvironmentSteps(), None, None,
                         compiled_act_fn(agent.policy), make_episode_runner(agent.policy, envs.evaluate,
                                                                            gamma=cfg.agent.gamma), stack)
@@ -57,6 +56,9 @@ class LearnerSession(TrainingSession):
         return (), ()  # the collectors fill it: `iterate` waits for them
 
     def iterate(self, time_step: Any, policy_state: Any) -> None:
+        # Made only now: a restore re-seeds TensorFlow, which clears the eager kernels and with them the
+        # TF Reverb client a container made before it ("Resource ... ReverbClient does not exist").
+        self.sync = WeightSync(self.address, self.pipeline.agent)
         self.push_weights()  # the collectors start from these weights
         if self.wait_for_data():
             super().iterate((), ())
