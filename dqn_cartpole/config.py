@@ -109,6 +109,10 @@ class DistributedConfig:
     server_checkpoint_s: float = _f(60.0, "seconds between the replay server's own table checkpoints")
     connect_timeout_s: float = _f(10.0, "seconds a role waits for the replay server at start-up before it gives up")
     rate_limiter_timeout_ms: int = _f(60_000, "a learner's sample waits this long for data, then fails (no freeze)")
+    samples_per_insert: Optional[float] = _f(None, "replay-server: hold sampled items / inserted items near this "
+                                                   "(Reverb SampleToInsertRatio; null = no ratio, MinSize(1))")
+    samples_per_insert_tolerance: float = _f(1000.0, "how far (in sampled items; a batch of 64 counts 64, prefetched "
+                                                     "ones too) the ratio may drift before one side waits")
 
 
 @dataclass(frozen=True)
@@ -389,6 +393,14 @@ def validate(config: Config, source: str) -> None:
              f"must be a multiple of env.num_envs ({config.env.num_envs}), got {config.training.collect_steps_per_iteration}")
     if config.output.run_name is not None and (not config.output.run_name or "/" in config.output.run_name):
         fail("output.run_name", f"must be a plain folder name, got {config.output.run_name!r}")
+    spi, tolerance = config.distributed.samples_per_insert, config.distributed.samples_per_insert_tolerance
+    if spi is not None and not spi > 0:
+        fail("distributed.samples_per_insert", f"must be positive or null, got {spi}")
+    if spi is not None and tolerance < max(1.0, spi):
+        # Reverb's SampleToInsertRatio needs max_diff - min_diff = 2 x tolerance >= 2 x max(1, spi).
+        fail("distributed.samples_per_insert_tolerance",
+             f"must be at least max(1, distributed.samples_per_insert) = {max(1.0, spi):g} (Reverb needs the "
+             f"ratio's error buffer to span 2 x that), got {tolerance:g}")
     validate_env_id(config.env.id, source)
 
 

@@ -133,3 +133,12 @@ def test_cli_bad_input_is_one_line_exit_2_and_leaves_no_run(tmp_path, args):
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+def test_samples_per_insert_needs_an_error_buffer_reverb_accepts():
+    assert load_config(overrides=["distributed.samples_per_insert=8"]).distributed.samples_per_insert == 8.0
+    with pytest.raises(ConfigError, match=r"distributed.samples_per_insert_tolerance: must be at least max\(1, "
+                                          r"distributed.samples_per_insert\) = 8 .*got 4"):
+        load_config(overrides=["distributed.samples_per_insert=8", "distributed.samples_per_insert_tolerance=4"])
+    with pytest.raises(ConfigError, match="distributed.samples_per_insert: must be positive or null, got -1"):
+        load_config(overrides=["distributed.samples_per_insert=-1"])

@@ -64,21 +64,33 @@ def make_agent(config: Config, tf_env: tf_py_environment.TFPyEnvironment) -> Any
 # ---------------------------------------------------------------------------- replay
 
 
-def make_replay_tables(replay_config: ReplayConfig, data_spec: Any, n_step: int) -> list:
-    """Reverb's server side: the tables of (n_step + 1)-step windows of `data_spec` items."""
-    return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, sequence_length_for(n_step))
+def make_replay_tables(replay_config: ReplayConfig, data_spec: Any, n_step: int,
+                       ratio: Optional[reverb_tables.SampleRatio] = None) -> list:
+    """Reverb's server side: the tables of (n_step + 1)-step windows of `data_spec` items (`ratio`: see
+    `sample_ratio`)."""
+    return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, sequence_length_for(n_step), ratio)
+
+
+def sample_ratio(config: Config) -> Optional[reverb_tables.SampleRatio]:
+    """A standalone server's samples-per-insert ratio (`distributed.samples_per_insert`), if set."""
+    spi = config.distributed.samples_per_insert
+    if spi is None:
+        return None
+    return reverb_tables.SampleRatio(spi, config.training.initial_collect_steps,
+                                     config.distributed.samples_per_insert_tolerance)
 
 
 def start_replay_server(replay_config: ReplayConfig, data_spec: Any, n_step: int, stack: contextlib.ExitStack,
                         checkpoint_dir: Optional[str] = None,
                         announce: Callable[[str], None] = lambda line: None,
-                        extra_tables: Sequence[Any] = (), port: Optional[int] = None) -> reverb_tables.ReplayServer:
+                        extra_tables: Sequence[Any] = (), port: Optional[int] = None,
+                        ratio: Optional[reverb_tables.SampleRatio] = None) -> reverb_tables.ReplayServer:
     """Starts a Reverb server with the DQN tables (loading `checkpoint_dir`'s newest checkpoint, if any).
 
     A standalone server adds the learner's `variables` table (`extra_tables`) and listens on `port`
     (else `replay.reverb_port`).
     """
-    server = reverb_tables.ReplayServer(make_replay_tables(replay_config, data_spec, n_step) + list(extra_tables),
+    server = reverb_tables.ReplayServer(make_replay_tables(replay_config, data_spec, n_step, ratio) + list(extra_tables),
                                         port=port or replay_config.reverb_port, checkpoint_dir=checkpoint_dir)
     stack.callback(server.stop)
     announce(reverb_tables.exposure_line(server.port))

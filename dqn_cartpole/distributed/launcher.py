@@ -176,7 +176,13 @@ class LocalTopology:
         return EXIT_FAILED
 
     def stop_all(self) -> None:
-        """Collectors first (nothing then waits on the server), the learner, then the server (it checkpoints)."""
+        """Collectors first (nothing then waits on the server), the learner, then the server (it checkpoints).
+
+        A collector blocked in a Reverb call (a samples-per-insert ratio waiting on a learner that is gone)
+        never sees its SIGTERM: after STOP_WAIT_S it is killed, all collectors at once.
+        """
+        for collector in self.collectors:
+            collector.send(signal.SIGTERM)
         for child in [*self.collectors, self.learner, self.server]:
             child.stop()
 

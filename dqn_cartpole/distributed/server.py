@@ -36,7 +36,7 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         _, _, agent = parts.agent_with_envs(config, 1, config.training.seed, stack)
         server = build.start_replay_server(config.replay, agent.collect_data_spec, config.agent.n_step, stack,
                                            checkpoint_dir, announce, extra_tables=[make_variables_table(agent)],
-                                           port=port)
+                                           port=port, ratio=build.sample_ratio(config))
         import reverb
 
         client = reverb.Client(server.address)
