@@ -168,6 +168,8 @@ class LocalTopology:
 
     def learner_ended(self, status: int, stop: signals.StopRequest) -> int:
         if stop.requested:
+            print(f"Every role is stopped. Resume the run with:\n  {resume_line(self.run_dir, self.collectors_wanted)}",
+                  file=sys.stderr)
             return signals.exit_status(stop.signum)
         if status in (0, 1):  # finished, solved, or diverged (the learner said which)
             return status
