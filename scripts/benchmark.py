@@ -1,6 +1,7 @@
 """Speed benchmark: time to solve, throughput against the tutorial loop, evaluation time, memory.
 
 Usage: python scripts/benchmark.py [--seeds 0,1,2,3,4] [--iterations 6000] [--reference PATH] [--set KEY=VALUE]
+       python scripts/benchmark.py --scale-out 1,2,4 [--iterations 6000]
 
 Prints one table:
   * time to solve CartPole-v1 on configs/default.yaml for each seed: wall seconds from process

@@ -96,6 +96,8 @@ def test_local_topology_two_collectors_trains_the_smoke_config(tmp_path):
         assert log and int(log[-1]["env_steps"]) > 0 and float(log[-1]["env_steps_per_s"]) > 0
         # The collector's weights follow the learner's train step (and with it, epsilon).
         assert max(int(r["weights_train_step"]) for r in log) > 0
+        events = os.path.join(run_dir, "tensorboard", f"collector-{collector}")
+        assert any(name.startswith("events.out.tfevents") for name in os.listdir(events))
     assert "Stored checkpoint" in open(os.path.join(run_dir, "roles", "replay-server.log")).read()
     assert time.monotonic() - started < 400
 

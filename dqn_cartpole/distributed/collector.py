@@ -22,6 +22,7 @@ from dqn_cartpole.distributed import parts
 from dqn_cartpole.distributed.variables import WeightSync, check_server
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import CsvLog
+from dqn_cartpole.run_folder.tensorboard import Scalars
 
 COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weights_train_step", "weights_age_s")
 
@@ -58,12 +59,20 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str) -> in
                                               config.distributed.weight_refresh_steps)
         csv_log = stack.enter_context(contextlib.closing(CsvLog(metrics_path(run_dir, collector_id),
                                                                 COLLECTOR_COLUMNS)))
+        # Its own TensorBoard run next to the learner's, so the collectors' curves can be compared.
+        tensorboard = os.path.join(RunLayout(run_dir).tensorboard, f"collector-{collector_id}")
+        scalars = stack.enter_context(contextlib.closing(Scalars(tensorboard if config.output.tensorboard else None)))
         if sync.wait_for_first(lambda: stop.requested):
-            run_driver(driver, sync, counter, csv_log, stop, replay.flush)
+            run_driver(driver, sync, counter, lambda row: log_row(row, csv_log, scalars), stop, replay.flush)
     return signals.exit_status(stop.signum) if stop.signum else 0
 
 
-def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, csv_log: CsvLog,
+def log_row(row: dict, csv_log: CsvLog, scalars: Scalars) -> None:
+    csv_log.write(row)
+    scalars.write("collector", int(row["env_steps"]), {k: v for k, v in row.items() if k != "env_steps"})
+
+
+def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callable[[dict], None],
                stop: signals.StopRequest, flush: Callable[[], None], log_every_s: float = 5.0) -> None:
     """Pull weights, collect `weight_refresh_steps` env steps, flush the writers, repeat; a metrics row
     every `log_every_s`."""
@@ -76,6 +85,6 @@ def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, csv_log: Csv
         now = time.monotonic()
         if now - last_log >= log_every_s:
             last_log = now
-            csv_log.write({"wall_s": now - started, "env_steps": counter.steps, "episodes": counter.episodes,
+            log({"wall_s": now - started, "env_steps": counter.steps, "episodes": counter.episodes,
                            "env_steps_per_s": counter.steps / max(now - started, 1e-9),
                            "weights_train_step": weights_step, "weights_age_s": now - pulled_at})
