@@ -106,7 +106,9 @@ class DistributedConfig:
 
     weight_refresh_steps: int = _f(100, "env steps a collector takes between pulls of the learner's weights")
     weight_push_interval: int = _f(50, "learner train steps between pushes of its weights to the variables table")
-    server_checkpoint_s: float = _f(60.0, "seconds between the replay server's own table checkpoints")
+    server_checkpoint_s: Optional[float] = _f(None, "seconds between the replay server's own table checkpoints "
+                                                    "(null = only when it stops and with each learner checkpoint; "
+                                                    "a timer races a learner's checkpoint, which moves the newest)")
     connect_timeout_s: float = _f(10.0, "seconds a role waits for the replay server at start-up before it gives up")
     rate_limiter_timeout_ms: int = _f(60_000, "a learner's sample waits this long for data, then fails (no freeze)")
     samples_per_insert: Optional[float] = _f(None, "replay-server: hold sampled items / inserted items near this "

@@ -88,12 +88,14 @@ def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], 
 
 
 def scale_out(collectors: int, iterations: int, workdir: str) -> dict:
-    """`train --topology local` with `collectors` collectors on the default config (no early stop):
+    """`train --topology local` with `collectors` collectors on the default config (no early stop, no
+    samples-per-insert ratio):
     the collectors' summed env steps/s (their CSVs' last rows) and the learner's train steps/s."""
     out = os.path.join(workdir, f"local-{collectors}")
     args = [sys.executable, "-m", "dqn_cartpole", "train", "--topology", "local", "--collectors", str(collectors),
             "--output-dir", out, "--quiet", "--overwrite", "--set", f"training.num_iterations={iterations}",
-            "--set", "evaluation.stop_when_solved=false", "--set", "video.enabled=false"]
+            "--set", "evaluation.stop_when_solved=false", "--set", "video.enabled=false",
+            "--set", "distributed.samples_per_insert=null"]  # unthrottled: what each side can do
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"local topology failed:\n{result.stderr[-2000:]}")

@@ -41,12 +41,13 @@ def serve(config: Config, port: int, run_dir: str) -> int:
 
         client = reverb.Client(server.address)
         announce(f"replay server ready at port {server.port}")
-        next_checkpoint = time.monotonic() + config.distributed.server_checkpoint_s
+        every_s = config.distributed.server_checkpoint_s
+        next_checkpoint = time.monotonic() + every_s if every_s else float("inf")
         while not stop.requested:
             time.sleep(POLL_S)
             if time.monotonic() >= next_checkpoint:
                 client.checkpoint()
-                next_checkpoint = time.monotonic() + config.distributed.server_checkpoint_s
+                next_checkpoint = time.monotonic() + every_s
         client.checkpoint()  # a stopped server leaves its newest table behind
         announce(f"replay server on port {server.port} stopped")
     return signals.exit_status(stop.signum)
