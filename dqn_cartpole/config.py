@@ -93,6 +93,31 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
+class CollectionConfig:
+    """How the collect policy steps the envs."""
+
+    driver: str = _f("compiled", "'compiled' (a TF driver inside the compiled loop, fastest) or 'py' (the tutorial's "
+                                 "PyDriver + PyTFEagerPolicy in Python, then a compiled train step)")
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """Roles as separate processes (train --topology local, replay-server, collect, learn)."""
+
+    weight_refresh_steps: int = _f(100, "env steps a collector takes between pulls of the learner's weights")
+    weight_push_interval: int = _f(50, "learner train steps between pushes of its weights to the variables table")
+    server_checkpoint_s: Optional[float] = _f(None, "seconds between the replay server's own table checkpoints "
+                                                    "(null = only when it stops and with each learner checkpoint; "
+                                                    "a timer races a learner's checkpoint, which moves the newest)")
+    connect_timeout_s: float = _f(10.0, "seconds a role waits for the replay server at start-up before it gives up")
+    rate_limiter_timeout_ms: int = _f(60_000, "a learner's sample waits this long for data, then fails (no freeze)")
+    samples_per_insert: Optional[float] = _f(None, "replay-server: hold sampled items / inserted items near this "
+                                                   "(Reverb SampleToInsertRatio; null = no ratio, MinSize(1))")
+    samples_per_insert_tolerance: float = _f(1000.0, "how far (in sampled items; a batch of 64 counts 64, prefetched "
+                                                     "ones too) the ratio may drift before one side waits")
+
+
+@dataclass(frozen=True)
 class EvaluationConfig:
     """Periodic greedy evaluation."""
 
@@ -131,6 +156,8 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    collection: CollectionConfig = field(default_factory=CollectionConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     video: VideoConfig = field(default_factory=VideoConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
@@ -138,7 +165,7 @@ class Config:
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)
 CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
-           ("replay", "sampling"): ("auto", "dataset", "direct")}
+           ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py")}
 
 
 # ---------------------------------------------------------------------------- loading
@@ -331,6 +358,8 @@ def validate(config: Config, source: str) -> None:
         "training": ["num_iterations", "collect_steps_per_iteration", "train_steps_per_iteration",
                      "batch_size", "log_interval", "checkpoint_interval", "keep_checkpoints"],
         "evaluation": ["eval_interval", "num_eval_episodes", "solve_episodes"],
+        "distributed": ["weight_refresh_steps", "weight_push_interval", "server_checkpoint_s", "connect_timeout_s",
+                        "rate_limiter_timeout_ms"],
         "video": ["num_episodes", "random_episodes", "fps"],
     }
     for section, keys in positive.items():
@@ -370,6 +399,14 @@ def validate(config: Config, source: str) -> None:
              f"got {config.training.collect_steps_per_iteration}")
     if config.output.run_name is not None and (not config.output.run_name or "/" in config.output.run_name):
         fail("output.run_name", f"must be a plain folder name, got {config.output.run_name!r}")
+    spi, tolerance = config.distributed.samples_per_insert, config.distributed.samples_per_insert_tolerance
+    if spi is not None and not spi > 0:
+        fail("distributed.samples_per_insert", f"must be positive or null, got {spi}")
+    if spi is not None and tolerance < max(1.0, spi):
+        # Reverb's SampleToInsertRatio needs max_diff - min_diff = 2 x tolerance >= 2 x max(1, spi).
+        fail("distributed.samples_per_insert_tolerance",
+             f"must be at least max(1, distributed.samples_per_insert) = {max(1.0, spi):g} (Reverb needs the "
+             f"ratio's error buffer to span 2 x that), got {tolerance:g}")
     validate_env_id(config.env.id, source)
 
 

@@ -1,18 +1,23 @@
 """Speed benchmark: time to solve, throughput against the tutorial loop, evaluation time, memory.
 
 Usage: python scripts/benchmark.py [--seeds 0,1,2,3,4] [--iterations 6000] [--reference PATH] [--set KEY=VALUE]
+       python scripts/benchmark.py --scale-out 1,2,4 [--iterations 6000]
 
 Prints one table:
   * time to solve CartPole-v1 on configs/default.yaml for each seed: wall seconds from process
     start until a policy is saved whose greedy average return over 100 episodes is >= 475, and
     the env steps it took; with the median;
   * iterations per second at the tutorial's hyperparameters (one env step and one gradient
-    step of batch 64 per iteration) for each replay backend, and the ratio against
+    step of batch 64 per iteration) for each replay backend with the compiled driver, and with
+    `collection.driver: py` (the tutorial's PyDriver loop) on tf_uniform and Reverb, and the ratio against
     the tutorial's own loop (`--reference PATH`, by default ../shared/bench/reference_loop.py
     next to the repository) run in the same benchmark (steady state: both exclude evaluation and
     the first 1,000 iterations, which include tracing); without that file the ratios are skipped;
   * 10 greedy CartPole-v1 episodes of a solved policy (5,000 steps): seconds;
   * peak RSS of the default run.
+With `--scale-out 1,2,4` it prints only the scale-out table instead: `train --topology local` with
+each number of collectors on the default config, the collectors' summed env steps/s and the
+learner's train steps/s.
 Absolute times drift on shared machines; the ratios are measured side by side.
 """
 
@@ -71,13 +76,37 @@ def reference_rate(reference: str, iterations: int) -> float:
     return (int(rest[-1][0]) - int(first_it)) / span
 
 
-def project_rate(backend: str, iterations: int, workdir: str, extra: list[str]) -> float:
+def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], driver: str = "compiled") -> float:
+    """Steady-state it/s of `train` at the tutorial's hyperparameters, with `collection.driver: driver`."""
     sampling = "dataset" if backend == "reverb" else "direct"
-    out = os.path.join(workdir, f"tutorial-{backend}")
+    out = os.path.join(workdir, f"tutorial-{backend}-{driver}")
     summary = run_train("tutorial.yaml", out, [f"training.num_iterations={iterations}", "video.enabled=false",
                                                f"replay.backend={backend}", f"replay.sampling={sampling}",
+                                               f"collection.driver={driver}",
                                                "evaluation.eval_interval=1000", *extra])
     return summary["iterations_per_s"]
+
+
+def scale_out(collectors: int, iterations: int, workdir: str) -> dict:
+    """`train --topology local` with `collectors` collectors on the default config (no early stop, no
+    samples-per-insert ratio):
+    the collectors' summed env steps/s (their CSVs' last rows) and the learner's train steps/s."""
+    out = os.path.join(workdir, f"local-{collectors}")
+    args = [sys.executable, "-m", "dqn_cartpole", "train", "--topology", "local", "--collectors", str(collectors),
+            "--output-dir", out, "--quiet", "--overwrite", "--set", f"training.num_iterations={iterations}",
+            "--set", "evaluation.stop_when_solved=false", "--set", "video.enabled=false",
+            "--set", "distributed.samples_per_insert=null"]  # unthrottled: what each side can do
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"local topology failed:\n{result.stderr[-2000:]}")
+    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
+        summary = json.load(handle)
+    env_rate = 0.0
+    for i in range(collectors):
+        with open(os.path.join(out, "roles", f"collector-{i}.csv"), encoding="utf-8") as handle:
+            last = handle.read().strip().splitlines()[-1].split(",")
+        env_rate += float(last[3])  # env_steps_per_s
+    return {"collectors": collectors, "env_steps_per_s": env_rate, "train_steps_per_s": summary["iterations_per_s"]}
 
 
 def evaluation_seconds(policy_run: str) -> float:
@@ -115,7 +144,16 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                         help="override a key of the time-to-solve runs, e.g. replay.backend=reverb (repeatable)")
     parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--scale-out", default="", metavar="N,N,...",
+                        help="only the scale-out table: train --topology local with each number of collectors")
     args = parser.parse_args()
+    if args.scale_out:
+        workdir = tempfile.mkdtemp(prefix="dqn-bench-")
+        print("| collectors | env steps/s (all collectors) | learner train steps/s |\n| --- | --- | --- |")
+        for n in (int(v) for v in args.scale_out.split(",")):
+            r = scale_out(n, args.iterations, workdir)
+            print(f"| {n} | {r['env_steps_per_s']:.0f} | {r['train_steps_per_s']:.0f} |", flush=True)
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")
     started = time.time()
@@ -131,6 +169,8 @@ def main() -> None:
     reference_before = reference_rate(args.reference, args.iterations) if has_reference else None
     for backend in args.backends.split(","):
         rates[backend] = project_rate(backend, args.iterations, workdir, [])
+    for backend in ("tf_uniform", "reverb"):  # the tutorial's own loop shape: PyDriver, then a compiled train step
+        rates[f"{backend}, collection.driver: py"] = project_rate(backend, args.iterations, workdir, [], driver="py")
     rates["tf_uniform, 8 envs x 8 steps"] = project_rate(
         "tf_uniform", args.iterations // 8, workdir,
         ["env.num_envs=8", "training.collect_steps_per_iteration=8", "training.train_steps_per_iteration=8",

@@ -33,6 +33,13 @@ def test_tutorial_config_is_the_tutorial():
     assert c.network.fc_layer_params == (100, 50)
     assert (c.training.log_interval, c.evaluation.eval_interval, c.evaluation.num_eval_episodes) == (200, 1000, 10)
     assert c.agent.td_loss == "squared"
+    assert c.collection.driver == "py"  # the tutorial's PyDriver loop
+
+
+def test_collection_driver_is_checked():
+    assert load_config().collection.driver == "compiled"
+    with pytest.raises(ConfigError, match=r"collection.driver: must be one of compiled, py, got 'pydriver'"):
+        load_config(overrides=["collection.driver=pydriver"])
 
 
 def test_scientific_notation_loads_as_float(tmp_path):
@@ -126,3 +133,12 @@ def test_cli_bad_input_is_one_line_exit_2_and_leaves_no_run(tmp_path, args):
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+def test_samples_per_insert_needs_an_error_buffer_reverb_accepts():
+    assert load_config(overrides=["distributed.samples_per_insert=8"]).distributed.samples_per_insert == 8.0
+    with pytest.raises(ConfigError, match=r"distributed.samples_per_insert_tolerance: must be at least max\(1, "
+                                          r"distributed.samples_per_insert\) = 8 .*got 4"):
+        load_config(overrides=["distributed.samples_per_insert=8", "distributed.samples_per_insert_tolerance=4"])
+    with pytest.raises(ConfigError, match="distributed.samples_per_insert: must be positive or null, got -1"):
+        load_config(overrides=["distributed.samples_per_insert=-1"])

@@ -12,13 +12,14 @@ import sys
 from typing import Optional, Sequence
 
 from dqn_cartpole.cli import single_process
+from dqn_cartpole.distributed import commands as distributed_commands
 from dqn_cartpole.experiments import commands as experiments
 from dqn_cartpole.cli.args import ArgParser
 from dqn_cartpole.errors import UserError
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
-COMMAND_MODULES = (single_process, experiments)
+COMMAND_MODULES = (single_process, distributed_commands, experiments)
 COMMANDS = {name: handler for module in COMMAND_MODULES for name, handler in module.COMMANDS.items()}
 
 

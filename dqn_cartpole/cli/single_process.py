@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import os
 import shutil
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, config_path
 from dqn_cartpole.cli.summary import resume_command, summary_lines, write_run_summary
@@ -36,6 +37,10 @@ def add_parsers(sub: Any) -> None:
                        help="continue a stopped or crashed run from its newest good checkpoint (with its own "
                             "config.yaml; --set may change keys that keep the env, network and replay shapes)")
     train.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
+    train.add_argument("--topology", choices=("single", "local"), default="single",
+                       help="single: one process (default); local: a replay server, a learner and --collectors "
+                            "collectors as separate processes on this machine, supervised")
+    train.add_argument("--collectors", type=int, default=2, help="collectors of --topology local (default 2)")
 
     evaluate = sub.add_parser("evaluate", help="average return of a saved policy",
                               description="Load a saved policy and report the return over N greedy episodes.")
@@ -86,6 +91,9 @@ def silence() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """`train`: checks everything (in ~0.1 s, before TensorFlow), creates and locks the run folder, trains."""
+    check_positive("--collectors", args.collectors)
+    if args.topology == "local":
+        return cmd_train_local(args)
     if args.resume:
         return cmd_resume(args)
     from dqn_cartpole.config import load_config
@@ -105,6 +113,43 @@ def cmd_train(args: argparse.Namespace) -> int:
     progress.message(f"Training {config.env.id} with {os.path.basename(path or 'defaults')} "
                      f"(seed {config.training.seed}, replay {config.replay.backend}) -> {run_dir}")
     return run_training(config, run_dir, progress, None, created)
+
+
+def cmd_train_local(args: argparse.Namespace) -> int:
+    """`train --topology local`: the same checks and run folder as `train`, then every role as a process."""
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.run_folder import checkpointing
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
+        if args.resume:
+            config, plan = check_resume(args.resume, args)
+            run_dir = args.resume
+        else:
+            if args.output_dir:
+                resolve_run_dir(None, args.output_dir, args.overwrite)
+            config, plan = load_config(config_path(args.config), args.overrides), None
+            run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
+    if config.replay.backend != "reverb":  # the roles share their replay through a Reverb server
+        replay = dataclasses.replace(config.replay, backend="reverb", sampling="dataset")
+        config = dataclasses.replace(config, replay=replay)
+        print("note: --topology local shares the replay through a Reverb server: replay.backend: reverb",
+              file=sys.stderr)
+    if plan is not None and plan.found is not None and not os.path.isdir(
+            os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
+        raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
+    if args.resume:
+        created, _lock = False, lock_run(run_dir)  # noqa: F841 (held as long as this call; children inherit it)
+    else:
+        created, _lock = create_run_dir(run_dir, args.overwrite)
+    from dqn_cartpole.distributed.launcher import launch
+
+    try:
+        return launch(config, run_dir, args.collectors, plan, args.quiet)
+    except UserError:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
+        raise
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -130,11 +175,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return run_training(config, run_dir, progress, plan, created=False)
 
 
-def run_training(config: Any, run_dir: str, progress: Any, plan: Any, created: bool) -> int:
-    """Trains, then writes summary.json and report.html and prints the summary; returns the exit status."""
+def run_training(config: Any, run_dir: str, progress: Any, plan: Any, created: bool,
+                 train: Optional[Callable] = None) -> int:
+    """Trains, then writes summary.json and report.html and prints the summary; returns the exit status.
+
+    `train(config, layout, progress, plan) -> summary` is the single-process run unless given (a learner's).
+    """
     from dqn_cartpole.run_folder.checkpointing import CheckpointError, DiskFullError
     from dqn_cartpole.run_folder.layout import RunLayout
-    from dqn_cartpole.training import train
+
+    if train is None:
+        from dqn_cartpole.training import train
 
     run = RunLayout(run_dir)
     try:

@@ -15,9 +15,9 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from tf_agents.drivers import dynamic_step_driver
+from tf_agents.drivers import dynamic_step_driver, py_driver
 from tf_agents.environments import tf_py_environment
-from tf_agents.policies import random_tf_policy
+from tf_agents.policies import py_tf_eager_policy, random_tf_policy
 
 from dqn_cartpole.config import Config, ReplayConfig
 from dqn_cartpole.console.quiet import NativeStderrFilter
@@ -64,28 +64,50 @@ def make_agent(config: Config, tf_env: tf_py_environment.TFPyEnvironment) -> Any
 # ---------------------------------------------------------------------------- replay
 
 
-def make_replay_tables(replay_config: ReplayConfig, data_spec: Any, n_step: int) -> list:
-    """Reverb's server side: the tables of (n_step + 1)-step windows of `data_spec` items."""
-    return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, sequence_length_for(n_step))
+def make_replay_tables(replay_config: ReplayConfig, data_spec: Any, n_step: int,
+                       ratio: Optional[reverb_tables.SampleRatio] = None) -> list:
+    """Reverb's server side: the tables of (n_step + 1)-step windows of `data_spec` items (`ratio`: see
+    `sample_ratio`)."""
+    return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, sequence_length_for(n_step), ratio)
+
+
+def sample_ratio(config: Config) -> Optional[reverb_tables.SampleRatio]:
+    """A standalone server's samples-per-insert ratio (`distributed.samples_per_insert`), if set."""
+    spi = config.distributed.samples_per_insert
+    if spi is None:
+        return None
+    return reverb_tables.SampleRatio(spi, config.training.initial_collect_steps,
+                                     config.distributed.samples_per_insert_tolerance)
 
 
 def start_replay_server(replay_config: ReplayConfig, data_spec: Any, n_step: int, stack: contextlib.ExitStack,
                         checkpoint_dir: Optional[str] = None,
-                        announce: Callable[[str], None] = lambda line: None) -> reverb_tables.ReplayServer:
-    """Starts a Reverb server with the DQN tables (loading `checkpoint_dir`'s newest checkpoint, if any)."""
-    server = reverb_tables.ReplayServer(make_replay_tables(replay_config, data_spec, n_step),
-                                        port=replay_config.reverb_port, checkpoint_dir=checkpoint_dir)
+                        announce: Callable[[str], None] = lambda line: None,
+                        extra_tables: Sequence[Any] = (), port: Optional[int] = None,
+                        ratio: Optional[reverb_tables.SampleRatio] = None) -> reverb_tables.ReplayServer:
+    """Starts a Reverb server with the DQN tables (loading `checkpoint_dir`'s newest checkpoint, if any).
+
+    A standalone server adds the learner's `variables` table (`extra_tables`) and listens on `port`
+    (else `replay.reverb_port`).
+    """
+    server = reverb_tables.ReplayServer(make_replay_tables(replay_config, data_spec, n_step, ratio) + list(extra_tables),
+                                        port=port or replay_config.reverb_port, checkpoint_dir=checkpoint_dir)
     stack.callback(server.stop)
     announce(reverb_tables.exposure_line(server.port))
     return server
 
 
 def make_replay_client(replay_config: ReplayConfig, data_spec: Any, num_envs: int, n_step: int, address: str,
-                       stack: contextlib.ExitStack, local_server: Any = None) -> Replay:
-    """A Reverb client (reader and one writer per env) of the server at `address`."""
+                       stack: contextlib.ExitStack, local_server: Any = None,
+                       rate_limiter_timeout_ms: int = -1) -> Replay:
+    """A Reverb client (reader and one writer per env) of the server at `address`.
+
+    A remote reader sets `rate_limiter_timeout_ms`, so a sample fails instead of waiting forever.
+    """
     from dqn_cartpole.replay.reverb_client import ReverbReplay  # imports Reverb: only this backend pays
 
-    replay = ReverbReplay(data_spec, num_envs, replay_config, sequence_length_for(n_step), address, local_server)
+    replay = ReverbReplay(data_spec, num_envs, replay_config, sequence_length_for(n_step), address, local_server,
+                          rate_limiter_timeout_ms)
     stack.callback(replay.close)
     return replay
 
@@ -126,3 +148,13 @@ def make_random_driver(tf_env: tf_py_environment.TFPyEnvironment, observers: Seq
     """The collect driver of a uniformly random policy (fills replay before training)."""
     policy = random_tf_policy.RandomTFPolicy(tf_env.time_step_spec(), tf_env.action_spec())
     return make_collect_driver(tf_env, policy, observers, num_steps)
+
+
+def make_py_collect_driver(env: envs.BatchedGymnasiumEnvironment, policy: Any, observers: Sequence[Callable],
+                           num_steps: int) -> py_driver.PyDriver:
+    """The tutorial's driver: `policy` (a TF policy, run eagerly through a tf.function) steps the Python `env`.
+
+    The observers get numpy Trajectory batches ([envs, ...]), as a TF driver's observers get tensors.
+    """
+    eager_policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
+    return py_driver.PyDriver(env, eager_policy, list(observers), max_steps=num_steps)

@@ -107,8 +107,11 @@ class ReverbReplay(Replay):
     backend = "reverb"
 
     def __init__(self, data_spec: Any, num_envs: int, config: ReplayConfig, sequence_length: int, address: str,
-                 local_server: Any = None):
-        """`address` is the server's HOST:PORT; `local_server`, a server of this process, makes sampling skip gRPC."""
+                 local_server: Any = None, rate_limiter_timeout_ms: int = -1):
+        """`address` is the server's HOST:PORT; `local_server`, a server of this process, makes sampling skip gRPC.
+
+        `rate_limiter_timeout_ms` >= 0 makes a sample that waits that long fail (-1: wait forever).
+        """
         from tf_agents.replay_buffers import reverb_replay_buffer
 
         self.sequence_length = sequence_length
@@ -119,6 +122,7 @@ class ReverbReplay(Replay):
             max_cycle_length=config.reverb_max_cycle_length,
             dataset_buffer_size=config.reverb_dataset_buffer_size,
             num_workers_per_iterator=config.reverb_num_workers_per_iterator,
+            rate_limiter_timeout_ms=rate_limiter_timeout_ms,
         )
         super().__init__(buffer, data_spec, num_envs, config)
         self.client = buffer.py_client

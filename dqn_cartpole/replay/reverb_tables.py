@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 from typing import Any, Optional
-
-from tf_agents.specs import tensor_spec
 
 from dqn_cartpole.errors import UserError
 
@@ -21,22 +20,37 @@ PASS_TABLE_NAME = "insertion_order"
 
 
 
-def make_replay_tables(data_spec: Any, capacity: int, sequence_length: int) -> list:
+@dataclass(frozen=True)
+class SampleRatio:
+    """Reverb's SampleToInsertRatio: sampled / inserted items held near `samples_per_insert`,
+    within `tolerance` sampled items, once the table holds `min_size` items."""
+
+    samples_per_insert: float
+    min_size: int
+    tolerance: float
+
+
+def make_replay_tables(data_spec: Any, capacity: int, sequence_length: int,
+                       ratio: Optional[SampleRatio] = None) -> list:
     """The uniform table training samples, and an insertion-order view of the same items.
 
     Both hold the same items (their data is shared, not copied) and evict the same oldest one.
     Training samples the uniform table; `single_pass` walks the min-heap one, whose priorities
-    are insertion indices.
+    are insertion indices. With `ratio` the uniform table's samples and inserts wait on each other.
     """
     import reverb  # only this backend pays for importing Reverb
+    from tf_agents.specs import tensor_spec  # not at the top: check_port_free runs before TensorFlow
 
     signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec), sequence_length)
 
-    def table(name: str, sampler: Any) -> Any:
+    def table(name: str, sampler: Any, rate_limiter: Any) -> Any:
         return reverb.Table(name, max_size=capacity, sampler=sampler, remover=reverb.selectors.Fifo(),
-                            rate_limiter=reverb.rate_limiters.MinSize(1), signature=signature)
+                            rate_limiter=rate_limiter, signature=signature)
 
-    return [table(TABLE_NAME, reverb.selectors.Uniform()), table(PASS_TABLE_NAME, reverb.selectors.MinHeap())]
+    limiter = reverb.rate_limiters.MinSize(1) if ratio is None else \
+        reverb.rate_limiters.SampleToInsertRatio(ratio.samples_per_insert, ratio.min_size, ratio.tolerance)
+    return [table(TABLE_NAME, reverb.selectors.Uniform(), limiter),
+            table(PASS_TABLE_NAME, reverb.selectors.MinHeap(), reverb.rate_limiters.MinSize(1))]
 
 
 def check_port_free(port: int) -> None:

@@ -24,6 +24,7 @@ CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = "run.lock"  # held by the process that trains in the folder
+ROLES_DIR = "roles"  # a distributed run: each role's log, and each collector's metrics CSV
 
 
 @dataclass(frozen=True)
@@ -106,3 +107,7 @@ class RunLayout:
     @property
     def summary(self) -> str:
         return self.path(SUMMARY_FILE)
+
+    @property
+    def roles(self) -> str:
+        return self.path(ROLES_DIR)

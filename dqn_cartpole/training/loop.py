@@ -64,6 +64,26 @@ def compile_iterations(train: Callable[[], tf.Tensor], driver: Optional[Any] = N
     return run_iterations
 
 
+def python_iterations(train: Callable[[], tf.Tensor], py_driver: Any) -> Callable:
+    """The tutorial's loop, with the signature of `compile_iterations`' result: per iteration, a
+    Python `PyDriver` collects, then one compiled call trains.
+
+    The driver's time steps are numpy (the Python env's); the train step is the same compiled
+    graph a learner runs, called once per iteration.
+    """
+    train_once = compile_iterations(train, driver=None)
+    one = tf.constant(1)
+
+    def run_iterations(time_step, policy_state, num_iterations):
+        losses = np.zeros(int(num_iterations), np.float32)
+        for i in range(len(losses)):
+            time_step, policy_state = py_driver.run(time_step, policy_state)
+            losses[i] = train_once((), (), one)[2][0]
+        return time_step, policy_state, tf.constant(losses)
+
+    return run_iterations
+
+
 @dataclass
 class Chunk:
     """One compiled call's outcome."""

@@ -110,7 +110,8 @@ class Checkpoints:
         pipeline.agent.set_learning_rate(cfg.agent.learning_rate)
         restore_rng_state(saved["rng"])
         size = pipeline.replay.size()  # before the seam is written
-        if size != saved["replay_size"]:
+        # Collectors in other processes (no collect driver here) write on while checkpoints are taken.
+        if size != saved["replay_size"] and pipeline.collect_driver is not None:
             raise checkpointing.CheckpointError(
                 f"{found.path}: the replay buffer holds {size} items after restoring, expected {saved['replay_size']}")
         # TF ops' random streams and the envs' episodes cannot be checkpointed: they restart from a

@@ -27,7 +27,7 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import resume, triggers
-from dqn_cartpole.training.loop import ChunkedLoop, compile_iterations, make_train_step
+from dqn_cartpole.training.loop import ChunkedLoop, compile_iterations, make_train_step, python_iterations
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
 
@@ -85,8 +85,7 @@ class TrainingSession:
         """Builds the pipeline, logs and triggers; restores `found` or fills replay. Returns where collection starts."""
         cfg, layout = self.config, self.layout
         seed_everything(cfg.training.seed)
-        reverb_dir = checkpointing.stage_reverb(layout.checkpoints, found) if cfg.replay.backend == "reverb" else None
-        pipeline = self.pipeline = build_pipeline(cfg, self.stack, self.progress.message, reverb_dir)
+        pipeline = self.pipeline = self.make_pipeline(self.stage_replay(found))
         self.checkpoints = resume.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
         if found is not None:
             time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
@@ -94,6 +93,16 @@ class TrainingSession:
         if found is None:
             time_step, policy_state = self.fill_replay()
         return time_step, policy_state
+
+    def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
+        """The folder an embedded Reverb server loads its table from (`found`'s, or empty), or None."""
+        if self.config.replay.backend != "reverb":
+            return None
+        return checkpointing.stage_reverb(self.layout.checkpoints, found)
+
+    def make_pipeline(self, reverb_dir: Optional[str]) -> Pipeline:
+        """What this process is made of: envs, agent, replay, drivers (a learner builds no drivers)."""
+        return build_pipeline(self.config, self.stack, self.progress.message, reverb_dir)
 
     def open_logs(self) -> None:
         cfg, layout, pipeline, state = self.config, self.layout, self.pipeline, self.state
@@ -123,14 +132,21 @@ class TrainingSession:
         sample = pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step))
         train = make_train_step(pipeline.agent, sample, cfg.training.train_steps_per_iteration,
                                 cfg.training.jit_compile)
-        intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval, cfg.training.checkpoint_interval]
-        loop = ChunkedLoop(compile_iterations(train, pipeline.collect_driver), intervals)
         total = cfg.training.num_iterations
-        due = [triggers.every(cfg.training.log_interval, self.log_train, state.iteration),
-               triggers.every(cfg.evaluation.eval_interval, self.evaluate, state.iteration),
-               # last: after the rows it keeps
-               triggers.every(cfg.training.checkpoint_interval,
-                              triggers.PeriodicCheckpoint(self.checkpoints.save, state, total), state.iteration)]
+        periodic = [*self.extra_triggers(),
+                    (cfg.training.log_interval, self.log_train), (cfg.evaluation.eval_interval, self.evaluate),
+                    # last: after the rows it keeps
+                    (cfg.training.checkpoint_interval,
+                     triggers.PeriodicCheckpoint(self.checkpoints.save, state, total))]
+        intervals = [interval for interval, _ in periodic]
+        if pipeline.collect_driver is None:  # a learner: the collectors are other processes
+            loop = ChunkedLoop(compile_iterations(train, driver=None), intervals)
+        elif cfg.collection.driver == "py":  # the Python driver continues from the Python env's own time step
+            time_step = pipeline.envs.collect.current_time_step()
+            loop = ChunkedLoop(python_iterations(train, pipeline.collect_driver), intervals)
+        else:
+            loop = ChunkedLoop(compile_iterations(train, pipeline.collect_driver), intervals)
+        due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
         if self.checkpoints.restored is None:
             self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
         while state.iteration < total and not state.stop and not self.stop_request.requested:
@@ -144,6 +160,7 @@ class TrainingSession:
             state.iteration += chunk.size
             state.loss = float(chunk.losses[-1])
             self.checkpoints.time_step = time_step
+            self.after_chunk()
             for trigger in due:
                 trigger(state.iteration)
             self.progress.update(state.iteration, state.loss, state.last_return)
@@ -152,6 +169,13 @@ class TrainingSession:
         if not self.stop_request.requested and state.iteration % cfg.evaluation.eval_interval != 0:
             self.evaluate()  # the final policy always has a measured return
         self.checkpoints.save()
+
+    def after_chunk(self) -> None:
+        """Runs after each compiled chunk, before the triggers (a learner's hook)."""
+
+    def extra_triggers(self) -> list:
+        """(interval, trigger) pairs a subclass runs before the logs, e.g. a learner's weight push."""
+        return []
 
     def diverge(self, at_iteration: int, value: float) -> None:
         """The loss is NaN or Inf: stop, and go back to the weights of the last good checkpoint."""

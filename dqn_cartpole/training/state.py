@@ -90,7 +90,9 @@ def checkpoint_record(state: RunState, finished: bool, train_steps: int, env_ste
         "replay_inserts": replay.inserts(),
         "run_state": state.resumed_fields(),
         # Where each env's stored stream stands: a resumed run ends it there (Replay.write_seam).
-        "stream": {"observation": np.asarray(time_step.observation).tolist(), "held": replay.held_steps()},
+        # A learner (time_step None) has no env stream: its collectors' writers end theirs.
+        "stream": None if time_step is None else {"observation": np.asarray(time_step.observation).tolist(),
+                                                  "held": replay.held_steps()},
         "wall_s": wall_s,
         "rng": rng_state(),
         "config": config,

@@ -1,0 +1,1 @@
+"""Roles as separate processes over one Reverb server: replay-server, collect, learn, and the local launcher."""

@@ -1,0 +1,120 @@
+"""The distributed roles as subcommands: replay-server, collect, learn (and `train --topology local`).
+
+Each reads the same YAML (`--config`, `--set`) plus `--replay-address HOST:PORT` and
+`--run-dir`, checks its input first (one line, exit status 2), and only then imports
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import os
+from typing import Any
+
+from dqn_cartpole.cli.args import add_config_args, config_path
+from dqn_cartpole.errors import UserError
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """HOST:PORT (or [v6]:PORT) -> (host, port); one-line UserError otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"--replay-address {text!r}: expected HOST:PORT, e.g. localhost:8000")
+    return host.strip("[]"), int(port)
+
+
+def add_role_args(parser: argparse.ArgumentParser) -> None:
+    add_config_args(parser, example="distributed.weight_refresh_steps=50")
+    parser.add_argument("--replay-address", metavar="HOST:PORT", required=True,
+                        help="the replay server (replay-server: only its PORT is used; it listens on every interface)")
+    parser.add_argument("--run-dir", metavar="DIR", required=True, help="the run folder the roles share")
+
+
+def add_parsers(sub: Any) -> None:
+    """Adds the role commands to `sub` (argparse subparsers)."""
+    server = sub.add_parser("replay-server", help="serve the replay and the learner's weights (Reverb)",
+                            description="A standalone Reverb server: the replay tables and a 'variables' table, "
+                                        "checkpointed into RUN_DIR on a timer and when stopped.")
+    add_role_args(server)
+    collect = sub.add_parser("collect", help="collect experience into a replay server",
+                             description="A PyDriver collector: the agent's collect policy with the learner's "
+                                         "weights, writing windows to the replay server.")
+    add_role_args(collect)
+    collect.add_argument("--collector-id", type=int, default=0, help="this collector's number (its seed offset)")
+    learn = sub.add_parser("learn", help="train from a replay server and publish the weights",
+                           description="The learner: the single-process gradient step, evaluation, checkpoints "
+                                       "and exports, reading a replay server.")
+    add_role_args(learn)
+    learn.add_argument("--resume", action="store_true", help="continue RUN_DIR from its newest good checkpoint")
+    learn.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
+    learn.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)  # the launcher holds the lock
+
+
+def load_role_config(args: argparse.Namespace) -> Any:
+    """The role's config, checked, and the replay address parsed; before TensorFlow."""
+    from dqn_cartpole.config import load_config
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
+        config = load_config(config_path(args.config), args.overrides)
+    if config.replay.backend != "reverb":
+        raise UserError(f"{args.command}: the roles share a Reverb server; set replay.backend: reverb "
+                        f"(got {config.replay.backend})")
+    parse_address(args.replay_address)
+    return config
+
+
+def silence() -> None:
+    from dqn_cartpole.console import quiet
+
+    quiet.silence()
+
+
+def cmd_replay_server(args: argparse.Namespace) -> int:
+    from dqn_cartpole.replay.reverb_tables import check_port_free
+
+    config = load_role_config(args)
+    _, port = parse_address(args.replay_address)
+    check_port_free(port)
+    silence()
+    from dqn_cartpole.distributed.server import serve
+
+    return serve(config, port, args.run_dir)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    config = load_role_config(args)
+    if args.collector_id < 0:
+        raise UserError(f"--collector-id: must be 0 or more, got {args.collector_id}")
+    silence()
+    from dqn_cartpole.distributed.collector import collect
+
+    return collect(config, args.replay_address, args.collector_id, args.run_dir)
+
+
+def cmd_learn(args: argparse.Namespace) -> int:
+    from dqn_cartpole.cli.single_process import run_training
+    from dqn_cartpole.run_folder import checkpointing
+    from dqn_cartpole.run_folder.resolve import create_run_dir
+
+    config = load_role_config(args)
+    plan, created, lock = None, False, None
+    if args.resume:
+        if not os.path.isdir(args.run_dir):
+            raise UserError(f"--run-dir {args.run_dir}: no such folder to resume")
+        plan = checkpointing.plan_resume(args.run_dir)
+    if not args.supervised:
+        created, lock = create_run_dir(args.run_dir, overwrite=False)  # noqa: F841 (held as long as this call)
+    silence()
+    from dqn_cartpole.console.progress import Progress
+    from dqn_cartpole.distributed.learner import learn
+
+    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
+    progress.message(f"Learning {config.env.id} from the replay server at {args.replay_address} -> {args.run_dir}")
+    return run_training(config, args.run_dir, progress, plan, created,
+                        train=functools.partial(learn, address=args.replay_address))
+
+
+COMMANDS = {"replay-server": cmd_replay_server, "collect": cmd_collect, "learn": cmd_learn}

@@ -1,0 +1,53 @@
+"""The `replay-server` role: a standalone Reverb server with the replay tables and the `variables` table.
+
+It never calls `server.wait()` (which blocks Python's signal handlers): it polls the stop
+request, checkpoints its tables into the run folder on a timer and once more when stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+
+from dqn_cartpole.config import Config
+from dqn_cartpole.console import signals
+from dqn_cartpole.core import build
+from dqn_cartpole.distributed import parts
+from dqn_cartpole.distributed.variables import make_variables_table
+from dqn_cartpole.run_folder import checkpointing
+from dqn_cartpole.run_folder.layout import RunLayout
+
+log = logging.getLogger(__name__)
+POLL_S = 0.25
+
+
+def announce(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def serve(config: Config, port: int, run_dir: str) -> int:
+    """Serves until SIGINT/SIGTERM; returns the exit status (128 + the signal)."""
+    checkpoint_dir = checkpointing.reverb_server_dir(RunLayout(run_dir).checkpoints)
+    os.makedirs(checkpoint_dir, exist_ok=True)  # the launcher stages a resumed run's table here first
+    with signals.StopRequest() as stop, contextlib.ExitStack() as stack:
+        _, _, agent = parts.agent_with_envs(config, 1, config.training.seed, stack)
+        server = build.start_replay_server(config.replay, agent.collect_data_spec, config.agent.n_step, stack,
+                                           checkpoint_dir, announce, extra_tables=[make_variables_table(agent)],
+                                           port=port, ratio=build.sample_ratio(config))
+        import reverb
+
+        client = reverb.Client(server.address)
+        announce(f"replay server ready at port {server.port}")
+        every_s = config.distributed.server_checkpoint_s
+        next_checkpoint = time.monotonic() + every_s if every_s else float("inf")
+        while not stop.requested:
+            time.sleep(POLL_S)
+            if time.monotonic() >= next_checkpoint:
+                client.checkpoint()
+                next_checkpoint = time.monotonic() + every_s
+        client.checkpoint()  # a stopped server leaves its newest table behind
+        announce(f"replay server on port {server.port} stopped")
+    return signals.exit_status(stop.signum)

@@ -1,0 +1,203 @@
+"""The roles as real processes over loopback: train --topology local end to end, a collector killed,
+Ctrl-C, and the one-line errors (wrong address, port in use). Every test is bounded in time and
+checks that no child process and no port is left behind."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from helpers import SMOKE, run_cli, start_cli
+
+LOCAL = ("--topology", "local", "--collectors", "2", "--config", SMOKE, "--set", "replay.backend=reverb",
+         "--set", "video.enabled=false", "--quiet")
+
+
+def rows(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def processes_of(run_dir: str) -> list[psutil.Process]:
+    """Live processes whose command line names `run_dir` (the launcher's children all do)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if any(run_dir in part for part in cmdline) and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(process)
+    return found
+
+
+def port_is_free(port: int) -> bool:
+    """Nothing listens on `port` (SO_REUSEADDR: closed connections in TIME_WAIT do not count)."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("::", port))
+        except OSError:
+            return False
+    return True
+
+
+def server_port(log_dir) -> int:
+    match = re.search(r"replay server on port (\d+)", (log_dir / "stdout").read_text())
+    assert match, (log_dir / "stdout").read_text()
+    return int(match.group(1))
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def kill_tree(process: subprocess.Popen, run_dir: str) -> None:
+    """Test cleanup: the launcher and anything still running for its run folder."""
+    if process.poll() is None:
+        process.kill()
+        process.wait(30)
+    for child in processes_of(run_dir):
+        child.kill()
+
+
+def assert_all_gone(run_dir: str, port: int) -> None:
+    wait_for(lambda: not processes_of(run_dir), 30, "every child to exit")
+    wait_for(lambda: port_is_free(port), 30, f"port {port} to close")
+
+
+def test_local_topology_two_collectors_trains_the_smoke_config(tmp_path):
+    run_dir = str(tmp_path / "run")
+    started = time.monotonic()
+    result = run_cli("train", *LOCAL, "--output-dir", run_dir, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    port = int(re.search(r"replay server on port (\d+)", result.stdout).group(1))
+    assert_all_gone(run_dir, port)
+    with open(os.path.join(run_dir, "summary.json")) as handle:
+        summary = json.load(handle)
+    assert summary["train_steps"] == 300
+    train = rows(os.path.join(run_dir, "train_metrics.csv"))
+    assert [int(r["train_step"]) for r in train] == [50, 100, 150, 200, 250, 300]
+    assert int(train[0]["env_steps"]) >= 64  # the learner waits for initial_collect_steps items
+    assert [int(r["train_step"]) for r in rows(os.path.join(run_dir, "eval_metrics.csv"))] == [0, 100, 200, 300]
+    for name in ("best", "final"):
+        assert os.path.exists(os.path.join(run_dir, "policy", name, "saved_model.pb"))
+    for collector in (0, 1):
+        log = rows(os.path.join(run_dir, "roles", f"collector-{collector}.csv"))
+        assert log and int(log[-1]["env_steps"]) > 0 and float(log[-1]["env_steps_per_s"]) > 0
+        # The collector's weights follow the learner's train step (and with it, epsilon).
+        assert max(int(r["weights_train_step"]) for r in log) > 0
+        events = os.path.join(run_dir, "tensorboard", f"collector-{collector}")
+        assert any(name.startswith("events.out.tfevents") for name in os.listdir(events))
+    assert "Stored checkpoint" in open(os.path.join(run_dir, "roles", "replay-server.log")).read()
+    assert time.monotonic() - started < 400
+
+
+def test_ctrl_c_stops_every_child_with_exit_130(tmp_path):
+    run_dir = str(tmp_path / "run")
+    process = start_cli("train", *LOCAL, "--output-dir", run_dir, "--set", "training.num_iterations=100000",
+                        log_dir=tmp_path)
+    try:
+        train_csv = os.path.join(run_dir, "train_metrics.csv")
+        wait_for(lambda: os.path.exists(train_csv) and len(rows(train_csv)) >= 1, 240, "the first train row")
+        port = server_port(tmp_path)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(120) == 130, (tmp_path / "stderr").read_text()[-3000:]
+        assert_all_gone(run_dir, port)
+        assert any(name.startswith("ckpt-") for name in os.listdir(os.path.join(run_dir, "checkpoints")))
+    finally:
+        kill_tree(process, run_dir)
+
+
+def test_a_killed_collector_is_restarted_and_the_run_completes(tmp_path):
+    run_dir = str(tmp_path / "run")
+    process = start_cli("train", *LOCAL, "--output-dir", run_dir, "--set", "training.num_iterations=1500",
+                        log_dir=tmp_path)
+    try:
+        collector_csv = os.path.join(run_dir, "roles", "collector-0.csv")
+        wait_for(lambda: os.path.exists(collector_csv) and len(rows(collector_csv)) >= 1, 240, "collector 0 to run")
+        (victim,) = [p for p in processes_of(run_dir) if "--collector-id" in p.cmdline()
+                     and p.cmdline()[p.cmdline().index("--collector-id") + 1] == "0"]
+        victim.kill()
+        assert process.wait(400) == 0, (tmp_path / "stderr").read_text()[-3000:]
+        assert "collector 0 exited with status -9; restarting it" in (tmp_path / "stderr").read_text()
+        assert_all_gone(run_dir, server_port(tmp_path))
+        assert json.load(open(os.path.join(run_dir, "summary.json")))["train_steps"] == 1500
+    finally:
+        kill_tree(process, run_dir)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+        probe.bind(("::", 0))
+        return probe.getsockname()[1]
+
+
+def test_wrong_replay_address_is_one_line_within_seconds(tmp_path):
+    started = time.monotonic()
+    result = run_cli("collect", "--config", SMOKE, "--set", "replay.backend=reverb",
+                     "--set", "distributed.connect_timeout_s=2", "--replay-address", f"localhost:{free_port()}",
+                     "--run-dir", str(tmp_path / "run"), timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --replay-address localhost:")
+    assert "no Reverb server answered within 2 s" in lines[0]
+    assert time.monotonic() - started < 60  # TensorFlow's import, then 2 s
+
+
+def test_a_port_in_use_is_one_line(tmp_path):
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as holder:
+        holder.bind(("::", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        server = run_cli("replay-server", "--config", SMOKE, "--set", "replay.backend=reverb",
+                         "--replay-address", f"localhost:{port}", "--run-dir", str(tmp_path / "run"), timeout=60)
+        local = run_cli("train", *LOCAL, "--output-dir", str(tmp_path / "local"),
+                        "--set", f"replay.reverb_port={port}", timeout=60)
+    for result in (server, local):
+        assert result.returncode == 2
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"port {port} is already in use" in lines[0], result.stderr
+    assert not os.path.exists(tmp_path / "local")  # bad input leaves no run folder
+
+
+def checkpoint_iterations(run_dir: str) -> list[int]:
+    folder = os.path.join(run_dir, "checkpoints")
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(int(n.split("-")[1]) for n in names if re.fullmatch(r"ckpt-\d+", n))
+
+
+def test_a_killed_learner_stops_everything_then_resume_continues_with_the_replay(tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = tmp_path / "first"
+    first.mkdir()
+    process = start_cli("train", *LOCAL, "--output-dir", run_dir, "--set", "training.num_iterations=600",
+                        log_dir=first)
+    try:
+        wait_for(lambda: any(i >= 200 for i in checkpoint_iterations(run_dir)), 300, "checkpoint 200")
+        (learner,) = [p for p in processes_of(run_dir) if "learn" in p.cmdline()]
+        learner.kill()
+        assert process.wait(120) == 1
+        stderr = (first / "stderr").read_text()
+        assert f"train --resume {run_dir} --topology local --collectors 2" in stderr, stderr[-2000:]
+        assert_all_gone(run_dir, server_port(first))
+    finally:
+        kill_tree(process, run_dir)
+    resumed = run_cli("train", "--resume", run_dir, "--topology", "local", "--collectors", "2", "--quiet",
+                      timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    match = re.search(r"Resumed from ckpt-(\d+): iteration \d+ of 600, train step \d+, (\d+) transitions", resumed.stdout
+                      + resumed.stderr)
+    assert match and int(match.group(1)) >= 200 and int(match.group(2)) > 0, resumed.stdout + resumed.stderr
+    assert json.load(open(os.path.join(run_dir, "summary.json")))["train_steps"] == 600
+    train_steps = [int(r["train_step"]) for r in rows(os.path.join(run_dir, "train_metrics.csv"))]
+    assert train_steps == list(range(50, 601, 50))  # no row lost or repeated across the crash
