@@ -26,6 +26,8 @@ def test_tutorial_settings_reach_195_on_cartpole_v0(tmp_path, backend, sampling)
     run_dir = str(tmp_path / "run")
     result = run_cli("train", "--config", os.path.join(CONFIGS, "tutorial.yaml"), "--output-dir", run_dir,
                      "--quiet", "--set", "training.num_iterations=10000", "--set", f"replay.backend={backend}",
+                     # the compiled driver (tests/test_py_driver.py runs the tutorial's PyDriver loop to 195)
+                     "--set", "collection.driver=compiled",
                      "--set", f"replay.sampling={sampling}", "--set", "video.enabled=false", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert best_return(run_dir) >= 195
