@@ -111,6 +111,8 @@ class DistributedConfig:
                                                     "a timer races a learner's checkpoint, which moves the newest)")
     connect_timeout_s: float = _f(10.0, "seconds a role waits for the replay server at start-up before it gives up")
     rate_limiter_timeout_ms: int = _f(60_000, "a learner's sample waits this long for data, then fails (no freeze)")
+    final_evaluation_timeout_s: float = _f(120.0, "seconds a learner that trained all its iterations waits for the "
+                                                  "evaluate-live role's evaluation of its final weights")
     samples_per_insert: Optional[float] = _f(None, "replay-server: hold sampled items / inserted items near this "
                                                    "(Reverb SampleToInsertRatio; null = no ratio, MinSize(1))")
     samples_per_insert_tolerance: float = _f(1000.0, "how far (in sampled items; a batch of 64 counts 64, prefetched "
@@ -359,7 +361,7 @@ def validate(config: Config, source: str) -> None:
                      "batch_size", "log_interval", "checkpoint_interval", "keep_checkpoints"],
         "evaluation": ["eval_interval", "num_eval_episodes", "solve_episodes"],
         "distributed": ["weight_refresh_steps", "weight_push_interval", "server_checkpoint_s", "connect_timeout_s",
-                        "rate_limiter_timeout_ms"],
+                        "rate_limiter_timeout_ms", "final_evaluation_timeout_s"],
         "video": ["num_episodes", "random_episodes", "fps"],
     }
     for section, keys in positive.items():

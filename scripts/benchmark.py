@@ -1,7 +1,7 @@
 """Speed benchmark: time to solve, throughput against the tutorial loop, evaluation time, memory.
 
 Usage: python scripts/benchmark.py [--seeds 0,1,2,3,4] [--iterations 6000] [--reference PATH] [--set KEY=VALUE]
-       python scripts/benchmark.py --scale-out 1,2,4 [--iterations 6000]
+       python scripts/benchmark.py --scale-out 1,2,4 [--iterations 6000] [--seeds 0]
 
 Prints one table:
   * time to solve CartPole-v1 on configs/default.yaml for each seed: wall seconds from process
@@ -15,9 +15,14 @@ Prints one table:
     the first 1,000 iterations, which include tracing); without that file the ratios are skipped;
   * 10 greedy CartPole-v1 episodes of a solved policy (5,000 steps): seconds;
   * peak RSS of the default run.
-With `--scale-out 1,2,4` it prints only the scale-out table instead: `train --topology local` with
-each number of collectors on the default config, the collectors' summed env steps/s and the
-learner's train steps/s.
+With `--scale-out 1,2,4 [--seeds 0]` it prints only the scale-out section instead:
+  * `train --topology local` with each number of collectors on the default config (no ratio): the
+    collectors' summed env steps/s and the learner's train steps/s;
+  * the learner's compiled gradient step alone on a pre-filled replay: tf_uniform and Reverb in the
+    same process, and a `replay-server` process over loopback (train steps/s, sampled items/s), with
+    the items/s one process inserts while a random policy steps its envs;
+  * time to solve CartPole-v1 on the default config, single-process against the local topology with
+    2 collectors, for each seed.
 Absolute times drift on shared machines; the ratios are measured side by side.
 """
 
@@ -109,6 +114,117 @@ def scale_out(collectors: int, iterations: int, workdir: str) -> dict:
     return {"collectors": collectors, "env_steps_per_s": env_rate, "train_steps_per_s": summary["iterations_per_s"]}
 
 
+LEARNER_MODES = ("tf_uniform (embedded)", "reverb (embedded)", "reverb (server process, loopback)")
+
+
+def learner_rate(mode: int, steps: int) -> dict:
+    """One `--learner-child` run in a fresh process: see `learner_child`."""
+    result = subprocess.run([sys.executable, os.path.abspath(__file__), "--learner-child", str(mode),
+                             "--iterations", str(steps)], cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"learner benchmark ({LEARNER_MODES[mode]}) failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def learner_child(mode: int, steps: int) -> None:
+    """The learner's compiled gradient step alone (default config: batch 64, 3-step windows), on a replay
+    filled with 5,000 random steps beforehand, no collection: train steps/s, and the items/s one process
+    writes into the replay (the fill). Mode 2 starts a `replay-server` process and reads it over loopback."""
+    import contextlib
+    import dataclasses
+    import socket
+
+    sys.path.insert(0, REPO)
+    from dqn_cartpole.console import quiet
+
+    quiet.silence()
+    import tensorflow as tf
+
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.core import build
+    from dqn_cartpole.replay.base import sequence_length_for
+    from dqn_cartpole.training.loop import compile_iterations, make_train_step
+
+    backend = "tf_uniform" if mode == 0 else "reverb"
+    config = load_config(os.path.join(REPO, "configs", "default.yaml"), [f"replay.backend={backend}"])
+    cfg_replay, n_step = config.replay, config.agent.n_step
+    with contextlib.ExitStack() as stack:
+        envs = build.make_envs(config, stack)
+        agent = build.make_agent(config, envs.tf_env)
+        if mode < 2:
+            replay = build.make_replay_buffer(cfg_replay, agent.collect_data_spec, config.env.num_envs, n_step, stack)
+        else:
+            with socket.socket() as probe:
+                probe.bind(("localhost", 0))
+                port = probe.getsockname()[1]
+            server = subprocess.Popen([sys.executable, "-m", "dqn_cartpole", "replay-server", "--config",
+                                       os.path.join(REPO, "configs", "default.yaml"), "--set", "replay.backend=reverb",
+                                       "--replay-address", f"localhost:{port}", "--run-dir",
+                                       tempfile.mkdtemp(prefix="dqn-bench-server-")],
+                                      cwd=REPO, stderr=subprocess.PIPE, text=True)
+            stack.callback(server.wait)
+            stack.callback(server.terminate)
+            while "replay server ready" not in server.stderr.readline():
+                if server.poll() is not None:
+                    raise SystemExit("the replay server did not start")
+            replay = build.make_replay_client(cfg_replay, agent.collect_data_spec, config.env.num_envs, n_step,
+                                              f"localhost:{port}", stack, rate_limiter_timeout_ms=60_000)
+        fill = build.make_random_driver(envs.tf_env, [replay.add_batch], 5000)
+        run_fill = tf.function(fill.run, autograph=False)
+        run_fill(envs.tf_env.reset(), ())
+        started, before = time.perf_counter(), replay.inserts()
+        run_fill(envs.tf_env.current_time_step(), ())
+        insert_rate = (replay.inserts() - before) / (time.perf_counter() - started)
+        sample = replay.sampler(config.training.batch_size, sequence_length_for(n_step))
+        run = compile_iterations(make_train_step(agent, sample, 1, config.training.jit_compile))
+        run((), (), tf.constant(200))  # traces and warms up
+        started = time.perf_counter()
+        run((), (), tf.constant(steps))
+        rate = steps / (time.perf_counter() - started)
+    print(json.dumps({"train_steps_per_s": rate, "inserts_per_s": insert_rate}))
+
+
+def local_time_to_solve(seed: int, workdir: str) -> dict:
+    """`train --topology local --collectors 2` on the default config until the evaluator's solve check passes."""
+    out = os.path.join(workdir, f"local-solve-{seed}")
+    args = [sys.executable, "-m", "dqn_cartpole", "train", "--topology", "local", "--collectors", "2",
+            "--output-dir", out, "--quiet", "--overwrite", "--set", f"training.seed={seed}",
+            "--set", "video.enabled=false"]
+    started = time.time()
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"local topology failed:\n{result.stderr[-2000:]}")
+    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
+        summary = json.load(handle)
+    # From launch until the evaluator saved the policy its solve check confirmed (as `solved_wall_s` counts
+    # from process start in a single-process run).
+    final_info = os.path.join(out, "policy", "final", "policy_info.json")
+    return {"seed": seed, "solved": summary.get("solved_at_iteration") is not None,
+            "time_s": os.path.getmtime(final_info) - started, "env_steps": summary.get("solved_env_steps")}
+
+
+def scale_out_tables(collector_counts: list[int], iterations: int, seeds: list[int]) -> None:
+    """The scale-out section: collectors' throughput, the learner's, and time to solve, each measured here."""
+    workdir = tempfile.mkdtemp(prefix="dqn-bench-")
+    print("| collectors | env steps/s (all collectors) | learner train steps/s |\n| --- | --- | --- |")
+    for n in collector_counts:
+        r = scale_out(n, iterations, workdir)
+        print(f"| {n} | {r['env_steps_per_s']:.0f} | {r['train_steps_per_s']:.0f} |", flush=True)
+    print("\n| learner reads | train steps/s (batch 64) | sampled items/s | items/s one process inserts |\n"
+          "| --- | --- | --- | --- |")
+    for mode, name in enumerate(LEARNER_MODES):
+        r = learner_rate(mode, iterations)
+        print(f"| {name} | {r['train_steps_per_s']:.0f} | {64 * r['train_steps_per_s']:,.0f} | "
+              f"{r['inserts_per_s']:,.0f} |", flush=True)
+    print("\n| default config, seed | single process | local topology, 2 collectors |\n| --- | --- | --- |")
+    for seed in seeds:
+        single = time_to_solve([seed], workdir, [])[0]
+        local = local_time_to_solve(seed, workdir)
+        cells = [f"{r['time_s']:.1f} s, {r['env_steps']} env steps" if r["solved"] else "not solved"
+                 for r in (single, local)]
+        print(f"| {seed} | {cells[0]} | {cells[1]} |", flush=True)
+
+
 def evaluation_seconds(policy_run: str) -> float:
     """Seconds for 10 greedy CartPole-v1 episodes of a saved policy (best of three)."""
     code = f"""
@@ -145,14 +261,16 @@ def main() -> None:
                         help="override a key of the time-to-solve runs, e.g. replay.backend=reverb (repeatable)")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--scale-out", default="", metavar="N,N,...",
-                        help="only the scale-out table: train --topology local with each number of collectors")
+                        help="only the scale-out section: train --topology local with each number of collectors, "
+                             "the learner alone on each replay, time to solve local vs single-process (--seeds)")
+    parser.add_argument("--learner-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.learner_child is not None:
+        learner_child(args.learner_child, args.iterations)
+        return
     if args.scale_out:
-        workdir = tempfile.mkdtemp(prefix="dqn-bench-")
-        print("| collectors | env steps/s (all collectors) | learner train steps/s |\n| --- | --- | --- |")
-        for n in (int(v) for v in args.scale_out.split(",")):
-            r = scale_out(n, args.iterations, workdir)
-            print(f"| {n} | {r['env_steps_per_s']:.0f} | {r['train_steps_per_s']:.0f} |", flush=True)
+        scale_out_tables([int(v) for v in args.scale_out.split(",")], args.iterations,
+                         [int(s) for s in args.seeds.split(",")])
         return
     seeds = [int(s) for s in args.seeds.split(",")]
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")

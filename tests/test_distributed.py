@@ -1,5 +1,5 @@
 """The roles as real processes over loopback: train --topology local end to end, a collector killed,
-Ctrl-C, and the one-line errors (wrong address, port in use). Every test is bounded in time and
+a solve that stops every role, Ctrl-C, and the one-line errors (wrong address, port in use). Every test is bounded in time and
 checks that no child process and no port is left behind."""
 
 from __future__ import annotations
@@ -88,7 +88,10 @@ def test_local_topology_two_collectors_trains_the_smoke_config(tmp_path):
     train = rows(os.path.join(run_dir, "train_metrics.csv"))
     assert [int(r["train_step"]) for r in train] == [50, 100, 150, 200, 250, 300]
     assert int(train[0]["env_steps"]) >= 64  # the learner waits for initial_collect_steps items
-    assert [int(r["train_step"]) for r in rows(os.path.join(run_dir, "eval_metrics.csv"))] == [0, 100, 200, 300]
+    # The evaluator evaluates the newest weights once each eval_interval has passed, and the final weights.
+    evaluated = [int(r["train_step"]) for r in rows(os.path.join(run_dir, "eval_metrics.csv"))]
+    assert evaluated[0] == 0 and evaluated[-1] == 300 and evaluated == sorted(set(evaluated)), evaluated
+    assert summary["final_return"] is not None
     for name in ("best", "final"):
         assert os.path.exists(os.path.join(run_dir, "policy", name, "saved_model.pb"))
     for collector in (0, 1):
@@ -201,3 +204,20 @@ def test_a_killed_learner_stops_everything_then_resume_continues_with_the_replay
     assert json.load(open(os.path.join(run_dir, "summary.json")))["train_steps"] == 600
     train_steps = [int(r["train_step"]) for r in rows(os.path.join(run_dir, "train_metrics.csv"))]
     assert train_steps == list(range(50, 601, 50))  # no row lost or repeated across the crash
+
+
+def test_a_solve_confirmed_by_the_evaluator_stops_every_role(tmp_path):
+    # A threshold the untrained policy reaches: the evaluator's solve check passes at its first evaluation.
+    run_dir = str(tmp_path / "run")
+    result = run_cli("train", *LOCAL, "--output-dir", run_dir, "--set", "training.num_iterations=100000",
+                     "--set", "evaluation.stop_when_solved=true", "--set", "evaluation.solve_return=5",
+                     "--set", "evaluation.solve_episodes=5", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "restarting" not in result.stderr  # the collectors and the evaluator left on the stop, status 0
+    assert_all_gone(run_dir, int(re.search(r"replay server on port (\d+)", result.stdout).group(1)))
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert summary["solved_at_iteration"] == 0 and summary["solved_return"] >= 5
+    assert summary["iterations"] < 100000
+    final = json.load(open(os.path.join(run_dir, "policy", "final", "policy_info.json")))
+    assert final["train_step"] == 0 and final["episodes"] == 5  # the policy the evaluator confirmed
+    assert "Solved at iteration 0" in open(os.path.join(run_dir, "roles", "evaluator.log")).read()

@@ -44,7 +44,7 @@ def metrics_path(run_dir: str, collector_id: int) -> str:
 
 
 def collect(config: Config, address: str, collector_id: int, run_dir: str) -> int:
-    """Collects until SIGINT/SIGTERM; returns the exit status (128 + the signal)."""
+    """Collects until SIGINT/SIGTERM (exit status 128 + the signal) or the run's stop (0)."""
     check_server(address, config.distributed.connect_timeout_s)
     seed = config.training.seed + parts.COLLECTOR_SEED_OFFSET * (collector_id + 1)
     seed_everything(seed)
@@ -74,11 +74,11 @@ def log_row(row: dict, csv_log: CsvLog, scalars: Scalars) -> None:
 
 def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callable[[dict], None],
                stop: signals.StopRequest, flush: Callable[[], None], log_every_s: float = 5.0) -> None:
-    """Pull weights, collect `weight_refresh_steps` env steps, flush the writers, repeat; a metrics row
-    every `log_every_s`."""
+    """Pull weights, collect `weight_refresh_steps` env steps, flush the writers, repeat until a signal or the
+    run's stop (the learner finished, or the evaluator confirmed a solve); a metrics row every `log_every_s`."""
     started = last_log = time.monotonic()
     time_step, policy_state = driver.env.reset(), ()
-    while not stop.requested:
+    while not stop.requested and not sync.stopped():
         weights_step, pulled_at = sync.pull(), time.monotonic()
         time_step, policy_state = driver.run(time_step, policy_state)
         flush()  # unconfirmed items pile up in the writers otherwise

@@ -1,4 +1,4 @@
-"""The distributed roles as subcommands: replay-server, collect, learn (and `train --topology local`).
+"""The distributed roles as subcommands: replay-server, collect, evaluate-live, learn (and `train --topology local`).
 
 Each reads the same YAML (`--config`, `--set`) plus `--replay-address HOST:PORT` and
 `--run-dir`, checks its input first (one line, exit status 2), and only then imports
@@ -44,9 +44,14 @@ def add_parsers(sub: Any) -> None:
                                          "weights, writing windows to the replay server.")
     add_role_args(collect)
     collect.add_argument("--collector-id", type=int, default=0, help="this collector's number (its seed offset)")
+    evaluate = sub.add_parser("evaluate-live", help="evaluate the learner's weights as they are pushed",
+                              description="The evaluator: the greedy evaluation of the learner's newest weights every "
+                                          "evaluation.eval_interval iterations (eval_metrics.csv, policy/best, the "
+                                          "solve check and policy/final); a confirmed solve stops every role.")
+    add_role_args(evaluate)
     learn = sub.add_parser("learn", help="train from a replay server and publish the weights",
-                           description="The learner: the single-process gradient step, evaluation, checkpoints "
-                                       "and exports, reading a replay server.")
+                           description="The learner: the single-process gradient step, checkpoints and exports, "
+                                       "reading a replay server; an evaluate-live role evaluates its weights.")
     add_role_args(learn)
     learn.add_argument("--resume", action="store_true", help="continue RUN_DIR from its newest good checkpoint")
     learn.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
@@ -94,6 +99,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return collect(config, args.replay_address, args.collector_id, args.run_dir)
 
 
+def cmd_evaluate_live(args: argparse.Namespace) -> int:
+    config = load_role_config(args)
+    silence()
+    from dqn_cartpole.distributed.evaluator import evaluate_live
+
+    return evaluate_live(config, args.replay_address, args.run_dir)
+
+
 def cmd_learn(args: argparse.Namespace) -> int:
     from dqn_cartpole.cli.single_process import run_training
     from dqn_cartpole.run_folder import checkpointing
@@ -117,4 +130,5 @@ def cmd_learn(args: argparse.Namespace) -> int:
                         train=functools.partial(learn, address=args.replay_address))
 
 
-COMMANDS = {"replay-server": cmd_replay_server, "collect": cmd_collect, "learn": cmd_learn}
+COMMANDS = {"replay-server": cmd_replay_server, "collect": cmd_collect, "evaluate-live": cmd_evaluate_live,
+            "learn": cmd_learn}

@@ -2,10 +2,11 @@
 
 The launcher stays light (no TensorFlow): it checks the input, creates and locks the run
 folder, writes the resolved config.yaml every role reads, stages a resumed run's replay table,
-then starts the replay server, the learner and N collectors and watches them:
+then starts the replay server, the learner, the evaluator and N collectors and watches them:
 
-* a collector that dies is started again;
-* the learner finishing (or solving) stops the collectors, then the server;
+* a collector or the evaluator that dies is started again;
+* the learner finishing (or the evaluator's confirmed solve) stops the collectors and the evaluator
+  through the server's `stop` table, then the launcher stops the server;
 * the learner dying stops everything and prints the command that resumes the run;
 * Ctrl-C / SIGTERM is passed to the learner (which checkpoints), then the rest are stopped;
   the exit status is 130 / 143. Every child also gets SIGTERM if the launcher itself dies.
@@ -110,11 +111,16 @@ class LocalTopology:
                             os.path.join(roles, "replay-server.log"))
         learn = ["learn", *common, "--supervised"] + (["--resume"] if resume else []) + (["--quiet"] if quiet else [])
         self.learner = Child("learner", python + learn, None)
+        self.evaluator = Child("evaluator", python + ["evaluate-live", *common], os.path.join(roles, "evaluator.log"))
         self.collectors = [Child(f"collector {i}", python + ["collect", *common, "--collector-id", str(i)],
                                  os.path.join(roles, f"collector-{i}.log")) for i in range(collectors)]
 
     def children(self) -> list:
-        return [self.server, self.learner, *self.collectors]
+        return [self.server, self.learner, self.evaluator, *self.collectors]
+
+    def restartable(self) -> list:
+        """The roles that are started again when they die (the run's state is the learner's and the server's)."""
+        return [self.evaluator, *self.collectors]
 
     def start_server(self) -> None:
         self.server.start()
@@ -132,8 +138,8 @@ class LocalTopology:
         try:
             self.start_server()
             self.learner.start()
-            for collector in self.collectors:
-                collector.start()
+            for child in self.restartable():
+                child.start()
             return self.supervise(stop)
         finally:
             self.stop_all()
@@ -152,19 +158,20 @@ class LocalTopology:
                       f"Resume with:\n  {resume_line(self.run_dir, self.collectors_wanted)}", file=sys.stderr)
                 return EXIT_FAILED
             if not stop.requested:
-                self.restart_dead_collectors()
+                self.restart_dead_roles()
             time.sleep(POLL_S)
 
-    def restart_dead_collectors(self) -> None:
-        for collector in self.collectors:
-            status = collector.exited()
-            if status is not None:
-                collector.restarts += 1
-                print(f"warning: {collector.name} exited with status {status}; restarting it "
-                      f"(restart {collector.restarts}, log {collector.log_path})", file=sys.stderr, flush=True)
-                if collector.log:
-                    collector.log.close()
-                collector.start()
+    def restart_dead_roles(self) -> None:
+        """Starts again a collector or the evaluator that died (status 0: it saw the run's stop, and stays out)."""
+        for child in self.restartable():
+            status = child.exited()
+            if status not in (None, 0):
+                child.restarts += 1
+                print(f"warning: {child.name} exited with status {status}; restarting it "
+                      f"(restart {child.restarts}, log {child.log_path})", file=sys.stderr, flush=True)
+                if child.log:
+                    child.log.close()
+                child.start()
 
     def learner_ended(self, status: int, stop: signals.StopRequest) -> int:
         if stop.requested:
@@ -178,14 +185,15 @@ class LocalTopology:
         return EXIT_FAILED
 
     def stop_all(self) -> None:
-        """Collectors first (nothing then waits on the server), the learner, then the server (it checkpoints).
+        """Collectors and the evaluator first (nothing then waits on the server), the learner, then the server
+        (it checkpoints).
 
         A collector blocked in a Reverb call (a samples-per-insert ratio waiting on a learner that is gone)
         never sees its SIGTERM: after STOP_WAIT_S it is killed, all collectors at once.
         """
-        for collector in self.collectors:
-            collector.send(signal.SIGTERM)
-        for child in [*self.collectors, self.learner, self.server]:
+        for child in self.restartable():
+            child.send(signal.SIGTERM)
+        for child in [*self.restartable(), self.learner, self.server]:
             child.stop()
 
 
@@ -213,7 +221,8 @@ def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpo
     write_text_atomic(layout.config, dump_yaml(config))
     os.makedirs(layout.checkpoints, exist_ok=True)
     checkpointing.stage_reverb(layout.checkpoints, plan.found if plan else None)
-    print(f"Local topology: a replay server on port {port}, a learner and {collectors} collector(s) -> {run_dir} "
+    print(f"Local topology: a replay server on port {port}, a learner, an evaluator and {collectors} collector(s) -> "
+          f"{run_dir} "
           f"(logs in {layout.roles})", flush=True)
     topology = LocalTopology(layout.config, run_dir, port, collectors, plan is not None, quiet)
     with signals.StopRequest() as stop:

@@ -1,27 +1,28 @@
-"""The `learn` role: the single-process training session, minus collection, reading a remote Reverb.
+"""The `learn` role: the single-process training session, minus collection and evaluation, reading a remote Reverb.
 
-It is `training.session.TrainingSession` with three parts swapped: the pipeline (a Reverb client
-of the server at `--replay-address`, with `rate_limiter_timeout_ms`, and no drivers), the
-replay fill (wait until the collectors have written `initial_collect_steps` items) and one
-more trigger (push the weights every `distributed.weight_push_interval` train steps). The
-compiled gradient step, evaluation, checkpoints, exports, metrics and plots are the same code.
+It is `training.session.TrainingSession` with its parts swapped: the pipeline (a Reverb client of
+the server at `--replay-address`, with `rate_limiter_timeout_ms`, and no drivers), the replay
+fill (wait until the collectors have written `initial_collect_steps` items), a weight push every
+`distributed.weight_push_interval` train steps, and the evaluation: the `evaluate-live` role
+evaluates the pushed weights, and the learner follows its published results between chunks
+(returns, best, a confirmed solve, which stops the run). When all iterations are done the learner
+pushes its final weights, tells every role to stop, and waits for the evaluation of those weights.
+The compiled gradient step, checkpoints, exports, metrics and plots are the same code.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any, Optional
-
-from tf_agents.metrics import tf_metrics
+from typing import Any, Callable, Optional
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core import build
-from dqn_cartpole.core.evaluation import make_episode_runner
-from dqn_cartpole.core.policies import compiled_act_fn
-from dqn_cartpole.distributed.variables import WeightSync, check_server
+from dqn_cartpole.distributed import parts, status
+from dqn_cartpole.distributed.variables import WeightSync
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import TrainingSession
 
@@ -29,28 +30,28 @@ WAIT_POLL_S = 0.2
 
 
 class LearnerSession(TrainingSession):
-    """A training session whose data comes from collectors in other processes."""
+    """A training session whose data comes from collectors, and whose returns from an evaluator, in other processes."""
 
     def __init__(self, config: Config, layout: RunLayout, progress: Progress,
                  plan: Optional[checkpointing.ResumePlan], address: str):
         super().__init__(config, layout, progress, plan)
         self.address = address
         self.sync: Optional[WeightSync] = None
+        self.client: Any = None
 
     def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
         return None  # the server loaded its table when it started (the launcher staged it)
 
     def make_pipeline(self, reverb_dir: Optional[str]) -> Pipeline:
-        cfg, stack = self.config, self.stack
-        check_server(self.address, cfg.distributed.connect_timeout_s)
-        envs = build.make_envs(cfg, stack)
-        agent = build.make_agent(cfg, envs.tf_env)
-        replay = build.make_replay_client(cfg.replay, agent.collect_data_spec, cfg.env.num_envs, cfg.agent.n_step,
-                                          self.address, stack,
-                                          rate_limiter_timeout_ms=cfg.distributed.rate_limiter_timeout_ms)
-        return Pipeline(envs, agent, replay, tf_metrics.EnvironmentSteps(), None, None,
-                        compiled_act_fn(agent.policy), make_episode_runner(agent.policy, envs.evaluate,
-                                                                           gamma=cfg.agent.gamma), stack)
+        import reverb
+
+        pipeline = parts.remote_pipeline(self.config, self.address, self.stack,
+                                         rate_limiter_timeout_ms=self.config.distributed.rate_limiter_timeout_ms)
+        self.client = reverb.Client(self.address)
+        return pipeline
+
+    def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
+        return self.push_weights  # at every eval_interval: the evaluator sees the weights of that step
 
     def fill_replay(self) -> tuple[Any, Any]:
         return (), ()  # the collectors fill it: `iterate` waits for them
@@ -59,12 +60,13 @@ class LearnerSession(TrainingSession):
         # Made only now: a restore re-seeds TensorFlow, which clears the eager kernels and with them the
         # TF Reverb client a container made before it ("Resource ... ReverbClient does not exist").
         self.sync = WeightSync(self.address, self.pipeline.agent)
-        self.push_weights()  # the collectors start from these weights
+        self.push_weights()  # the collectors and the evaluator start from these weights
         if self.wait_for_data():
             super().iterate((), ())
 
     def after_chunk(self) -> None:
         self.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam
+        self.follow_evaluator()
 
     def wait_for_data(self) -> bool:
         """Waits until the replay holds `initial_collect_steps` items, so the first sample finds data."""
@@ -73,19 +75,57 @@ class LearnerSession(TrainingSession):
             if self.stop_request.requested:
                 return False
             time.sleep(WAIT_POLL_S)
-        self.count_env_steps()
+        parts.count_env_steps(self.pipeline)
         return True
-
-    def count_env_steps(self) -> None:
-        """The collectors' env steps, as the items they inserted (one per collected step)."""
-        self.pipeline.env_steps.environment_steps.assign(self.pipeline.replay.inserts())
 
     def push_weights(self) -> None:
         self.sync.push()
-        self.count_env_steps()
+        parts.count_env_steps(self.pipeline)
 
     def extra_triggers(self) -> list:
         return [(self.config.distributed.weight_push_interval, self.push_weights)]
+
+    # -- the evaluator's results
+    def follow_evaluator(self) -> Optional[status.Evaluation]:
+        """Takes the evaluator's newest result into the run state; a confirmed solve stops the run."""
+        evaluation = status.read_evaluation(self.client)
+        if evaluation is None:
+            return None
+        state, per_iteration = self.state, self.config.training.train_steps_per_iteration
+        state.last_return = evaluation.average_return
+        state.best_return, state.best_iteration = evaluation.best_return, evaluation.best_iteration
+        if evaluation.solved and state.solved_at_iteration is None and self.config.evaluation.stop_when_solved:
+            state.stop = True
+            state.solved_at_iteration = evaluation.train_step // per_iteration
+            state.solved_return, state.solved_env_steps = evaluation.solved_return, evaluation.env_steps
+            state.solved_wall_s = self.clock.wall()
+            self.progress.message(
+                f"Solved at iteration {state.solved_at_iteration} (the evaluator's check: average return "
+                f"{evaluation.solved_return:.1f} over {evaluation.solved_episodes} greedy episodes); stopping at "
+                f"iteration {state.iteration}.")
+        return evaluation
+
+    def final_evaluation(self) -> None:
+        """Pushes the final weights, tells every role to stop, and waits for the evaluation of those weights."""
+        if self.state.solved_at_iteration is not None:
+            return  # the evaluator confirmed a solve and told everyone to stop
+        self.push_weights()
+        train_step = self.pipeline.train_step_count()
+        status.publish_stop(self.client, train_step, solved=False)
+        deadline = time.monotonic() + self.config.distributed.final_evaluation_timeout_s
+        while time.monotonic() < deadline and not self.stop_request.requested:
+            evaluation = self.follow_evaluator()
+            if evaluation is not None and evaluation.train_step >= train_step:
+                return
+            time.sleep(WAIT_POLL_S)
+        self.progress.message(f"warning: no evaluation of train step {train_step} arrived within "
+                              f"{self.config.distributed.final_evaluation_timeout_s:g} s (is an evaluate-live role "
+                              f"running?); policy/final is exported without a measured return")
+        self.state.last_return = None
+
+    def keeps_solved_policy(self) -> bool:
+        # The evaluator exported the policy it confirmed; the learner trained on a little while the word came.
+        return self.state.solved_at_iteration is not None and os.path.exists(self.layout.final_policy)
 
 
 def learn(config: Config, layout: RunLayout, progress: Progress, plan: Optional[checkpointing.ResumePlan],

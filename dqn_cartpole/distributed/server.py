@@ -1,4 +1,4 @@
-"""The `replay-server` role: a standalone Reverb server with the replay tables and the `variables` table.
+"""The `replay-server` role: a standalone Reverb server with the replay tables, `variables`, `evaluation` and `stop`.
 
 It never calls `server.wait()` (which blocks Python's signal handlers): it polls the stop
 request, checkpoints its tables into the run folder on a timer and once more when stopped.
@@ -15,8 +15,8 @@ import time
 from dqn_cartpole.config import Config
 from dqn_cartpole.console import signals
 from dqn_cartpole.core import build
-from dqn_cartpole.distributed import parts
-from dqn_cartpole.distributed.variables import make_variables_table
+from dqn_cartpole.distributed import parts, status
+from dqn_cartpole.distributed.variables import VARIABLES_TABLE, make_variables_table
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 
@@ -35,11 +35,16 @@ def serve(config: Config, port: int, run_dir: str) -> int:
     with signals.StopRequest() as stop, contextlib.ExitStack() as stack:
         _, _, agent = parts.agent_with_envs(config, 1, config.training.seed, stack)
         server = build.start_replay_server(config.replay, agent.collect_data_spec, config.agent.n_step, stack,
-                                           checkpoint_dir, announce, extra_tables=[make_variables_table(agent)],
+                                           checkpoint_dir, announce,
+                                           extra_tables=[make_variables_table(agent), *status.make_tables()],
                                            port=port, ratio=build.sample_ratio(config))
         import reverb
 
         client = reverb.Client(server.address)
+        # A restored checkpoint's weights, result and stop belong to the learner before the stop: the roles
+        # wait for this learner's first push, and a resumed run must not stop at once.
+        client.reset(VARIABLES_TABLE)
+        status.clear(client)
         announce(f"replay server ready at port {server.port}")
         every_s = config.distributed.server_checkpoint_s
         next_checkpoint = time.monotonic() + every_s if every_s else float("inf")

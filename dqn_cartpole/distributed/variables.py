@@ -67,6 +67,12 @@ class WeightSync:
     def available(self) -> bool:
         return int(self.client.server_info(timeout=5)[VARIABLES_TABLE].current_size) > 0
 
+    def stopped(self) -> bool:
+        """The run's `stop` table has its item: the learner finished or a solve was confirmed."""
+        from dqn_cartpole.distributed import status
+
+        return status.read_stop(self.client) is not None
+
     def pull(self) -> int:
         """Assigns the newest pushed weights (and train step) to the agent; returns that train step."""
         self.container.update(self.variables)

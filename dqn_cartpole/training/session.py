@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -108,16 +108,17 @@ class TrainingSession:
         cfg, layout, pipeline, state = self.config, self.layout, self.pipeline, self.state
         write_text_atomic(layout.config, dump_yaml(cfg))
         train_log = self.stack.enter_context(contextlib.closing(CsvLog(layout.train_metrics, TRAIN_COLUMNS)))
-        eval_log = self.stack.enter_context(contextlib.closing(CsvLog(layout.eval_metrics, EVAL_COLUMNS)))
         scalars = self.stack.enter_context(contextlib.closing(
             Scalars(layout.tensorboard if cfg.output.tensorboard else None)))
         q_probe = QProbe.for_agent(pipeline.agent, cfg.env.id, cfg.training.seed, cfg.env.max_episode_steps)
         self.exporter = triggers.PolicyExport(pipeline, cfg, state)
-        solve_check = triggers.SolveCheck(pipeline, cfg, state, self.exporter, layout.final_policy,
-                                          solve_return(cfg), self.clock, self.progress)
-        self.evaluate = triggers.Evaluate(pipeline, cfg, state, self.exporter, layout.best_policy, eval_log, scalars,
-                                          self.clock, self.progress, solve_check)
+        self.evaluate = self.make_evaluation(scalars)
         self.log_train = triggers.LogTrain(pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
+
+    def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
+        """The periodic evaluation: here, in this process (a learner follows a separate evaluator instead)."""
+        return make_evaluation(self.pipeline, self.config, self.state, self.exporter, self.layout, scalars,
+                               self.clock, self.progress, self.stack)
 
     def fill_replay(self) -> tuple[Any, Any]:
         """Fills the buffer with a random policy, so the first samples have data."""
@@ -166,9 +167,14 @@ class TrainingSession:
             self.progress.update(state.iteration, state.loss, state.last_return)
         if self.stop_request.requested and state.iteration < total and not state.stop:
             state.stopped_by = signals.signal_name(self.stop_request.signum)
-        if not self.stop_request.requested and state.iteration % cfg.evaluation.eval_interval != 0:
-            self.evaluate()  # the final policy always has a measured return
+        if not self.stop_request.requested:
+            self.final_evaluation()
         self.checkpoints.save()
+
+    def final_evaluation(self) -> None:
+        """The final policy always has a measured return (unless its iteration was just evaluated)."""
+        if self.state.iteration % self.config.evaluation.eval_interval != 0:
+            self.evaluate()
 
     def after_chunk(self) -> None:
         """Runs after each compiled chunk, before the triggers (a learner's hook)."""
@@ -199,7 +205,7 @@ class TrainingSession:
             good = checkpoints.rolled_back_to
             self.exporter.save(layout.final_policy, good["run_state"].get("last_return"),
                                iteration=good["iteration"], env_steps=good["env_steps"])
-        elif trained and (state.solved_at_iteration != state.iteration or not os.path.exists(layout.final_policy)):
+        elif trained and not self.keeps_solved_policy():
             self.exporter.save(layout.final_policy, state.last_return)
         for name, path in (("best policy", layout.best_policy), ("final policy", layout.final_policy)):
             if os.path.exists(path):
@@ -221,6 +227,10 @@ class TrainingSession:
         state.exit_status = signals.exit_status(signum) if signum else (1 if diverged else 0)
         return state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
 
+    def keeps_solved_policy(self) -> bool:
+        """policy/final is the policy the solve check just confirmed (so it is not exported again)."""
+        return self.state.solved_at_iteration == self.state.iteration and os.path.exists(self.layout.final_policy)
+
     def record_videos(self) -> dict[str, str]:
         cfg, layout = self.config, self.layout
         seed = cfg.training.seed + build.VIDEO_SEED_OFFSET
@@ -233,6 +243,17 @@ class TrainingSession:
         video.record_video(random_act, cfg.env.id, layout.random_video, cfg.video.random_episodes,
                            cfg.video.fps, seed, cfg.env.max_episode_steps, label="random agent")
         return {"trained video": layout.trained_video, "random video": layout.random_video}
+
+
+def make_evaluation(pipeline: Pipeline, config: Config, state: RunState, exporter: triggers.PolicyExport,
+                    layout: RunLayout, scalars: Scalars, clock: triggers.Clock, progress: Progress,
+                    stack: contextlib.ExitStack) -> triggers.Evaluate:
+    """The Evaluate trigger (eval_metrics.csv, policy/best) with its solve check (policy/final), on `pipeline`."""
+    eval_log = stack.enter_context(contextlib.closing(CsvLog(layout.eval_metrics, EVAL_COLUMNS)))
+    solve_check = triggers.SolveCheck(pipeline, config, state, exporter, layout.final_policy, solve_return(config),
+                                      clock, progress)
+    return triggers.Evaluate(pipeline, config, state, exporter, layout.best_policy, eval_log, scalars, clock,
+                             progress, solve_check)
 
 
 def train(config: Config, layout: RunLayout, progress: Progress,

@@ -1,0 +1,104 @@
+"""What the roles tell each other through the server: the newest evaluation, and when to stop.
+
+Two one-item tables next to `variables`, read without removing (`max_times_sampled=0`):
+
+* `evaluation`: the evaluator's newest result (train step, average return, the best so far, and
+  whether a solve was confirmed). The learner reads it between chunks, so its progress line,
+  checkpoints and summary know the returns without evaluating itself.
+* `stop`: written once, by the evaluator when it confirms a solve or by the learner when it has
+  trained all its iterations. Collectors and the evaluator check it and exit cleanly (status 0).
+
+Both are cleared when a server starts: a restored table must not stop a resumed run at once.
+Every call has a timeout, so no role freezes on a server that went away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+EVALUATION_TABLE = "evaluation"
+STOP_TABLE = "stop"
+TIMEOUT_S = 10
+
+EVALUATION_FIELDS = {"train_step": "int64", "env_steps": "int64", "average_return": "float64",
+                     "best_return": "float64", "best_iteration": "int64", "solved": "int64",
+                     "solved_return": "float64", "solved_episodes": "int64"}
+STOP_FIELDS = {"train_step": "int64", "solved": "int64"}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One published evaluation (`solved`: a solve check on fresh episodes confirmed `solved_return`)."""
+
+    train_step: int
+    env_steps: int
+    average_return: float
+    best_return: float
+    best_iteration: int
+    solved: bool = False
+    solved_return: float = float("nan")
+    solved_episodes: int = 0
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why the run ends: the learner finished at `train_step`, or the evaluator confirmed a solve there."""
+
+    train_step: int
+    solved: bool
+
+
+def _table(name: str, fields: dict) -> Any:
+    import reverb
+    import tensorflow as tf
+
+    signature = {key: tf.TensorSpec((), tf.as_dtype(dtype)) for key, dtype in fields.items()}
+    return reverb.Table(name, sampler=reverb.selectors.Uniform(), remover=reverb.selectors.Fifo(),
+                        rate_limiter=reverb.rate_limiters.MinSize(1), max_size=1, max_times_sampled=0,
+                        signature=signature)
+
+
+def make_tables() -> list:
+    """The `evaluation` and `stop` tables, for the replay server."""
+    return [_table(EVALUATION_TABLE, EVALUATION_FIELDS), _table(STOP_TABLE, STOP_FIELDS)]
+
+
+def clear(client: Any) -> None:
+    """Empties both tables (a server restored from a checkpoint starts with no stop and no result)."""
+    for table in (EVALUATION_TABLE, STOP_TABLE):
+        client.reset(table)
+
+
+def _insert(client: Any, table: str, fields: dict, values: dict) -> None:
+    import numpy as np
+
+    client.insert({key: np.asarray(values[key], dtype=dtype) for key, dtype in fields.items()},
+                  priorities={table: 1.0})
+
+
+def _read(client: Any, table: str, fields: dict) -> Optional[dict]:
+    """The table's item as a dict of Python numbers, or None while it is empty."""
+    if int(client.server_info(timeout=TIMEOUT_S)[table].current_size) == 0:
+        return None
+    # The item cannot go away between the two calls: it is only replaced (max_size 1, never sampled out).
+    sample = next(client.sample(table, num_samples=1, emit_timesteps=False, unpack_as_table_signature=True))
+    return {key: sample.data[key].item() for key in fields}
+
+
+def publish_evaluation(client: Any, evaluation: Evaluation) -> None:
+    _insert(client, EVALUATION_TABLE, EVALUATION_FIELDS, {**evaluation.__dict__, "solved": int(evaluation.solved)})
+
+
+def read_evaluation(client: Any) -> Optional[Evaluation]:
+    values = _read(client, EVALUATION_TABLE, EVALUATION_FIELDS)
+    return None if values is None else Evaluation(**{**values, "solved": bool(values["solved"])})
+
+
+def publish_stop(client: Any, train_step: int, solved: bool) -> None:
+    _insert(client, STOP_TABLE, STOP_FIELDS, {"train_step": train_step, "solved": int(solved)})
+
+
+def read_stop(client: Any) -> Optional[Stop]:
+    values = _read(client, STOP_TABLE, STOP_FIELDS)
+    return None if values is None else Stop(values["train_step"], bool(values["solved"]))
