@@ -176,11 +176,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def run_training(config: Any, run_dir: str, progress: Any, plan: Any, created: bool,
-                 train: Optional[Callable] = None) -> int:
+                 train: Optional[Callable] = None, resume_hint: Optional[str] = "") -> int:
     """Trains, then writes summary.json and report.html and prints the summary; returns the exit status.
 
     `train(config, layout, progress, plan) -> summary` is the single-process run unless given (a learner's).
+    `resume_hint` is the command that continues the run ("": `train --resume`; None: the caller prints it).
     """
+    if resume_hint == "":
+        resume_hint = resume_command(run_dir)
     from dqn_cartpole.run_folder.checkpointing import CheckpointError, DiskFullError
     from dqn_cartpole.run_folder.layout import RunLayout
 
@@ -196,7 +199,8 @@ def run_training(config: Any, run_dir: str, progress: Any, plan: Any, created: b
         raise
     except DiskFullError as exc:
         progress.close()
-        print(f"error: {exc}. Free some space, then resume with: {resume_command(run_dir)}", file=sys.stderr)
+        print(f"error: {exc}. Free some space" + (f", then resume with: {resume_hint}" if resume_hint else ""),
+              file=sys.stderr)
         return EXIT_FAILED
     except CheckpointError as exc:
         raise UserError(str(exc)) from None
@@ -210,11 +214,12 @@ def run_training(config: Any, run_dir: str, progress: Any, plan: Any, created: b
     print("\n".join(summary_lines(summary)))
     if summary["stopped_by"]:
         print(f"Stopped by {summary['stopped_by']} at iteration {summary['iterations']}; the checkpoint, plots and "
-              f"policy are saved. Resume with:\n  {resume_command(run_dir)}")
+              f"policy are saved." + (f" Resume with:\n  {resume_hint}" if resume_hint else ""))
     elif summary["diverged_at_iteration"] is not None:
         print(f"Training diverged (the loss became NaN or Inf at iteration {summary['diverged_at_iteration']}) and "
-              f"stopped. Lower agent.learning_rate or set agent.gradient_clipping, then continue with:\n"
-              f"  {resume_command(run_dir)} --set agent.learning_rate=...", file=sys.stderr)
+              f"stopped. Lower agent.learning_rate or set agent.gradient_clipping" +
+              (f", then continue with:\n  {resume_hint} --set agent.learning_rate=..." if resume_hint else "."),
+              file=sys.stderr)
     return summary["exit_status"]
 
 

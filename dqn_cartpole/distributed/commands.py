@@ -126,8 +126,11 @@ def cmd_learn(args: argparse.Namespace) -> int:
 
     progress = Progress(config.training.num_iterations, enabled=not args.quiet)
     progress.message(f"Learning {config.env.id} from the replay server at {args.replay_address} -> {args.run_dir}")
+    # Supervised, the launcher prints how to resume the whole topology; by hand, this role resumes alone.
+    hint = None if args.supervised else (f"python -m dqn_cartpole learn --resume --config {args.run_dir}/config.yaml "
+                                         f"--replay-address {args.replay_address} --run-dir {args.run_dir}")
     return run_training(config, args.run_dir, progress, plan, created,
-                        train=functools.partial(learn, address=args.replay_address))
+                        train=functools.partial(learn, address=args.replay_address), resume_hint=hint)
 
 
 COMMANDS = {"replay-server": cmd_replay_server, "collect": cmd_collect, "evaluate-live": cmd_evaluate_live,
