@@ -87,4 +87,5 @@ def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callabl
             last_log = now
             log({"wall_s": now - started, "env_steps": counter.steps, "episodes": counter.episodes,
                  "env_steps_per_s": counter.steps / max(now - started, 1e-9),
-                 "weights_train_step": weights_step, "weights_age_s": now - pulled_at, "unix_s": time.time()})
+                 "weights_train_step": weights_step, "weights_age_s": now - pulled_at,
+                 "unix_s": f"{time.time():.1f}"})  # a string: the CSV writes floats with 6 digits
