@@ -10,7 +10,7 @@ compiled gradient step, evaluation, checkpoints, exports, metrics and plots are 
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tf_agents.metrics import tf_metrics
 
@@ -19,9 +19,12 @@ from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core import build
 from dqn_cartpole.core.evaluation import make_episode_runner
 from dqn_cartpole.core.policies import compiled_act_fn
+from dqn_cartpole.distributed.policy_lag import IntervalLag, tagged_sampler
 from dqn_cartpole.distributed.variables import WeightSync, check_server
+from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.training.loop import Chunk, make_train_step
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import TrainingSession
 
@@ -36,6 +39,7 @@ class LearnerSession(TrainingSession):
         super().__init__(config, layout, progress, plan)
         self.address = address
         self.sync: Optional[WeightSync] = None
+        self.lag = IntervalLag(config.training.log_interval)
 
     def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
         return None  # the server loaded its table when it started (the launcher staged it)
@@ -63,8 +67,17 @@ class LearnerSession(TrainingSession):
         if self.wait_for_data():
             super().iterate((), ())
 
-    def after_chunk(self) -> None:
+    def make_train(self) -> Callable:
+        """The session's gradient step, on samples that carry their collecting train step (policy lag)."""
+        cfg = self.config
+        sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step),
+                                              with_info=True)
+        return make_train_step(self.pipeline.agent, tagged_sampler(sample), cfg.training.train_steps_per_iteration,
+                               cfg.training.jit_compile, tagged=True)
+
+    def after_chunk(self, chunk: Chunk) -> None:
         self.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam
+        self.state.policy_lag, self.state.policy_lag_max = self.lag.add(chunk.first, chunk.lags)
 
     def wait_for_data(self) -> bool:
         """Waits until the replay holds `initial_collect_steps` items, so the first sample finds data."""
