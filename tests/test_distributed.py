@@ -102,6 +102,17 @@ def test_local_topology_two_collectors_trains_the_smoke_config(tmp_path):
         events = os.path.join(run_dir, "tensorboard", f"collector-{collector}")
         assert any(name.startswith("events.out.tfevents") for name in os.listdir(events))
     assert "Stored checkpoint" in open(os.path.join(run_dir, "roles", "replay-server.log")).read()
+    # Policy lag: every item carries the train step of the weights that collected it; the learner's
+    # train step minus that is at least 0, and below the train steps taken so far.
+    for row in train:
+        lag, lag_max, step = float(row["policy_lag"]), float(row["policy_lag_max"]), int(row["train_step"])
+        assert 0 <= lag <= lag_max < step, row
+    assert float(train[-1]["samples_per_insert"]) == pytest.approx(
+        int(train[-1]["replay_samples"]) / int(train[-1]["replay_inserts"]), rel=1e-4)
+    assert int(train[-1]["replay_samples"]) >= 300 * 32  # the server's count: prefetched items too
+    assert all(float(r["train_steps_per_s"]) > 0 for r in train[1:])
+    assert os.path.getsize(os.path.join(run_dir, "plots", "collectors.png")) > 0
+    assert "collectors.png" in open(os.path.join(run_dir, "report.html")).read()
     assert time.monotonic() - started < 400
 
 

@@ -166,6 +166,62 @@ def test_reverb_filling_past_capacity_evicts_the_oldest_items(open_replays):
     np.testing.assert_array_equal(values(replay.single_pass()), [[3, 4], [4, 5], [5, 6], [6, 7]])
 
 
+def cartpole_steps(num_envs: int, steps: int):
+    """`steps` batches of MID Trajectory steps (CartPole's spec), observation[0] = step: the collectors' data."""
+    from tf_agents.trajectories import trajectory as trajectory_lib
+
+    for step in range(steps):
+        yield trajectory_lib.mid(observation=np.full([num_envs, 4], step, np.float32),
+                                 action=np.zeros([num_envs], np.int64), policy_info=(),
+                                 reward=np.ones([num_envs], np.float32), discount=np.ones([num_envs], np.float32))
+
+
+def cartpole_replay(stack: contextlib.ExitStack, capacity: int = 100) -> Replay:
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import policy_step, time_step as ts, trajectory as trajectory_lib
+
+    observation = ts.time_step_spec(tf.TensorSpec([4], tf.float32))
+    action = policy_step.PolicyStep(action=tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1), state=(), info=())
+    spec = trajectory_lib.from_transition(observation, action, observation)
+    return build.make_replay_buffer(ReplayConfig(backend="reverb", capacity=capacity), spec, 1, 1, stack)
+
+
+def test_reverb_items_carry_the_collecting_train_step_to_the_learners_sampler():
+    """A collector tags its items (priority = train step of its weights, 0 included); the learner's sampler
+    reads it back, and the insertion-order table keeps its own order."""
+    with contextlib.ExitStack() as stack:
+        replay = cartpole_replay(stack)
+        steps = cartpole_steps(1, 21)
+        replay.tag_items(0)
+        for _ in range(11):  # 10 windows collected with the weights of train step 0
+            replay.add_batch(next(steps))
+        replay.tag_items(7)
+        for batch in steps:  # 10 more with those of step 7
+            replay.add_batch(batch)
+        sample = replay.sampler(64, 2, with_info=True)
+        experience, info = sample()
+        first = np.asarray(experience.observation)[:, 0, 0]  # the window's first step
+        priority = np.asarray(info.priority)  # [batch, time]: the item's priority at each of its steps
+        np.testing.assert_array_equal(priority, np.repeat(np.where(first < 10, 0.0, 7.0)[:, None], 2, axis=1))
+        assert set(priority.ravel().tolist()) == {0.0, 7.0}
+        np.testing.assert_array_equal(np.asarray(replay.single_pass().observation)[:, 0, 0], np.arange(20))
+
+
+def test_reverb_samples_per_insert_come_from_the_servers_counters():
+    """Sampled items as the server counts them (prefetched ones too), not train steps x batch."""
+    with contextlib.ExitStack() as stack:
+        replay = cartpole_replay(stack)
+        for batch in cartpole_steps(1, 31):
+            replay.add_batch(batch)
+        sample = replay.sampler(8, 2)
+        for _ in range(5):
+            sample()
+        before = replay.samples()  # the dataset's prefetch may still be sampling: the count only grows
+        info = replay.client.server_info()["uniform_table"].rate_limiter_info
+        assert replay.inserts() == info.insert_stats.completed == 30
+        assert 5 * 8 <= before <= info.sample_stats.completed <= replay.samples()
+
+
 # ---------------------------------------------------------------------------- 3. clear
 
 
@@ -203,7 +259,12 @@ def test_smoke_training_completes(tmp_path, backend):
     inserts, samples = int(last["replay_inserts"]), int(last["replay_samples"])
     # Inserts count boundary steps too (env_steps does not); Reverb's first window needs 2 steps.
     assert 0 < int(last["replay_size"]) <= inserts and inserts >= int(last["env_steps"]) - 1
-    assert samples == int(last["train_step"]) * 32
+    if backend == "reverb":  # the server's count: prefetched items too
+        assert samples >= int(last["train_step"]) * 32
+    else:
+        assert samples == int(last["train_step"]) * 32
+    assert last["policy_lag"] == "" and rows[0]["train_steps_per_s"] == ""  # one process: no lag; no rate yet
+    assert float(last["train_steps_per_s"]) > 0
     assert float(last["samples_per_insert"]) == pytest.approx(samples / inserts, rel=1e-4)
 
 

@@ -1,8 +1,9 @@
 """The `collect` role: the tutorial's PyDriver with the agent's collect policy, writing to a remote Reverb.
 
 Every `distributed.weight_refresh_steps` env steps it pulls the learner's weights and train
-step (the train step sets epsilon), then steps on. Each collector has its own seed and its own
-metrics CSV (env steps/s, episodes, the train step and age of its weights).
+step (the train step sets epsilon), then steps on; the items it writes carry that train step
+as their priority, so the learner can measure its policy lag. Each collector has its own seed
+and its own metrics CSV (env steps/s, episodes, the train step and age of its weights).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 
-COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weights_train_step", "weights_age_s")
+COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weights_train_step", "weights_age_s",
+                     "unix_s")  # puts collectors (and a restarted one) on one time axis
 
 
 class StepCounter:
@@ -37,10 +39,6 @@ class StepCounter:
     def __call__(self, trajectory: Any) -> None:
         self.steps += int(np.sum(~trajectory.is_boundary()))
         self.episodes += int(np.sum(trajectory.is_last()))
-
-
-def metrics_path(run_dir: str, collector_id: int) -> str:
-    return os.path.join(RunLayout(run_dir).roles, f"collector-{collector_id}.csv")
 
 
 def collect(config: Config, address: str, collector_id: int, run_dir: str) -> int:
@@ -57,34 +55,38 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str) -> in
         counter = StepCounter()
         driver = build.make_py_collect_driver(env, agent.collect_policy, [replay.add_batch, counter],
                                               config.distributed.weight_refresh_steps)
-        csv_log = stack.enter_context(contextlib.closing(CsvLog(metrics_path(run_dir, collector_id),
+        csv_log = stack.enter_context(contextlib.closing(CsvLog(RunLayout(run_dir).collector_metrics(collector_id),
                                                                 COLLECTOR_COLUMNS)))
         # Its own TensorBoard run next to the learner's, so the collectors' curves can be compared.
         tensorboard = os.path.join(RunLayout(run_dir).tensorboard, f"collector-{collector_id}")
         scalars = stack.enter_context(contextlib.closing(Scalars(tensorboard if config.output.tensorboard else None)))
         if sync.wait_for_first(lambda: stop.requested):
-            run_driver(driver, sync, counter, lambda row: log_row(row, csv_log, scalars), stop, replay.flush)
+            run_driver(driver, sync, counter, lambda row: log_row(row, csv_log, scalars), stop, replay)
     return signals.exit_status(stop.signum) if stop.signum else 0
 
 
 def log_row(row: dict, csv_log: CsvLog, scalars: Scalars) -> None:
     csv_log.write(row)
-    scalars.write("collector", int(row["env_steps"]), {k: v for k, v in row.items() if k != "env_steps"})
+    scalars.write("collector", int(row["env_steps"]),
+                  {k: v for k, v in row.items() if k not in ("env_steps", "unix_s")})
 
 
 def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callable[[dict], None],
-               stop: signals.StopRequest, flush: Callable[[], None], log_every_s: float = 5.0) -> None:
-    """Pull weights, collect `weight_refresh_steps` env steps, flush the writers, repeat until a signal or the
-    run's stop (the learner finished, or the evaluator confirmed a solve); a metrics row every `log_every_s`."""
+               stop: signals.StopRequest, replay: Any, log_every_s: float = 5.0) -> None:
+    """Pull weights (and tag the items with their train step), collect `weight_refresh_steps` env steps,
+    flush the writers, repeat until a signal or the run's stop (the learner finished, or the evaluator
+    confirmed a solve); a metrics row every `log_every_s`."""
     started = last_log = time.monotonic()
     time_step, policy_state = driver.env.reset(), ()
     while not stop.requested and not sync.stopped():
         weights_step, pulled_at = sync.pull(), time.monotonic()
+        replay.tag_items(weights_step)
         time_step, policy_state = driver.run(time_step, policy_state)
-        flush()  # unconfirmed items pile up in the writers otherwise
+        replay.flush()  # unconfirmed items pile up in the writers otherwise
         now = time.monotonic()
         if now - last_log >= log_every_s:
             last_log = now
             log({"wall_s": now - started, "env_steps": counter.steps, "episodes": counter.episodes,
-                           "env_steps_per_s": counter.steps / max(now - started, 1e-9),
-                           "weights_train_step": weights_step, "weights_age_s": now - pulled_at})
+                 "env_steps_per_s": counter.steps / max(now - started, 1e-9),
+                 "weights_train_step": weights_step, "weights_age_s": now - pulled_at,
+                 "unix_s": f"{time.time():.1f}"})  # a string: the CSV writes floats with 6 digits

@@ -19,10 +19,13 @@ from typing import Any, Callable, Optional
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
+from dqn_cartpole.distributed.policy_lag import IntervalLag, tagged_sampler
 from dqn_cartpole.distributed.variables import WeightSync
+from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.tensorboard import Scalars
+from dqn_cartpole.training.loop import Chunk, make_train_step
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import TrainingSession
 
@@ -38,6 +41,7 @@ class LearnerSession(TrainingSession):
         self.address = address
         self.sync: Optional[WeightSync] = None
         self.client: Any = None
+        self.lag = IntervalLag(config.training.log_interval)
 
     def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
         return None  # the server loaded its table when it started (the launcher staged it)
@@ -64,8 +68,17 @@ class LearnerSession(TrainingSession):
         if self.wait_for_data():
             super().iterate((), ())
 
-    def after_chunk(self) -> None:
+    def make_train(self) -> Callable:
+        """The session's gradient step, on samples that carry their collecting train step (policy lag)."""
+        cfg = self.config
+        sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step),
+                                              with_info=True)
+        return make_train_step(self.pipeline.agent, tagged_sampler(sample), cfg.training.train_steps_per_iteration,
+                               cfg.training.jit_compile, tagged=True)
+
+    def after_chunk(self, chunk: Chunk) -> None:
         self.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam
+        self.state.policy_lag, self.state.policy_lag_max = self.lag.add(chunk.first, chunk.lags)
         self.follow_evaluator()
 
     def wait_for_data(self) -> bool:

@@ -92,18 +92,20 @@ class Replay:
         """One uniform sample: (items, info). Items are [batch, num_steps, ...] when both are given."""
         return self.buffer.get_next(sample_batch_size, num_steps, time_stacked)
 
-    def sampler(self, sample_batch_size: int, num_steps: int) -> Callable[[], Any]:
-        """An in-graph callable returning one training batch, as `config.sampling` says.
+    def sampler(self, sample_batch_size: int, num_steps: int, with_info: bool = False) -> Callable[[], Any]:
+        """An in-graph callable returning one training batch (with `with_info`: (batch, info)), as
+        `config.sampling` says.
 
         "dataset" reads the tf.data pipeline (parallel calls + prefetch overlap sampling with
         training, at the price of bit-for-bit reproducibility); "direct" samples in program
         order inside the compiled step, after that iteration's collection.
         """
+        pick = (lambda element: element) if with_info else (lambda element: element[0])
         if sampling_mode(self.config) == "direct":
-            return lambda: self.get_next(sample_batch_size, num_steps)[0]
+            return lambda: pick(self.get_next(sample_batch_size, num_steps))
         iterator = iter(self.as_dataset(sample_batch_size, num_steps))
         self._iterators.append(iterator)  # keep it alive as long as the replay
-        return lambda: iterator.get_next()[0]
+        return lambda: pick(iterator.get_next())
 
     def single_pass(self) -> Any:
         """Everything stored, each item once, oldest first, as a nest of numpy arrays (eager only).
@@ -144,6 +146,11 @@ class Replay:
     def inserts(self) -> int:
         """Steps (for Reverb: items) inserted since the replay was created, evicted or cleared ones included."""
         raise NotImplementedError
+
+    def samples(self) -> Optional[int]:
+        """Items sampled since the replay was created, as the backend counts them (Reverb: the server's
+        count, prefetched items included); None when it does not count (the uniform buffers)."""
+        return None
 
     def close(self) -> None:
         """Releases servers and threads. Safe to call twice."""

@@ -23,6 +23,8 @@ from dqn_cartpole.replay.reverb_tables import PASS_TABLE_NAME, TABLE_NAME
 log = logging.getLogger(__name__)
 
 _VISITED = float(2**62)  # above every insertion index: a visited item sinks to the bottom of the heap
+# The uniform table's priority when no collector tagged its items (Reverb's and TF-Agents' default).
+DEFAULT_PRIORITY = 1.0
 
 
 class WindowWriter:
@@ -30,11 +32,13 @@ class WindowWriter:
 
     Like tf-agents' ReverbTrajectorySequenceObserver (windows run across episode boundaries,
     as in the uniform buffers, and any nest works, not only Trajectory), but it also files each
-    item in the insertion-order table under its insertion index.
+    item in the insertion-order table under its insertion index. Its uniform-table items get
+    `priority` (see `ReverbReplay.tag_items`).
     """
 
     def __init__(self, client: Any, sequence_length: int):
         self._client, self._length = client, sequence_length
+        self.priority = DEFAULT_PRIORITY
         # validate_items=False, as tf-agents' observers: the table signature already fixes the shapes.
         self._writer = client.trajectory_writer(num_keep_alive_refs=sequence_length + 1, validate_items=False)
         self._steps = 0
@@ -44,7 +48,7 @@ class WindowWriter:
         self._steps += 1
         if self._steps >= self._length:
             window = tf.nest.map_structure(lambda column: column[-self._length:], self._writer.history)
-            self._writer.create_item(TABLE_NAME, 1.0, window)  # Uniform sampling ignores the priority
+            self._writer.create_item(TABLE_NAME, self.priority, window)  # Uniform sampling ignores the priority
             self._writer.create_item(PASS_TABLE_NAME, float(next_index()), window)
 
     def flush(self) -> None:
@@ -65,8 +69,9 @@ class ObserverWriter:
     It writes each (n_step + 1)-step window of an episode into both tables, and pads the end
     of each episode with boundary steps (`pad_end_of_episodes`, `tile_end_of_episodes`), so the
     episode's last n steps, and its LAST step, start a window each, as in the uniform buffers.
-    Its priority is set to the insertion index first, which orders the pass table (the uniform
-    table ignores it). It also keeps the steps it holds for the next windows, for `held_steps`.
+    Its priority is set to the insertion index first, which orders the pass table; the uniform
+    table's items get `priority` instead (see `UniformTablePriority`). It also keeps the steps it
+    holds for the next windows, for `held_steps`.
     """
 
     def __init__(self, client: Any, sequence_length: int):
@@ -75,6 +80,8 @@ class ObserverWriter:
         self._observer = reverb_utils.ReverbAddTrajectoryObserver(
             client, [TABLE_NAME, PASS_TABLE_NAME], sequence_length=sequence_length,
             pad_end_of_episodes=True, tile_end_of_episodes=True)
+        self._uniform = UniformTablePriority(self._observer._writer)  # pylint: disable=protected-access
+        self._observer._writer = self._uniform  # pylint: disable=protected-access
         self._held: collections.deque = collections.deque(maxlen=sequence_length - 1)
 
     def append(self, step: trajectory_lib.Trajectory, next_index: Callable[[], int]) -> None:
@@ -85,6 +92,14 @@ class ObserverWriter:
             self._held.clear()
         else:
             self._held.append(step)
+
+    @property
+    def priority(self) -> float:
+        return self._uniform.priority
+
+    @priority.setter
+    def priority(self, value: float) -> None:
+        self._uniform.priority = value
 
     def held(self) -> list:
         """The held steps, oldest first, each as a list of its flattened fields."""
@@ -99,6 +114,25 @@ class ObserverWriter:
 
     def close(self) -> None:
         self._observer.close()
+
+
+class UniformTablePriority:
+    """TF-Agents' observer's trajectory writer, with the uniform table's items created at `priority`.
+
+    The observer gives an item one priority in every table; the insertion-order table needs the
+    insertion index, while the uniform table (whose selector ignores priorities) carries the
+    train step of the weights that collected the item. Everything else goes to the writer.
+    """
+
+    def __init__(self, writer: Any):
+        self._writer = writer
+        self.priority = DEFAULT_PRIORITY
+
+    def create_item(self, table: str, priority: float, trajectory: Any) -> None:
+        self._writer.create_item(table, self.priority if table == TABLE_NAME else priority, trajectory)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
 
 
 class ReverbReplay(Replay):
@@ -133,7 +167,7 @@ class ReverbReplay(Replay):
         self.writers = [writer(self.client, sequence_length) for _ in range(num_envs)]
         # A restored checkpoint brings its items and insert count back: continue the numbering.
         self._next_index = self._pass_inserts()
-        self._cleared_inserts = 0
+        self._cleared_inserts = self._cleared_samples = 0
         self._closed = False
 
     # -- writing
@@ -161,6 +195,17 @@ class ReverbReplay(Replay):
                 self.writers[env_index].append(tf.nest.pack_sequence_as(self.data_spec, arrays), self._take_index)
         self.add_batch(boundary_steps(self.data_spec, observations))
         self.flush()
+
+    def tag_items(self, train_step: int) -> None:
+        """Items created from now on carry `train_step` as their uniform-table priority.
+
+        A collector tags them with the train step of the weights it collects with, and the learner
+        reads it back from each sample's `SampleInfo.priority` (policy lag). The uniform selector
+        ignores priorities, so sampling is unchanged (0 is allowed). A window that spans a weight
+        pull carries the step at the item's creation, i.e. of its newest step.
+        """
+        for writer in self.writers:
+            writer.priority = float(train_step)
 
     def _take_index(self) -> int:
         index, self._next_index = self._next_index, self._next_index + 1
@@ -219,7 +264,7 @@ class ReverbReplay(Replay):
 
     def clear(self) -> None:
         self.flush()
-        self._cleared_inserts = self.inserts()
+        self._cleared_inserts, self._cleared_samples = self.inserts(), self.samples()
         for name in (TABLE_NAME, PASS_TABLE_NAME):
             self.client.reset(name)  # also resets the table's insert count
         for writer in self.writers:
@@ -240,6 +285,11 @@ class ReverbReplay(Replay):
     def inserts(self) -> int:
         self.flush()
         return self._cleared_inserts + int(self._table_info().rate_limiter_info.insert_stats.completed)
+
+    def samples(self) -> int:
+        # The server's count: every sampled item, prefetched ones too; a restored table checkpoint
+        # brings it back with the inserts (reverb#64), so the ratio runs on across a resume.
+        return self._cleared_samples + int(self._table_info().rate_limiter_info.sample_stats.completed)
 
     def checkpoint(self) -> str:
         """Writes a Reverb checkpoint of the tables; returns its path."""

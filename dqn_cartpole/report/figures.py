@@ -5,7 +5,9 @@
 - loss.png: the TD loss, raw and smoothed, on a log scale;
 - epsilon.png: the exploration rate of the collect policy;
 - q_values.png: the online network's mean max-Q on fixed states against the discounted return
-  the greedy policy gets (over-estimation shows as the first line above the second).
+  the greedy policy gets (over-estimation shows as the first line above the second);
+- collectors.png (a distributed run, when roles/collector-I.csv exist): each collector's env
+  steps/s and the age of its weights over time, and the learner's policy lag when logged.
 
 No TensorFlow is imported here.
 """
@@ -140,6 +142,50 @@ def plot_q_values(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     _save(fig, out_path)
 
 
+def collector_seconds(rows_by_id: dict) -> dict:
+    """Each collector's row times, in seconds since the first row of any collector (`unix_s`), so
+    collectors started apart, or restarted, share one axis; older CSVs fall back to their own `wall_s`."""
+    if all(r.get("unix_s") not in (None, "") for rows in rows_by_id.values() for r in rows):
+        start = min(float(r["unix_s"]) for rows in rows_by_id.values() for r in rows)
+        return {i: [float(r["unix_s"]) - start for r in rows] for i, rows in rows_by_id.items()}
+    return {i: values(rows, "wall_s") for i, rows in rows_by_id.items()}
+
+
+def plot_collectors(record: RunRecord, facts: RunFacts, out_path: str) -> None:
+    """Each collector's env steps/s and weight age over time; the learner's policy lag, if logged."""
+    rows_by_id = {i: rows_with(rows, "wall_s", "env_steps_per_s", "weights_age_s")
+                  for i, rows in record.collector_rows.items()}
+    lag_rows = rows_with(record.train_rows, "train_step", "policy_lag")
+    fig, axes = plt.subplots(1, 3 if lag_rows else 2, figsize=(16 if lag_rows else 11, 4))
+    seconds = collector_seconds(rows_by_id)
+    for i, rows in rows_by_id.items():
+        axes[0].plot(seconds[i], values(rows, "env_steps_per_s"), marker=".", label=f"collector {i}")
+        axes[1].plot(seconds[i], values(rows, "weights_age_s"), marker=".", label=f"collector {i}")
+    axes[0].set_ylabel("env steps/s (average since the collector started)")
+    axes[1].set_ylabel("seconds since its last weight pull")
+    for ax, title in ((axes[0], "collection speed"), (axes[1], "age of each collector's weights")):
+        ax.set_xlabel("seconds since the first collector row")
+        ax.set_title(title)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if rows_by_id:
+            ax.legend(loc="best", fontsize=8)
+    if lag_rows:
+        x = values(lag_rows, "train_step", facts.train_steps_per_iteration)
+        axes[2].plot(x, values(lag_rows, "policy_lag"), color="tab:blue", label="mean over the sampled items")
+        max_rows = rows_with(lag_rows, "policy_lag_max")
+        axes[2].plot(values(max_rows, "train_step", facts.train_steps_per_iteration),
+                     values(max_rows, "policy_lag_max"), color="tab:red", alpha=0.6, label="max")
+        axes[2].set_xlabel("iterations")
+        axes[2].set_ylabel("learner train step - collecting train step")
+        axes[2].set_title("policy lag of the learner's batches")
+        axes[2].set_ylim(bottom=0)
+        axes[2].grid(alpha=0.3)
+        axes[2].legend(loc="best", fontsize=8)
+    fig.suptitle(f"{facts.env_id}: {len(rows_by_id)} collector(s)")
+    _save(fig, out_path)
+
+
 def _save(fig, out_path: str, layout: bool = True) -> None:
     if layout:
         fig.tight_layout()
@@ -159,4 +205,7 @@ def plot_run(layout: RunLayout, record: Optional[RunRecord] = None) -> list[str]
                        (plot_epsilon, layout.epsilon_plot), (plot_q_values, layout.q_values_plot)):
         draw(record, facts, path)
         drawn.append(path)
+    if record.collector_rows:
+        plot_collectors(record, facts, layout.collectors_plot)
+        drawn.append(layout.collectors_plot)
     return drawn

@@ -27,6 +27,9 @@ PLOT_CAPTIONS = {
     "q_values": "What the network believes (red) against what the greedy policy gets (blue), both discounted "
                 "with the agent's gamma. Red far above blue is over-estimation; both level off at most at the "
                 "grey line. The red states come from a random policy, so the two differ in where they start.",
+    "collectors": "A distributed run: each collector's env steps/s and how long ago it pulled its weights; right, "
+                  "the policy lag, how many train steps older than the learner the weights that collected its "
+                  "sampled items were.",
 }
 
 
@@ -81,7 +84,9 @@ def plots_section(record: RunRecord, page_dir: str) -> str:
         "the worst and best episode; the star is the policy saved as policy/best."], wide=True)
     others = html.images([layout.loss_plot, layout.epsilon_plot, layout.q_values_plot], page_dir,
                          [PLOT_CAPTIONS["loss"], PLOT_CAPTIONS["epsilon"], PLOT_CAPTIONS["q_values"]])
-    return wide + others
+    collectors = html.images([layout.collectors_plot], page_dir, [PLOT_CAPTIONS["collectors"]], wide=True) \
+        if os.path.exists(layout.collectors_plot) else ""
+    return wide + others + collectors
 
 
 def videos_section(record: RunRecord, page_dir: str) -> str:

@@ -13,6 +13,7 @@ RETURNS_PLOT = "returns.png"
 LOSS_PLOT = "loss.png"
 EPSILON_PLOT = "epsilon.png"
 Q_VALUES_PLOT = "q_values.png"
+COLLECTORS_PLOT = "collectors.png"  # a distributed run: the collectors' speed and weights, the policy lag
 REPORT_FILE = "report.html"
 VIDEOS_DIR = "videos"
 TRAINED_VIDEO = "trained-agent.mp4"
@@ -25,6 +26,7 @@ TENSORBOARD_DIR = "tensorboard"
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = "run.lock"  # held by the process that trains in the folder
 ROLES_DIR = "roles"  # a distributed run: each role's log, and each collector's metrics CSV
+COLLECTOR_METRICS = "collector-{id}.csv"
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,10 @@ class RunLayout:
         return self.path(PLOTS_DIR, Q_VALUES_PLOT)
 
     @property
+    def collectors_plot(self) -> str:
+        return self.path(PLOTS_DIR, COLLECTORS_PLOT)
+
+    @property
     def report(self) -> str:
         return self.path(REPORT_FILE)
 
@@ -111,3 +117,6 @@ class RunLayout:
     @property
     def roles(self) -> str:
         return self.path(ROLES_DIR)
+
+    def collector_metrics(self, collector_id: int) -> str:
+        return self.path(ROLES_DIR, COLLECTOR_METRICS.format(id=collector_id))

@@ -7,8 +7,10 @@ the report) read runs only through this module and never import the trainer or T
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -16,7 +18,7 @@ import yaml
 
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder.atomic import write_json_atomic
-from dqn_cartpole.run_folder.layout import CONFIG_FILE, RunLayout
+from dqn_cartpole.run_folder.layout import COLLECTOR_METRICS, CONFIG_FILE, RunLayout
 from dqn_cartpole.run_folder.metrics import read_csv
 
 SUMMARY_VERSION = 1
@@ -32,6 +34,7 @@ class RunRecord:
     summary: dict = field(default_factory=dict)
     train_rows: list = field(default_factory=list)
     eval_rows: list = field(default_factory=list)
+    collector_rows: dict = field(default_factory=dict)  # a distributed run: collector id -> its CSV's rows
 
     @property
     def layout(self) -> RunLayout:
@@ -85,7 +88,19 @@ def read_run(path: str) -> RunRecord:
         raise UserError(f"{layout.summary}: written by a newer dqn_cartpole (summary version {version}, this one "
                         f"reads up to {SUMMARY_VERSION}); upgrade to read it")
     return RunRecord(root=path, version=version, config=config, summary=summary,
-                     train_rows=read_csv(layout.train_metrics), eval_rows=read_csv(layout.eval_metrics))
+                     train_rows=read_csv(layout.train_metrics), eval_rows=read_csv(layout.eval_metrics),
+                     collector_rows=read_collectors(layout))
+
+
+def read_collectors(layout: RunLayout) -> dict[int, list]:
+    """The rows of every collector's metrics CSV (roles/collector-I.csv), by collector id."""
+    pattern = re.compile(re.escape(COLLECTOR_METRICS).replace(re.escape("{id}"), r"(\d+)") + "$")
+    found = {}
+    for path in glob.glob(os.path.join(layout.roles, COLLECTOR_METRICS.format(id="*"))):
+        match = pattern.search(os.path.basename(path))
+        if match:
+            found[int(match.group(1))] = read_csv(path)
+    return dict(sorted(found.items()))
 
 
 def find_runs(path: str) -> list[str]:

@@ -23,20 +23,36 @@ STOP_LATENCY_S = 0.25
 FIRST_CHUNK = 100  # iterations in the first calls, before their speed is known
 
 
-def make_train_step(agent: Any, sample: Callable[[], Any], train_steps: int, jit_compile: bool) -> Callable:
-    """`train_steps` gradient steps on fresh samples, as one graph function returning the last loss."""
+def make_train_step(agent: Any, sample: Callable[[], Any], train_steps: int, jit_compile: bool,
+                    tagged: bool = False) -> Callable:
+    """`train_steps` gradient steps on fresh samples, as one graph function returning the last loss.
+
+    With `tagged` (a learner), `sample()` returns (experience, the train step of the weights that
+    collected each item, [batch] or [batch, time]) and the function returns [loss, mean lag, max lag] of the last
+    batch: the policy lag, the learner's train step at the update minus each collecting step.
+    """
     # XLA fuses the small ops of a DQN step: ~30% less time per gradient step on CPU.
     step = tf.function(lambda experience: agent.train(experience).loss, jit_compile=jit_compile, autograph=False)
 
     def train_once() -> tf.Tensor:
         return step(sample())
 
+    def train_once_tagged() -> tf.Tensor:
+        experience, collected_at = sample()
+        lag = tf.cast(agent.train_step_counter, tf.float64) - tf.cast(collected_at, tf.float64)
+        with tf.control_dependencies([lag]):  # the counter is read before the update increments it
+            loss = step(experience)
+        return tf.stack([loss, tf.cast(tf.reduce_mean(lag), tf.float32), tf.cast(tf.reduce_max(lag), tf.float32)])
+
+    once = train_once_tagged if tagged else train_once
+    initial = tf.zeros([3]) if tagged else tf.constant(0.0)
+
     def train_many() -> tf.Tensor:
         if train_steps == 1:
-            return train_once()
-        _, loss = tf.while_loop(lambda j, _: j < train_steps, lambda j, _: (j + 1, train_once()),
-                                (tf.constant(0), tf.constant(0.0)))
-        return loss
+            return once()
+        _, outputs = tf.while_loop(lambda j, _: j < train_steps, lambda j, _: (j + 1, once()),
+                                   (tf.constant(0), initial))
+        return outputs
 
     return train_many
 
@@ -44,7 +60,8 @@ def make_train_step(agent: Any, sample: Callable[[], Any], train_steps: int, jit
 def compile_iterations(train: Callable[[], tf.Tensor], driver: Optional[Any] = None) -> Callable:
     """Compiles `num_iterations` x (collect with `driver`, if any, then `train`) into one graph call.
 
-    Returns f(time_step, policy_state, num_iterations) -> (time_step, policy_state, losses).
+    Returns f(time_step, policy_state, num_iterations) -> (time_step, policy_state, losses): the
+    losses are [num_iterations], or [num_iterations, 3] when `train` returns a tagged step's vector.
     """
 
     # autograph=False: TF-Agents is written for graph mode, and skipping autograph cuts the
@@ -93,6 +110,7 @@ class Chunk:
     time_step: Any
     policy_state: Any
     losses: np.ndarray
+    lags: Optional[np.ndarray] = None  # a learner's [size, 2]: mean and max policy lag of each iteration's batch
 
     def first_bad_loss(self) -> Optional[tuple[int, float]]:
         """(iteration, value) of the first NaN or Inf loss in the chunk, if any."""
@@ -128,10 +146,17 @@ class ChunkedLoop:
         with NativeStderrFilter() if first_call else contextlib.nullcontext():  # XLA's one-off notices
             time_step, policy_state, losses = self.run_iterations(time_step, policy_state, tf.constant(size))
         self.traced = True
-        losses = losses.numpy()
+        losses, lags = split_outputs(losses.numpy())
         if not first_call:
             elapsed = time.perf_counter() - started
             self.loop_s += elapsed
             self.loop_iterations += size
             self.max_chunk = max(1, int(size * STOP_LATENCY_S / max(elapsed, 1e-6)))
-        return Chunk(iteration, size, time_step, policy_state, losses)
+        return Chunk(iteration, size, time_step, policy_state, losses, lags)
+
+
+def split_outputs(outputs: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """A chunk's per-iteration outputs -> (losses, policy lags or None): see `make_train_step`'s `tagged`."""
+    if outputs.ndim == 1:
+        return outputs, None
+    return outputs[:, 0], outputs[:, 1:]

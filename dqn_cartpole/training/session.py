@@ -27,7 +27,7 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import resume, triggers
-from dqn_cartpole.training.loop import ChunkedLoop, compile_iterations, make_train_step, python_iterations
+from dqn_cartpole.training.loop import Chunk, ChunkedLoop, compile_iterations, make_train_step, python_iterations
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
 
@@ -130,9 +130,7 @@ class TrainingSession:
     def iterate(self, time_step: Any, policy_state: Any) -> None:
         """Runs compiled chunks of iterations, stopping at every due trigger and at a stop request."""
         cfg, state, pipeline = self.config, self.state, self.pipeline
-        sample = pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step))
-        train = make_train_step(pipeline.agent, sample, cfg.training.train_steps_per_iteration,
-                                cfg.training.jit_compile)
+        train = self.make_train()
         total = cfg.training.num_iterations
         periodic = [*self.extra_triggers(),
                     (cfg.training.log_interval, self.log_train), (cfg.evaluation.eval_interval, self.evaluate),
@@ -161,7 +159,7 @@ class TrainingSession:
             state.iteration += chunk.size
             state.loss = float(chunk.losses[-1])
             self.checkpoints.time_step = time_step
-            self.after_chunk()
+            self.after_chunk(chunk)
             for trigger in due:
                 trigger(state.iteration)
             self.progress.update(state.iteration, state.loss, state.last_return)
@@ -176,7 +174,14 @@ class TrainingSession:
         if self.state.iteration % self.config.evaluation.eval_interval != 0:
             self.evaluate()
 
-    def after_chunk(self) -> None:
+    def make_train(self) -> Callable:
+        """One iteration's gradient step(s) on batches from the replay's sampler (a learner's hook)."""
+        cfg = self.config
+        sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step))
+        return make_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
+                               cfg.training.jit_compile)
+
+    def after_chunk(self, chunk: Chunk) -> None:
         """Runs after each compiled chunk, before the triggers (a learner's hook)."""
 
     def extra_triggers(self) -> list:

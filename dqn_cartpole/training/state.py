@@ -32,6 +32,8 @@ class RunState:
     loop_s: float = 0.0  # inside compiled chunks, excluding the first (which traces)
     loop_iterations: int = 0
     eval_s: float = 0.0
+    policy_lag: Optional[float] = None  # a learner's, over the current log interval (see distributed.policy_lag)
+    policy_lag_max: Optional[float] = None
     # how it ended
     diverged_at_iteration: Optional[int] = None
     stopped_by: Optional[str] = None  # "SIGINT" / "SIGTERM": stopped early, resumable

@@ -63,26 +63,40 @@ class PolicyExport:
 
 
 class LogTrain:
-    """A train row: loss, epsilon, replay counts, the Q-value probe; to the CSV and TensorBoard."""
+    """A train row: loss, epsilon, replay counts, speed, the Q-value probe, a learner's policy lag; to the CSV
+    and TensorBoard."""
 
     def __init__(self, pipeline: Pipeline, config: Config, state: RunState, log: CsvLog, scalars: Scalars,
                  q_probe: Callable[[], float], clock: Clock):
         self.pipeline, self.config, self.state = pipeline, config, state
         self.log, self.scalars, self.q_probe, self.clock = log, scalars, q_probe, clock
+        self.previous: Optional[tuple[int, float]] = None  # (train step, wall_s) of this process's last row
 
     def __call__(self) -> None:
-        replay, train_step = self.pipeline.replay, self.pipeline.train_step_count()
-        samples = train_step * self.config.training.batch_size
+        replay, train_step, wall_s = self.pipeline.replay, self.pipeline.train_step_count(), self.clock.wall()
+        samples = replay.samples()
+        if samples is None:  # the uniform buffers count nothing: each train step samples one batch
+            samples = train_step * self.config.training.batch_size
         inserts = replay.inserts()
         row = {
             "train_step": train_step, "env_steps": self.pipeline.env_step_count(), "loss": self.state.loss,
             "epsilon": self.pipeline.epsilon(), "replay_size": replay.size(), "replay_inserts": inserts,
             "replay_samples": samples, "samples_per_insert": samples / inserts if inserts else None,
-            "wall_s": self.clock.wall(), "mean_max_q": self.q_probe(),
+            "wall_s": wall_s, "mean_max_q": self.q_probe(),
+            "train_steps_per_s": self.train_steps_per_s(train_step, wall_s),
+            "policy_lag": self.state.policy_lag, "policy_lag_max": self.state.policy_lag_max,
         }
+        self.previous = (train_step, wall_s)
         self.log.write(row)
-        self.scalars.write("train", train_step, {k: row[k] for k in ("loss", "epsilon", "samples_per_insert",
-                                                                     "mean_max_q")})
+        self.scalars.write("train", train_step, {k: row[k] for k in (
+            "loss", "epsilon", "replay_size", "samples_per_insert", "mean_max_q", "train_steps_per_s", "policy_lag",
+            "policy_lag_max")})
+
+    def train_steps_per_s(self, train_step: int, wall_s: float) -> Optional[float]:
+        """Train steps per wall second since this process's previous row (evaluations included)."""
+        if self.previous is None or wall_s <= self.previous[1]:
+            return None
+        return (train_step - self.previous[0]) / (wall_s - self.previous[1])
 
 
 class SolveCheck:
