@@ -279,3 +279,35 @@ def test_specs_command_walks_through_the_data(tmp_path):
                     "as_dataset(sample_batch_size=4, num_steps=2)", "single pass"):
         assert heading in out
     assert "observation" in out and "[10, 1, 4]" in out and "[4, 2, 4]" in out
+
+
+def test_a_write_held_back_by_the_ratio_is_given_up_on_when_asked():
+    """A collector must be able to leave while a samples-per-insert ratio holds its writes back (the learner
+    has stopped sampling, reverb#144): the wait ends within a slice of the request, and the writer closes."""
+    import threading
+    import time
+
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import policy_step, time_step as ts, trajectory as trajectory_lib
+
+    from dqn_cartpole.replay.reverb_client import WriterInterrupted
+    from dqn_cartpole.replay.reverb_tables import SampleRatio
+
+    observation = ts.time_step_spec(tf.TensorSpec([4], tf.float32))
+    action = policy_step.PolicyStep(action=tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1), state=(), info=())
+    spec = trajectory_lib.from_transition(observation, action, observation)
+    config = ReplayConfig(backend="reverb", capacity=1000)
+    with contextlib.ExitStack() as stack:
+        server = build.start_replay_server(config, spec, 1, stack, ratio=SampleRatio(4.0, 2, 4.0))
+        replay = build.make_replay_client(config, spec, 1, 1, f"localhost:{server.port}", stack)
+        asked = threading.Event()
+        replay.give_up_waiting_when(asked.is_set)
+        for batch in cartpole_steps(1, 50):  # far more windows than the ratio lets in without a sample
+            replay.add_batch(batch)
+        threading.Timer(1.0, asked.set).start()
+        started = time.monotonic()
+        with pytest.raises(WriterInterrupted):
+            replay.flush()
+        assert 0.9 < time.monotonic() - started < 5
+        assert replay.client.server_info()["uniform_table"].current_size < 49  # it was really held back
+    # The ExitStack closed the writers and stopped the server without waiting on the held items.

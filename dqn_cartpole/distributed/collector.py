@@ -75,18 +75,34 @@ def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callabl
                stop: signals.StopRequest, replay: Any, log_every_s: float = 5.0) -> None:
     """Pull weights (and tag the items with their train step), collect `weight_refresh_steps` env steps,
     flush the writers, repeat until a signal or the run's stop (the learner finished, or the evaluator
-    confirmed a solve); a metrics row every `log_every_s`."""
-    started = last_log = time.monotonic()
+    confirmed a solve); a metrics row every `log_every_s`, and one when it stops.
+
+    A write held back by a samples-per-insert ratio (the learner has stopped sampling) is given up
+    on as soon as either stop comes, so a collector never has to be killed.
+    """
+    from dqn_cartpole.replay.reverb_client import WriterInterrupted
+
+    replay.give_up_waiting_when(lambda: stop.requested or sync.stopped())
+    started = last_log = pulled_at = time.monotonic()
+    weights_step = 0
     time_step, policy_state = driver.env.reset(), ()
-    while not stop.requested and not sync.stopped():
-        weights_step, pulled_at = sync.pull(), time.monotonic()
-        replay.tag_items(weights_step)
-        time_step, policy_state = driver.run(time_step, policy_state)
-        replay.flush()  # unconfirmed items pile up in the writers otherwise
-        now = time.monotonic()
-        if now - last_log >= log_every_s:
-            last_log = now
-            log({"wall_s": now - started, "env_steps": counter.steps, "episodes": counter.episodes,
-                 "env_steps_per_s": counter.steps / max(now - started, 1e-9),
-                 "weights_train_step": weights_step, "weights_age_s": now - pulled_at,
-                 "unix_s": f"{time.time():.1f}"})  # a string: the CSV writes floats with 6 digits
+    try:
+        while not stop.requested and not sync.stopped():
+            weights_step, pulled_at = sync.pull(), time.monotonic()
+            replay.tag_items(weights_step)
+            time_step, policy_state = driver.run(time_step, policy_state)
+            replay.flush()  # unconfirmed items pile up in the writers otherwise
+            if time.monotonic() - last_log >= log_every_s:
+                last_log = time.monotonic()
+                log(metrics_row(counter, started, weights_step, pulled_at))
+    except WriterInterrupted:
+        pass  # stopped while the server held a write back: those items are dropped
+    log(metrics_row(counter, started, weights_step, pulled_at))
+
+
+def metrics_row(counter: StepCounter, started: float, weights_step: int, pulled_at: float) -> dict:
+    now = time.monotonic()
+    return {"wall_s": now - started, "env_steps": counter.steps, "episodes": counter.episodes,
+            "env_steps_per_s": counter.steps / max(now - started, 1e-9),
+            "weights_train_step": weights_step, "weights_age_s": now - pulled_at,
+            "unix_s": f"{time.time():.1f}"}  # a string: the CSV writes floats with 6 digits

@@ -5,9 +5,9 @@ passes a multiple of `evaluation.eval_interval` iterations, it evaluates the new
 single-process run's own trigger: a row in eval_metrics.csv (at the train step the weights really
 have), policy/best, and, if the return reaches the solve threshold, the solve check on fresh
 episodes, which exports policy/final. Each result is published in the `evaluation` table for the
-learner; a confirmed solve also goes in the `stop` table, which stops every role. When the learner
-has trained all its iterations it publishes a stop itself: the evaluator then evaluates the final
-weights and exits.
+learner, and the evaluator leaves after a confirmed solve: the learner stops on it and writes the
+run's `stop`, which the collectors watch. When the learner has trained all its iterations it
+writes the stop too: the evaluator then evaluates the final weights and exits.
 
 It shares the run folder with the learner. It opens eval_metrics.csv only once the learner has pushed
 weights, that is after a resumed learner has put back its checkpoint's copy of that file.
@@ -121,9 +121,7 @@ class LiveEvaluator:
             best_return=state.best_return, best_iteration=state.best_iteration, solved=solved,
             solved_return=state.solved_return if solved else float("nan"),
             solved_episodes=self.config.evaluation.solve_episodes if solved else 0))
-        if solved:
-            status.publish_stop(self.client, train_step, solved=True)
-        return solved
+        return solved  # the learner stops on it, then writes the run's stop for the collectors
 
 
 def evaluate_live(config: Config, address: str, run_dir: str) -> int:

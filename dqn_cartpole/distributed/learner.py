@@ -5,8 +5,11 @@ the server at `--replay-address`, with `rate_limiter_timeout_ms`, and no drivers
 fill (wait until the collectors have written `initial_collect_steps` items), a weight push every
 `distributed.weight_push_interval` train steps, and the evaluation: the `evaluate-live` role
 evaluates the pushed weights, and the learner follows its published results between chunks
-(returns, best, a confirmed solve, which stops the run). When all iterations are done the learner
-pushes its final weights, tells every role to stop, and waits for the evaluation of those weights.
+(returns, best, a confirmed solve, which stops the run). When it stops (solved, or all iterations
+done) it writes the run's `stop`, which the collectors and the evaluator watch; only the learner
+writes it, so collectors never leave while it still samples (a samples-per-insert ratio would then
+hold its sampling back). After its last iteration it pushes its final weights first and waits for
+their evaluation.
 The compiled gradient step, checkpoints, exports, metrics and plots are the same code.
 """
 
@@ -120,8 +123,9 @@ class LearnerSession(TrainingSession):
 
     def final_evaluation(self) -> None:
         """Pushes the final weights, tells every role to stop, and waits for the evaluation of those weights."""
-        if self.state.solved_at_iteration is not None:
-            return  # the evaluator confirmed a solve and told everyone to stop
+        if self.state.solved_at_iteration is not None:  # the evaluator confirmed a solve, and has left
+            status.publish_stop(self.client, self.pipeline.train_step_count(), solved=True)
+            return
         self.push_weights()
         train_step = self.pipeline.train_step_count()
         status.publish_stop(self.client, train_step, solved=False)

@@ -5,8 +5,10 @@ Two one-item tables next to `variables`, read without removing (`max_times_sampl
 * `evaluation`: the evaluator's newest result (train step, average return, the best so far, and
   whether a solve was confirmed). The learner reads it between chunks, so its progress line,
   checkpoints and summary know the returns without evaluating itself.
-* `stop`: written once, by the evaluator when it confirms a solve or by the learner when it has
-  trained all its iterations. Collectors and the evaluator check it and exit cleanly (status 0).
+* `stop`: written once, by the learner when it stops for good (all its iterations trained, or the
+  evaluator's solve confirmed). Collectors and the evaluator check it and exit cleanly (status 0).
+  Only the learner writes it: a collector leaving while the learner still samples could hold the
+  learner's samples back under a samples-per-insert ratio.
 
 Both are cleared when a server starts: a restored table must not stop a resumed run at once.
 Every call has a timeout, so no role freezes on a server that went away.
@@ -43,7 +45,7 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class Stop:
-    """Why the run ends: the learner finished at `train_step`, or the evaluator confirmed a solve there."""
+    """Why the run ends: the learner stopped at `train_step`, having trained all its iterations or on a solve."""
 
     train_step: int
     solved: bool

@@ -40,8 +40,12 @@ class WindowWriter:
         self._client, self._length = client, sequence_length
         self.priority = DEFAULT_PRIORITY
         # validate_items=False, as tf-agents' observers: the table signature already fixes the shapes.
-        self._writer = client.trajectory_writer(num_keep_alive_refs=sequence_length + 1, validate_items=False)
+        self._writer = PatientWriter(client.trajectory_writer(num_keep_alive_refs=sequence_length + 1,
+                                                              validate_items=False))
         self._steps = 0
+
+    def give_up_when(self, interrupted: Callable[[], bool]) -> None:
+        self._writer.interrupted = interrupted
 
     def append(self, step: Any, next_index: Callable[[], int]) -> None:
         self._writer.append(step)
@@ -63,6 +67,55 @@ class WindowWriter:
         self._writer.close()
 
 
+class WriterInterrupted(Exception):
+    """A write waiting on the server (e.g. held by a samples-per-insert ratio) was given up on."""
+
+
+class PatientWriter:
+    """A trajectory writer whose blocking calls wait in short slices and can be given up on.
+
+    `flush` and `end_episode` wait until the server confirms the items, which a
+    `SampleToInsertRatio` can hold back for ever once the learner stops sampling (reverb#144).
+    Here each wait lasts WAIT_SLICE_MS at a time, and between slices `interrupted()` is asked: when
+    it says so, WriterInterrupted is raised and the caller can leave (a collector on SIGTERM or on
+    the run's stop). Unconfirmed items are then dropped with the writer. Everything else goes to
+    the writer.
+    """
+
+    WAIT_SLICE_MS = 500
+
+    def __init__(self, writer: Any):
+        self._writer = writer
+        self.interrupted: Callable[[], bool] = lambda: False
+
+    def flush(self, block_until_num_items: int = 0, timeout_ms: Optional[int] = None) -> None:
+        del timeout_ms  # waits in slices instead
+        self._wait(lambda: self._writer.flush(block_until_num_items, timeout_ms=self.WAIT_SLICE_MS))
+
+    def end_episode(self, clear_buffers: bool = True, timeout_ms: Optional[int] = None) -> None:
+        del timeout_ms
+        from reverb import errors
+
+        try:
+            self._writer.end_episode(clear_buffers, timeout_ms=self.WAIT_SLICE_MS)
+        except errors.DeadlineExceededError:  # the episode is ended all the same; its items are in flight
+            self.flush()
+
+    def _wait(self, call: Callable[[], None]) -> None:
+        from reverb import errors
+
+        while True:
+            try:
+                call()
+                return
+            except errors.DeadlineExceededError:
+                if self.interrupted():
+                    raise WriterInterrupted("gave up waiting for the replay server to take the items") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
+
+
 class ObserverWriter:
     """TF-Agents' `ReverbAddTrajectoryObserver` for one env's stream of Trajectory steps.
 
@@ -80,7 +133,8 @@ class ObserverWriter:
         self._observer = reverb_utils.ReverbAddTrajectoryObserver(
             client, [TABLE_NAME, PASS_TABLE_NAME], sequence_length=sequence_length,
             pad_end_of_episodes=True, tile_end_of_episodes=True)
-        self._uniform = UniformTablePriority(self._observer._writer)  # pylint: disable=protected-access
+        self._patient = PatientWriter(self._observer._writer)  # pylint: disable=protected-access
+        self._uniform = UniformTablePriority(self._patient)
         self._observer._writer = self._uniform  # pylint: disable=protected-access
         self._held: collections.deque = collections.deque(maxlen=sequence_length - 1)
 
@@ -101,6 +155,9 @@ class ObserverWriter:
     def priority(self, value: float) -> None:
         self._uniform.priority = value
 
+    def give_up_when(self, interrupted: Callable[[], bool]) -> None:
+        self._patient.interrupted = interrupted
+
     def held(self) -> list:
         """The held steps, oldest first, each as a list of its flattened fields."""
         return [[np.asarray(a).tolist() for a in tf.nest.flatten(step)] for step in self._held]
@@ -113,7 +170,10 @@ class ObserverWriter:
         self._held.clear()
 
     def close(self) -> None:
-        self._observer.close()
+        try:
+            self._observer.close()
+        except WriterInterrupted:  # its last episode's items were not confirmed: drop them with the writer
+            self._patient.close()
 
 
 class UniformTablePriority:
@@ -206,6 +266,12 @@ class ReverbReplay(Replay):
         """
         for writer in self.writers:
             writer.priority = float(train_step)
+
+    def give_up_waiting_when(self, interrupted: Callable[[], bool]) -> None:
+        """Writes held back by the server (a samples-per-insert ratio) raise WriterInterrupted once
+        `interrupted()` is true, instead of waiting for ever (a collector that must stop)."""
+        for writer in self.writers:
+            writer.give_up_when(interrupted)
 
     def _take_index(self) -> int:
         index, self._next_index = self._next_index, self._next_index + 1
