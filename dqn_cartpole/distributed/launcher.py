@@ -226,4 +226,22 @@ def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpo
           f"(logs in {layout.roles})", flush=True)
     topology = LocalTopology(layout.config, run_dir, port, collectors, plan is not None, quiet)
     with signals.StopRequest() as stop:
-        return topology.run(stop)
+        status = topology.run(stop)
+    redraw(run_dir)
+    return status
+
+
+def redraw(run_dir: str) -> None:
+    """Redraws the plots and report.html once every role has stopped: the learner drew them before the
+    collectors wrote their last rows."""
+    from dqn_cartpole.report import figures  # matplotlib, no TensorFlow
+    from dqn_cartpole.report.run_page import write_run_report
+
+    layout = RunLayout(run_dir)
+    if not os.path.exists(layout.summary):
+        return  # the learner never finished: nothing was drawn
+    try:
+        figures.plot_run(layout)
+        write_run_report(run_dir)
+    except Exception as exc:  # pylint: disable=broad-except  # the run is saved; only the redraw failed
+        print(f"warning: could not redraw the plots of {run_dir}: {exc}", file=sys.stderr)

@@ -145,8 +145,9 @@ def plot_q_values(record: RunRecord, facts: RunFacts, out_path: str) -> None:
 def collector_seconds(rows_by_id: dict) -> dict:
     """Each collector's row times, in seconds since the first row of any collector (`unix_s`), so
     collectors started apart, or restarted, share one axis; older CSVs fall back to their own `wall_s`."""
-    if all(r.get("unix_s") not in (None, "") for rows in rows_by_id.values() for r in rows):
-        start = min(float(r["unix_s"]) for rows in rows_by_id.values() for r in rows)
+    stamps = [r.get("unix_s") for rows in rows_by_id.values() for r in rows]
+    if stamps and all(stamp not in (None, "") for stamp in stamps):
+        start = min(float(stamp) for stamp in stamps)
         return {i: [float(r["unix_s"]) - start for r in rows] for i, rows in rows_by_id.items()}
     return {i: values(rows, "wall_s") for i, rows in rows_by_id.items()}
 
