@@ -203,9 +203,12 @@ def local_time_to_solve(seed: int, workdir: str) -> dict:
             "time_s": os.path.getmtime(final_info) - started, "env_steps": summary.get("solved_env_steps")}
 
 
-def scale_out_tables(collector_counts: list[int], iterations: int, seeds: list[int]) -> None:
-    """The scale-out section: collectors' throughput, the learner's, and time to solve, each measured here."""
+def scale_out_tables(collector_counts: list[int], iterations: int, seeds: list[int], reference: str) -> None:
+    """The scale-out section: collectors' throughput, the learner's, and time to solve, each measured here;
+    the tutorial's reference loop first, as a gauge of how loaded the machine was."""
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")
+    if os.path.isfile(reference):
+        print(f"reference loop (tutorial) in this run: {reference_rate(reference, iterations):.0f} it/s\n", flush=True)
     print("| collectors | env steps/s (all collectors) | learner train steps/s |\n| --- | --- | --- |")
     for n in collector_counts:
         r = scale_out(n, iterations, workdir)
@@ -270,7 +273,7 @@ def main() -> None:
         return
     if args.scale_out:
         scale_out_tables([int(v) for v in args.scale_out.split(",")], args.iterations,
-                         [int(s) for s in args.seeds.split(",")])
+                         [int(s) for s in args.seeds.split(",")], args.reference)
         return
     seeds = [int(s) for s in args.seeds.split(",")]
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")
