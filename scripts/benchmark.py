@@ -159,6 +159,7 @@ def learner_child(mode: int, steps: int) -> None:
                 port = probe.getsockname()[1]
             server = subprocess.Popen([sys.executable, "-m", "dqn_cartpole", "replay-server", "--config",
                                        os.path.join(REPO, "configs", "default.yaml"), "--set", "replay.backend=reverb",
+                                       "--set", "distributed.samples_per_insert=null",  # the fill writes alone
                                        "--replay-address", f"localhost:{port}", "--run-dir",
                                        tempfile.mkdtemp(prefix="dqn-bench-server-")],
                                       cwd=REPO, stderr=subprocess.PIPE, text=True)
