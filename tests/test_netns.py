@@ -1,5 +1,5 @@
-"""Across machines, simulated: the replay server and the learner in one network namespace, a collector in
-another, joined by a veth pair on private test addresses that the test creates and removes."""
+"""Across machines, simulated: the replay server, the learner and the evaluator in one network namespace, a
+collector in another, joined by a veth pair on private test addresses that the test creates and removes."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_a_collector_in_another_namespace_feeds_the_learner(two_machines, tmp_pa
     run_dir = str(tmp_path / "run")  # server and learner share it (machine A)
     server = start_in(a, str(tmp_path / "server.log"), "replay-server", *ROLE, "--replay-address", server_address,
                       "--run-dir", run_dir)
-    collector = learner = None
+    collector = learner = evaluator = None
     try:
         deadline = time.monotonic() + 180
         while "replay server ready" not in (tmp_path / "server.log").read_text():
@@ -85,11 +85,17 @@ def test_a_collector_in_another_namespace_feeds_the_learner(two_machines, tmp_pa
             time.sleep(0.5)
         learner = start_in(a, str(tmp_path / "learner.log"), "learn", *ROLE, "--replay-address", "localhost:8470",
                            "--run-dir", run_dir, "--quiet")
+        evaluator = start_in(a, str(tmp_path / "evaluator.log"), "evaluate-live", *ROLE,
+                             "--replay-address", "localhost:8470", "--run-dir", run_dir)
         collector = start_in(b, str(tmp_path / "collector.log"), "collect", *ROLE, "--replay-address", server_address,
                              "--run-dir", str(tmp_path / "collector-b"), "--collector-id", "1")
         assert learner.wait(400) == 0, (tmp_path / "learner.log").read_text()[-3000:]
         with open(os.path.join(run_dir, "summary.json")) as handle:
-            assert json.load(handle)["train_steps"] == 300
+            summary = json.load(handle)
+        assert summary["train_steps"] == 300 and summary["final_return"] is not None  # the evaluator's
+        # The run's stop reaches machine B over the veth pair: its collector leaves by itself, status 0.
+        assert collector.wait(60) == 0, (tmp_path / "collector.log").read_text()[-3000:]
+        assert evaluator.wait(60) == 0, (tmp_path / "evaluator.log").read_text()[-3000:]
         # Machine B cannot reach A's loopback: only the veth address serves it.
         wrong = subprocess.run(["ip", "netns", "exec", b, *cli_command(
             "collect", *ROLE, "--set", "distributed.connect_timeout_s=2", "--replay-address", "localhost:8470",
@@ -97,7 +103,7 @@ def test_a_collector_in_another_namespace_feeds_the_learner(two_machines, tmp_pa
         assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
         assert "no Reverb server answered within 2 s" in wrong.stderr
     finally:
-        for process in (collector, learner, server):
+        for process in (collector, evaluator, learner, server):
             if process is not None:
                 stop(process)
     assert "Stored checkpoint" in (tmp_path / "server.log").read_text()

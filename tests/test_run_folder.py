@@ -50,7 +50,30 @@ def test_csv_log_adds_new_columns_to_a_file_with_an_old_header(tmp_path):
     assert lines[0] == ",".join(EVAL_COLUMNS)
     assert lines[1] == "0,10,9.5,9.5,3,1.25" + "," * (len(EVAL_COLUMNS) - 6)
     assert lines[2].startswith("100,110,20,,,,15,")
-    assert len(lines) == 3 and not os.path.exists(path + ".tmp")
+    assert len(lines) == 3 and os.listdir(tmp_path) == ["eval_metrics.csv"]
+
+
+def test_two_writers_replacing_one_file_each_rename_a_whole_file_of_their_own(tmp_path):
+    """Two tune workers redraw the same study plot: neither may rename (or lose) the other's temporary file."""
+    import threading
+
+    path, errors = str(tmp_path / "importance.png"), []
+
+    def write(text: str) -> None:
+        try:
+            for _ in range(200):
+                write_text_atomic(path, text * 1000)
+        except OSError as exc:
+            errors.append(exc)
+
+    writers = [threading.Thread(target=write, args=(c,)) for c in "ab"]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert not errors
+    assert open(path).read() in ("a" * 1000, "b" * 1000)
+    assert os.listdir(tmp_path) == ["importance.png"]  # no temporary file left behind
 
 
 def test_unfinished_and_old_and_newer_summaries(tmp_path):

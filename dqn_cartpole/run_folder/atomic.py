@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import uuid
 from typing import Any, Iterator
 
 
@@ -27,11 +28,13 @@ def replacing(path: str, suffix: str = ".tmp") -> Iterator[str]:
     """Yields a temporary path next to `path`; when the block ends without error, renames it to `path`.
 
     `suffix` keeps the extension writers look at (e.g. ".tmp.png" for matplotlib, ".tmp.mp4" for
-    ffmpeg). On error the temporary file is removed and `path` is left as it was.
+    ffmpeg). The temporary name is unique to this call, so two processes replacing the same file (two
+    tune workers redrawing a study's plots) each rename a whole file of their own: the last one wins.
+    On error the temporary file is removed and `path` is left as it was.
     """
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
-    tmp = path + suffix
+    tmp = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}"
     try:
         yield tmp
         os.replace(tmp, path)
