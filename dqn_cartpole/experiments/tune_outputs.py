@@ -7,6 +7,7 @@ including the trials of other processes and machines.
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import os
 import warnings
@@ -19,15 +20,24 @@ TRIALS_CSV = "trials.csv"
 TRIALS_MD = "trials.md"
 HISTORY_PLOT = "history.png"
 IMPORTANCE_PLOT = "importance.png"
+OUTPUTS_LOCK = ".outputs.lock"
 ATTR_COLUMNS = ("solved_env_steps", "best_return", "wall_s", "reason", "run_dir")
 
 
 def write_outputs(study, plan) -> list[str]:
-    """Writes every output that the study's trials allow; returns lines to print."""
+    """Writes every output that the study's trials allow; returns lines to print.
+
+    Workers on this machine take turns (a blocking flock on the folder's OUTPUTS_LOCK): each reads
+    the study and writes all its files in one turn, so the last writer has seen every trial that
+    finished before it. Without the turns, a worker that read the study before another's trial
+    completed could write its older best.yaml last.
+    """
     os.makedirs(plan.folder, exist_ok=True)
-    lines = [write_trials(study, plan.folder)]
-    lines.append(write_best(study, plan))
-    lines += write_plots(study, plan.folder)
+    with open(os.path.join(plan.folder, OUTPUTS_LOCK), "a", encoding="utf-8") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        lines = [write_trials(study, plan.folder)]
+        lines.append(write_best(study, plan))
+        lines += write_plots(study, plan.folder)
     return [line for line in lines if line]
 
 
