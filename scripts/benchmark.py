@@ -131,8 +131,6 @@ def learner_child(mode: int, steps: int) -> None:
     filled with 5,000 random steps beforehand, no collection: train steps/s, and the items/s one process
     writes into the replay (the fill). Mode 2 starts a `replay-server` process and reads it over loopback."""
     import contextlib
-    import dataclasses
-    import socket
 
     sys.path.insert(0, REPO)
     from dqn_cartpole.console import quiet
@@ -142,6 +140,7 @@ def learner_child(mode: int, steps: int) -> None:
 
     from dqn_cartpole.config import load_config
     from dqn_cartpole.core import build
+    from dqn_cartpole.distributed.launcher import READY_LINE, free_port
     from dqn_cartpole.replay.base import sequence_length_for
     from dqn_cartpole.training.loop import compile_iterations, make_train_step
 
@@ -154,9 +153,7 @@ def learner_child(mode: int, steps: int) -> None:
         if mode < 2:
             replay = build.make_replay_buffer(cfg_replay, agent.collect_data_spec, config.env.num_envs, n_step, stack)
         else:
-            with socket.socket() as probe:
-                probe.bind(("localhost", 0))
-                port = probe.getsockname()[1]
+            port = free_port()
             server = subprocess.Popen([sys.executable, "-m", "dqn_cartpole", "replay-server", "--config",
                                        os.path.join(REPO, "configs", "default.yaml"), "--set", "replay.backend=reverb",
                                        "--set", "distributed.samples_per_insert=null",  # the fill writes alone
@@ -165,7 +162,7 @@ def learner_child(mode: int, steps: int) -> None:
                                       cwd=REPO, stderr=subprocess.PIPE, text=True)
             stack.callback(server.wait)
             stack.callback(server.terminate)
-            while "replay server ready" not in server.stderr.readline():
+            while READY_LINE not in server.stderr.readline():
                 if server.poll() is not None:
                     raise SystemExit("the replay server did not start")
             replay = build.make_replay_client(cfg_replay, agent.collect_data_spec, config.env.num_envs, n_step,

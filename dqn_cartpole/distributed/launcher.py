@@ -234,14 +234,11 @@ def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpo
 def redraw(run_dir: str) -> None:
     """Redraws the plots and report.html once every role has stopped: the learner drew them before the
     collectors wrote their last rows."""
-    from dqn_cartpole.report import figures  # matplotlib, no TensorFlow
-    from dqn_cartpole.report.run_page import write_run_report
+    from dqn_cartpole.report.command import redraw_run  # matplotlib, no TensorFlow
 
-    layout = RunLayout(run_dir)
-    if not os.path.exists(layout.summary):
+    if not os.path.exists(RunLayout(run_dir).summary):
         return  # the learner never finished: nothing was drawn
     try:
-        figures.plot_run(layout)
-        write_run_report(run_dir)
+        redraw_run(run_dir)
     except Exception as exc:  # pylint: disable=broad-except  # the run is saved; only the redraw failed
         print(f"warning: could not redraw the plots of {run_dir}: {exc}", file=sys.stderr)

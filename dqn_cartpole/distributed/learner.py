@@ -43,6 +43,7 @@ class LearnerSession(TrainingSession):
         super().__init__(config, layout, progress, plan)
         self.address = address
         self.sync: Optional[WeightSync] = None
+        self.pushed_step: Optional[int] = None  # the train step of the weights last pushed
         self.client: Any = None
         self.lag = IntervalLag(config.training.log_interval)
 
@@ -95,7 +96,12 @@ class LearnerSession(TrainingSession):
         return True
 
     def push_weights(self) -> None:
+        """Pushes the weights once per train step (the push trigger and the eval trigger can both be due)."""
+        train_step = self.pipeline.train_step_count()
+        if train_step == self.pushed_step:
+            return
         self.sync.push()
+        self.pushed_step = train_step
         parts.count_env_steps(self.pipeline)
 
     def extra_triggers(self) -> list:
