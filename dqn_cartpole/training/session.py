@@ -26,8 +26,9 @@ from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import resume, triggers
+from dqn_cartpole.training import phases as phase, resume, triggers
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop, compile_iterations, make_train_step, python_iterations
+from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
 
@@ -54,6 +55,7 @@ class TrainingSession:
                  plan: Optional[checkpointing.ResumePlan] = None):
         self.config, self.layout, self.progress, self.plan = config, layout, progress, plan
         self.clock = triggers.Clock(process_start_time())  # wall times count from process start, as a user sees them
+        self.phases = Phases(started_s_ago=self.clock.wall())  # summary.json's `phases`: where the seconds went
         self.state = RunState()
         self.stop_request = signals.StopRequest()
         self.stack = contextlib.ExitStack()
@@ -84,14 +86,16 @@ class TrainingSession:
     def build(self, found: Optional[checkpointing.Found]) -> tuple[Any, Any]:
         """Builds the pipeline, logs and triggers; restores `found` or fills replay. Returns where collection starts."""
         cfg, layout = self.config, self.layout
-        seed_everything(cfg.training.seed)
-        pipeline = self.pipeline = self.make_pipeline(self.stage_replay(found))
-        self.checkpoints = resume.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
-        if found is not None:
-            time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
-        self.open_logs()
+        with self.phases(phase.BUILD):
+            seed_everything(cfg.training.seed)
+            pipeline = self.pipeline = self.make_pipeline(self.stage_replay(found))
+            self.checkpoints = resume.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
+            if found is not None:
+                time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
+            self.open_logs()
         if found is None:
-            time_step, policy_state = self.fill_replay()
+            with self.phases(phase.INITIAL_COLLECT):
+                time_step, policy_state = self.fill_replay()
         return time_step, policy_state
 
     def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
@@ -111,14 +115,14 @@ class TrainingSession:
         scalars = self.stack.enter_context(contextlib.closing(
             Scalars(layout.tensorboard if cfg.output.tensorboard else None)))
         q_probe = QProbe.for_agent(pipeline.agent, cfg.env.id, cfg.training.seed, cfg.env.max_episode_steps)
-        self.exporter = triggers.PolicyExport(pipeline, cfg, state)
+        self.exporter = triggers.PolicyExport(pipeline, cfg, state, self.phases)
         self.evaluate = self.make_evaluation(scalars)
         self.log_train = triggers.LogTrain(pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
 
     def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
         """The periodic evaluation: here, in this process (a learner follows a separate evaluator instead)."""
         return make_evaluation(self.pipeline, self.config, self.state, self.exporter, self.layout, scalars,
-                               self.clock, self.progress, self.stack)
+                               self.clock, self.progress, self.stack, self.phases)
 
     def fill_replay(self) -> tuple[Any, Any]:
         """Fills the buffer with a random policy, so the first samples have data."""
@@ -129,14 +133,19 @@ class TrainingSession:
 
     def iterate(self, time_step: Any, policy_state: Any) -> None:
         """Runs compiled chunks of iterations, stopping at every due trigger and at a stop request."""
-        cfg, state, pipeline = self.config, self.state, self.pipeline
+        with self.phases(phase.LOOP):
+            self.run_loop(time_step, policy_state)
+
+    def run_loop(self, time_step: Any, policy_state: Any) -> None:
+        cfg, state, pipeline, timed = self.config, self.state, self.pipeline, self.phases.timed
         train = self.make_train()
         total = cfg.training.num_iterations
         periodic = [*self.extra_triggers(),
-                    (cfg.training.log_interval, self.log_train), (cfg.evaluation.eval_interval, self.evaluate),
+                    (cfg.training.log_interval, timed(phase.TRAIN_ROWS, self.log_train)),
+                    (cfg.evaluation.eval_interval, timed(phase.EVALUATIONS, self.evaluate)),
                     # last: after the rows it keeps
                     (cfg.training.checkpoint_interval,
-                     triggers.PeriodicCheckpoint(self.checkpoints.save, state, total))]
+                     timed(phase.CHECKPOINTS, triggers.PeriodicCheckpoint(self.checkpoints.save, state, total)))]
         intervals = [interval for interval, _ in periodic]
         if pipeline.collect_driver is None:  # a learner: the collectors are other processes
             loop = ChunkedLoop(compile_iterations(train, driver=None), intervals)
@@ -147,9 +156,11 @@ class TrainingSession:
             loop = ChunkedLoop(compile_iterations(train, pipeline.collect_driver), intervals)
         due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
         if self.checkpoints.restored is None:
-            self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
+            with self.phases(phase.FIRST_EVALUATION):
+                self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
         while state.iteration < total and not state.stop and not self.stop_request.requested:
-            chunk = loop.run(state.iteration, total, time_step, policy_state)
+            with self.phases(phase.LOOP if loop.traced else phase.FIRST_CHUNK):
+                chunk = loop.run(state.iteration, total, time_step, policy_state)
             state.loop_s, state.loop_iterations = loop.loop_s, loop.loop_iterations
             bad = chunk.first_bad_loss()
             if bad is not None:
@@ -167,12 +178,14 @@ class TrainingSession:
             state.stopped_by = signals.signal_name(self.stop_request.signum)
         if not self.stop_request.requested:
             self.final_evaluation()
-        self.checkpoints.save()
+        with self.phases(phase.CHECKPOINTS):
+            self.checkpoints.save()
 
     def final_evaluation(self) -> None:
         """The final policy always has a measured return (unless its iteration was just evaluated)."""
         if self.state.iteration % self.config.evaluation.eval_interval != 0:
-            self.evaluate()
+            with self.phases(phase.EVALUATIONS):
+                self.evaluate()
 
     def make_train(self) -> Callable:
         """One iteration's gradient step(s) on batches from the replay's sampler (a learner's hook)."""
@@ -218,19 +231,23 @@ class TrainingSession:
         if newest is not None:
             artifacts["checkpoint"] = newest
         summary_inputs = (self.pipeline.train_step_count(), self.pipeline.env_step_count())
-        self.stack.close()  # the logs are complete before they are plotted; envs and servers are released
-        from dqn_cartpole.report import figures  # matplotlib costs ~1 s to import: not before the policy is saved
+        with self.phases(phase.CLOSING):
+            self.stack.close()  # the logs are complete before they are plotted; envs and servers are released
+        with self.phases(phase.PLOTS):
+            from dqn_cartpole.report import figures  # matplotlib costs ~1 s to import: not before the policy is saved
 
-        for path in figures.plot_run(layout):
-            artifacts[os.path.basename(path)] = path
+            for path in figures.plot_run(layout):
+                artifacts[os.path.basename(path)] = path
         if self.config.video.enabled and trained:
-            artifacts.update(self.record_videos())
+            with self.phases(phase.VIDEOS):
+                artifacts.update(self.record_videos())
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
         signum = self.stop_request.signum
         diverged = state.diverged_at_iteration is not None
         state.exit_status = signals.exit_status(signum) if signum else (1 if diverged else 0)
-        return state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
+        summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
+        return {**summary, **self.phases.as_dict()}
 
     def keeps_solved_policy(self) -> bool:
         """policy/final is the policy the solve check just confirmed (so it is not exported again)."""
@@ -252,11 +269,11 @@ class TrainingSession:
 
 def make_evaluation(pipeline: Pipeline, config: Config, state: RunState, exporter: triggers.PolicyExport,
                     layout: RunLayout, scalars: Scalars, clock: triggers.Clock, progress: Progress,
-                    stack: contextlib.ExitStack) -> triggers.Evaluate:
+                    stack: contextlib.ExitStack, phases: Optional[Phases] = None) -> triggers.Evaluate:
     """The Evaluate trigger (eval_metrics.csv, policy/best) with its solve check (policy/final), on `pipeline`."""
     eval_log = stack.enter_context(contextlib.closing(CsvLog(layout.eval_metrics, EVAL_COLUMNS)))
     solve_check = triggers.SolveCheck(pipeline, config, state, exporter, layout.final_policy, solve_return(config),
-                                      clock, progress)
+                                      clock, progress, phases)
     return triggers.Evaluate(pipeline, config, state, exporter, layout.best_policy, eval_log, scalars, clock,
                              progress, solve_check)
 

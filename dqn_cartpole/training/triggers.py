@@ -19,6 +19,8 @@ from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.run_folder import export
 from dqn_cartpole.run_folder.metrics import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
+from dqn_cartpole.training import phases as phase_names
+from dqn_cartpole.training.phases import Phases, measure
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
 
@@ -46,13 +48,17 @@ class Clock:
 class PolicyExport:
     """Exports the greedy policy with its step, iteration, env steps and measured return."""
 
-    def __init__(self, pipeline: Pipeline, config: Config, state: RunState):
-        self.pipeline, self.config, self.state = pipeline, config, state
+    def __init__(self, pipeline: Pipeline, config: Config, state: RunState, phases: Optional[Phases] = None):
+        self.pipeline, self.config, self.state, self.phases = pipeline, config, state, phases
         self.saver: Optional[export.PolicyExporter] = None  # made at the first export
 
     def save(self, path: str, average_return: Optional[float], episodes: Optional[int] = None, **where: int) -> str:
         """`where` overrides the iteration and env steps (after a divergence the weights are the last
         good checkpoint's, not the current iteration's)."""
+        with measure(self.phases, phase_names.EXPORT):
+            return self._save(path, average_return, episodes, **where)
+
+    def _save(self, path: str, average_return: Optional[float], episodes: Optional[int], **where: int) -> str:
         if self.saver is None:
             self.saver = export.PolicyExporter(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
         info = {"train_step": self.pipeline.train_step_count(), "iteration": self.state.iteration,
@@ -103,12 +109,18 @@ class SolveCheck:
     """Confirms a good evaluation on `evaluation.solve_episodes` fresh episodes; on success, stops the run."""
 
     def __init__(self, pipeline: Pipeline, config: Config, state: RunState, exporter: PolicyExport,
-                 final_policy: str, solve_return: float, clock: Clock, progress: Progress):
+                 final_policy: str, solve_return: float, clock: Clock, progress: Progress,
+                 phases: Optional[Phases] = None):
         self.pipeline, self.config, self.state, self.exporter = pipeline, config, state, exporter
         self.final_policy, self.solve_return, self.clock, self.progress = final_policy, solve_return, clock, progress
+        self.phases = phases
         self.run_episodes: Optional[Callable[[], EvalResult]] = None  # built once; later checks continue its stream
 
     def __call__(self) -> None:
+        with measure(self.phases, phase_names.SOLVE_CHECK):
+            self.check()
+
+    def check(self) -> None:
         cfg = self.config
         if self.run_episodes is None:
             env = build.make_env_copies(cfg, cfg.evaluation.solve_episodes,
