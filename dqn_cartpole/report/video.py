@@ -1,38 +1,166 @@
-"""Headless videos of a policy: gymnasium renders rgb arrays, imageio-ffmpeg encodes them as they come.
+"""Headless videos of a policy: play the episodes first, then render and encode them (in another process).
 
-Frames are streamed into the encoder one at a time (a 500-step CartPole episode would otherwise
-hold ~360 MB of frames). Each frame gets a caption strip with the episode number and the return
-so far; after each episode a one-second title card shows its final return, which also keeps a
-random agent's short episodes on screen long enough to see.
+Playing needs the policy (TensorFlow) but no pixels: `play` runs the episodes and keeps their
+actions and returns. Rendering needs pixels but no policy: `render_video` replays those actions
+in the same seeded gymnasium env (its dynamics depend only on the seed and the actions; the
+replayed returns are checked), draws each frame with gymnasium's rgb_array renderer, captions
+it with the episode and the return so far, and streams it into ffmpeg's H.264 encoder. After a
+training run the rendering runs in a child process that imports no TensorFlow
+(`python -m dqn_cartpole.report.video`, fed the `VideoJob` as JSON on stdin; see `start_job`),
+while the trainer draws its plots.
+
+Each episode ends on a one-second title card with its return, which also keeps a random agent's
+short episodes on screen long enough to see. A video may show only its first `full_episodes`
+episodes whole: the later ones become a clip of CLIP_S seconds (their start, or their end when
+they fail), and their card still gives the whole return.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, Iterator, Optional
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterator, Optional
 
 import imageio
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from dqn_cartpole.core.envs import make_env
-from dqn_cartpole.core.policies import ActFn
+from dqn_cartpole.core.env_ids import make_gymnasium
 from dqn_cartpole.run_folder.atomic import replacing
-from tf_agents.trajectories import time_step as ts
 
 CAPTION_HEIGHT = 30  # pixels of the strip drawn over the top of each frame
 TITLE_CARD_S = 1.0  # seconds the card after each episode stays on screen
+CLIP_S = 2.0  # seconds shown of an episode after a video's `full_episodes`
 FONT_SIZE = 18
 # H.264 in the profile and pixel format every browser decodes; +faststart puts the index first,
 # so a browser can start playing before the whole file has loaded.
 BROWSER_SAFE = ["-profile:v", "main", "-movflags", "+faststart"]
+# CartPole's flat frames compress trivially: at the same quality (CRF), `ultrafast` takes ~40% less
+# encoder time per frame than the default preset, for files of a few hundred kB.
+PRESET = ["-preset", "ultrafast"]
+PROGRESS_EVERY = 25  # frames between the renderer's progress lines
 
 Sink = Callable[[np.ndarray], None]
 
 
-def _batch(time_step: ts.TimeStep) -> ts.TimeStep:
-    return ts.TimeStep(*[np.asarray(x)[np.newaxis] for x in time_step])
+@dataclass(frozen=True)
+class Episode:
+    """One played episode, enough to replay it: the seed of the reset before it (None: the env's RNG
+    continues from the previous episode), its actions, its return and whether it failed."""
+
+    seed: Optional[int]
+    actions: tuple
+    total: float
+    terminated: bool
+
+    @property
+    def steps(self) -> int:
+        return len(self.actions)
+
+
+@dataclass(frozen=True)
+class VideoSpec:
+    """One mp4: its episodes in order; the ones after `full_episodes` are shown as clips."""
+
+    path: str
+    label: str
+    episodes: tuple
+    full_episodes: int
+
+
+@dataclass(frozen=True)
+class VideoJob:
+    """What a renderer needs: the env, the frame rate and the videos (JSON between processes)."""
+
+    env_id: str
+    max_episode_steps: Optional[int]
+    fps: int
+    videos: tuple
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def from_json(text: str) -> "VideoJob":
+        raw = json.loads(text)
+        videos = tuple(VideoSpec(v["path"], v["label"], tuple(Episode(e["seed"], tuple(e["actions"]), e["total"],
+                                                                       e["terminated"]) for e in v["episodes"]),
+                                 v["full_episodes"]) for v in raw["videos"])
+        return VideoJob(raw["env_id"], raw["max_episode_steps"], raw["fps"], videos)
+
+    def frames(self) -> int:
+        """The frames of every video: the shown steps and the title cards."""
+        return sum(len(shown_steps(v, i, self.fps)) + card_frames(self.fps)
+                   for v in self.videos for i in range(len(v.episodes)))
+
+
+def shown_steps(video: VideoSpec, index: int, fps: int) -> range:
+    """The steps of episode `index` that become frames (0: the frame after the reset; k: after action k)."""
+    episode = video.episodes[index]
+    clip = max(1, int(round(CLIP_S * fps)))
+    if index < video.full_episodes or episode.steps + 1 <= clip:
+        return range(episode.steps + 1)
+    if episode.terminated:  # how it fails is what there is to see
+        return range(episode.steps + 1 - clip, episode.steps + 1)
+    return range(clip)
+
+
+def card_frames(fps: int) -> int:
+    return max(1, round(TITLE_CARD_S * fps))
+
+
+# ---------------------------------------------------------------------------- playing (needs the policy)
+
+
+def play(act: Callable, env_id: str, num_episodes: int, seed: Optional[int],
+         max_episode_steps: Optional[int] = None) -> tuple:
+    """Plays `num_episodes` episodes of `act` (batched time step -> actions), one after another in one env
+    seeded once, without rendering."""
+    from tf_agents.trajectories import time_step as ts  # the trainer and `record` play; the renderer does not
+
+    from dqn_cartpole.core.envs import make_env
+
+    env = make_env(env_id, seed=seed, max_episode_steps=max_episode_steps)
+    episodes = []
+    try:
+        for index in range(num_episodes):
+            time_step, actions, total = env.reset(), [], 0.0
+            while not time_step.is_last():
+                action = int(np.asarray(act(ts.TimeStep(*[np.asarray(x)[np.newaxis] for x in time_step])))[0])
+                actions.append(action)
+                time_step = env.step(np.asarray(action))
+                total += float(time_step.reward)
+            episodes.append(Episode(seed if index == 0 else None, tuple(actions), total,
+                                    terminated=float(time_step.discount) == 0.0))
+    finally:
+        env.close()
+    return tuple(episodes)
+
+
+def play_side_by_side(policy: Any, env_id: str, num_episodes: int, seed: int,
+                      max_episode_steps: Optional[int] = None) -> tuple:
+    """Plays `num_episodes` episodes of a TF policy at once (episode i in a copy seeded `seed + i`), the
+    whole loop in one compiled call: ~10x faster than `play` for a trained agent's long episodes."""
+    from dqn_cartpole.core.envs import make_batched_env
+    from dqn_cartpole.core.evaluation import make_episode_runner
+
+    env = make_batched_env(env_id, num_episodes, seed=seed, max_episode_steps=max_episode_steps, seed_per_copy=True)
+    try:
+        result = make_episode_runner(policy, env, keep_actions=True)()
+    finally:
+        env.close()
+    return tuple(Episode(seed + i, tuple(int(a) for a in result.actions[i, :result.lengths[i]]),
+                         float(result.returns[i]), bool(result.terminated[i])) for i in range(num_episodes))
+
+
+# ---------------------------------------------------------------------------- frames
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,37 +197,6 @@ def title_card(shape: tuple, lines: list[str]) -> np.ndarray:
     return np.asarray(image)
 
 
-def play_episodes(act: ActFn, env_id: str, num_episodes: int, seed: Optional[int], sink: Sink, fps: int,
-                  label: str = "", max_episode_steps: Optional[int] = None) -> list[float]:
-    """Plays `num_episodes` episodes, handing each captioned frame to `sink` as it is rendered.
-
-    After each episode `sink` gets TITLE_CARD_S seconds of a card with its return. Returns each
-    episode's return.
-    """
-    env = make_env(env_id, seed=seed, render_mode="rgb_array", max_episode_steps=max_episode_steps)
-    prefix = f"{label} - " if label else ""
-    returns = []
-    try:
-        for episode in range(1, num_episodes + 1):
-            where = f"{prefix}episode {episode}/{num_episodes}"
-            time_step, total, steps = env.reset(), 0.0, 0
-            frame = env.render()
-            sink(caption(frame, f"{where}   return {total:.0f}"))
-            while not time_step.is_last():
-                time_step = env.step(act(_batch(time_step))[0])
-                total += float(time_step.reward)
-                steps += 1
-                sink(caption(env.render(), f"{where}   return {total:.0f}"))
-            returns.append(total)
-            card = title_card(frame.shape, [f"{prefix}episode {episode} of {num_episodes}",
-                                            f"return {total:.0f} in {steps} steps"])
-            for _ in range(max(1, round(TITLE_CARD_S * fps))):
-                sink(card)
-    finally:
-        env.close()
-    return returns
-
-
 @contextlib.contextmanager
 def mp4_writer(path: str, fps: int) -> Iterator[Sink]:
     """Yields append(frame) for an H.264 mp4 (yuv420p, main profile); written under a temporary name, then
@@ -107,12 +204,140 @@ def mp4_writer(path: str, fps: int) -> Iterator[Sink]:
     # macro_block_size 8 fits CartPole's 600x400 frames without resizing.
     with replacing(path, ".tmp.mp4") as tmp, imageio.get_writer(
             tmp, fps=fps, codec="libx264", quality=7, pixelformat="yuv420p", macro_block_size=8,
-            output_params=BROWSER_SAFE, ffmpeg_log_level="error") as writer:
+            output_params=BROWSER_SAFE + PRESET, ffmpeg_log_level="error") as writer:
         yield writer.append_data
 
 
-def record_video(act: ActFn, env_id: str, path: str, num_episodes: int, fps: int, seed: Optional[int],
+def render_episode(env: Any, video: VideoSpec, index: int, fps: int, sink: Sink) -> float:
+    """Replays episode `index` of `video` in `env`, handing `sink` its shown frames, then its title card.
+
+    Returns the replayed return (the played one, in a deterministic env).
+    """
+    episode, count = video.episodes[index], len(video.episodes)
+    shown = shown_steps(video, index, fps)
+    where = f"{video.label} - episode {index + 1}/{count}" if video.label else f"episode {index + 1}/{count}"
+    part = "" if len(shown) == episode.steps + 1 else f"   ({'last' if shown.start else 'first'} {CLIP_S:g} s)"
+    if episode.seed is not None:
+        env.reset(seed=episode.seed)
+    else:
+        env.reset()
+    total, shape = 0.0, None
+    for step in range(episode.steps + 1):
+        if step:
+            total += float(env.step(episode.actions[step - 1])[1])
+        if step in shown:
+            frame = caption(env.render(), f"{where}   return {total:.0f}{part}")
+            shape = frame.shape
+            sink(frame)
+    lines = [f"{where.replace('/', ' of ')}", f"return {total:.0f} in {episode.steps} steps"]
+    if part:
+        lines.append(f"({len(shown) / fps:.0f} s of {(episode.steps + 1) / fps:.0f} s shown)")
+    card = title_card(shape, lines)
+    for _ in range(card_frames(fps)):
+        sink(card)
+    return total
+
+
+def render_video(video: VideoSpec, env_id: str, max_episode_steps: Optional[int], fps: int,
+                 on_frame: Callable[[], None] = lambda: None) -> list[float]:
+    """Writes `video`'s mp4; returns the replayed returns. `on_frame` is called after each frame."""
+    env = make_gymnasium(env_id, "rgb_array", max_episode_steps)
+    returns = []
+    try:
+        with mp4_writer(video.path, fps) as append:
+            def sink(frame: np.ndarray) -> None:
+                append(frame)
+                on_frame()
+
+            for index, episode in enumerate(video.episodes):
+                total = render_episode(env, video, index, fps, sink)
+                if not math.isclose(total, episode.total, rel_tol=1e-6, abs_tol=1e-6):
+                    print(f"warning: {video.path}: episode {index + 1} replayed to return {total:g}, not the "
+                          f"{episode.total:g} it was played to (is {env_id} deterministic given its seed?)",
+                          file=sys.stderr)
+                returns.append(total)
+    finally:
+        env.close()
+    return returns
+
+
+def record_video(act: Callable, env_id: str, path: str, num_episodes: int, fps: int, seed: Optional[int],
                  max_episode_steps: Optional[int] = None, label: str = "") -> list[float]:
-    """Records `num_episodes` episodes of a policy to the mp4 `path`; returns the episode returns."""
-    with mp4_writer(path, fps) as append:
-        return play_episodes(act, env_id, num_episodes, seed, append, fps, label, max_episode_steps)
+    """Records `num_episodes` whole episodes of a policy to the mp4 `path`, in this process; returns their returns."""
+    episodes = play(act, env_id, num_episodes, seed, max_episode_steps)
+    return render_video(VideoSpec(path, label, episodes, num_episodes), env_id, max_episode_steps, fps)
+
+
+# ---------------------------------------------------------------------------- the renderer process
+
+
+class VideoProcess:
+    """A child process rendering a `VideoJob` (see `main`); `frames_done` follows its progress lines."""
+
+    def __init__(self, job: VideoJob, on_progress: Callable[[int, int], None] = lambda done, total: None):
+        self.total = job.frames()
+        self.frames_done = 0
+        self.started = time.perf_counter()
+        self.seconds: Optional[float] = None  # how long it ran, once it has ended
+        self.process = subprocess.Popen([sys.executable, "-m", "dqn_cartpole.report.video"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+        self.process.stdin.write(job.to_json())
+        self.process.stdin.close()
+        self._stderr: list[str] = []
+        self._threads = [threading.Thread(target=self._follow, args=(on_progress,), daemon=True),
+                         threading.Thread(target=lambda: self._stderr.extend(self.process.stderr), daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def _follow(self, on_progress: Callable[[int, int], None]) -> None:
+        for line in self.process.stdout:
+            if line.startswith("frames "):
+                self.frames_done = int(line.split()[1])
+                on_progress(self.frames_done, self.total)
+
+    def wait(self) -> Optional[str]:
+        """Waits for the renderer; returns None when every video was written, else why not (one line)."""
+        status = self.process.wait()
+        for thread in self._threads:
+            thread.join()
+        self.seconds = time.perf_counter() - self.started
+        for line in self._stderr:
+            if line.startswith("warning:"):
+                print(line.rstrip(), file=sys.stderr)
+        if status == 0:
+            return None
+        errors = [line.strip() for line in self._stderr if line.strip() and not line.startswith("warning:")]
+        return errors[-1] if errors else f"the renderer exited with status {status}"
+
+
+def start_job(job: VideoJob, on_progress: Callable[[int, int], None] = lambda done, total: None) -> VideoProcess:
+    """Starts rendering `job` in a child process; `on_progress(frames done, frames in all)` follows it."""
+    return VideoProcess(job, on_progress)
+
+
+def main() -> int:
+    """The renderer process: a `VideoJob` as JSON on stdin; prints `frames N` as it goes."""
+    job = VideoJob.from_json(sys.stdin.read())
+    done = 0
+
+    def count() -> None:
+        nonlocal done
+        done += 1
+        if done % PROGRESS_EVERY == 0:
+            print(f"frames {done}", flush=True)
+
+    try:
+        for video in job.videos:
+            render_video(video, job.env_id, job.max_episode_steps, job.fps, count)
+    except KeyboardInterrupt:  # the trainer was stopped: it reports the stop
+        return 130
+    except Exception as exc:  # pylint: disable=broad-except  # one line for the trainer to show
+        print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        return 1
+    print(f"frames {done}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

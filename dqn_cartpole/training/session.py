@@ -32,6 +32,8 @@ from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
 
+FULL_EPISODES = 1  # episodes of each video shown whole; the later ones are clips (see report.video)
+
 
 def process_start_time() -> float:
     """When this process started (Unix time), so reported times include start-up and imports."""
@@ -212,7 +214,10 @@ class TrainingSession:
             f"policy/best is the best evaluated policy.")
 
     def finish(self) -> dict:
-        """Exports policy/final, closes the logs, draws the plots, records the videos; returns the summary."""
+        """Exports policy/final, starts the videos, closes the logs, draws the plots; returns the summary.
+
+        The videos are rendered and encoded by a child process while this one draws the plots.
+        """
         layout, state, checkpoints = self.layout, self.state, self.checkpoints
         artifacts = state.artifacts
         artifacts.update({"config": layout.config, "train metrics": layout.train_metrics,
@@ -231,16 +236,19 @@ class TrainingSession:
         if newest is not None:
             artifacts["checkpoint"] = newest
         summary_inputs = (self.pipeline.train_step_count(), self.pipeline.env_step_count())
+        videos = self.start_videos() if self.config.video.enabled and trained else None
         with self.phases(phase.CLOSING):
             self.stack.close()  # the logs are complete before they are plotted; envs and servers are released
         with self.phases(phase.PLOTS):
+            self.progress.stage("Drawing the plots" + (" (the videos render in another process)" if videos else ""))
             from dqn_cartpole.report import figures  # matplotlib costs ~1 s to import: not before the policy is saved
 
             for path in figures.plot_run(layout):
                 artifacts[os.path.basename(path)] = path
-        if self.config.video.enabled and trained:
+        if videos is not None:
             with self.phases(phase.VIDEOS):
-                artifacts.update(self.record_videos())
+                self.progress.stage("Waiting for the videos")
+                artifacts.update(self.wait_for_videos(videos))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
         signum = self.stop_request.signum
@@ -253,18 +261,31 @@ class TrainingSession:
         """policy/final is the policy the solve check just confirmed (so it is not exported again)."""
         return self.state.solved_at_iteration == self.state.iteration and os.path.exists(self.layout.final_policy)
 
-    def record_videos(self) -> dict[str, str]:
-        cfg, layout = self.config, self.layout
-        seed = cfg.training.seed + build.VIDEO_SEED_OFFSET
-        from dqn_cartpole.report import video  # imageio/ffmpeg: only once training is over
+    def start_videos(self) -> Any:
+        """Plays the trained and the random agent's episodes here, then renders them in a child process."""
+        with self.phases(phase.VIDEOS):
+            self.progress.stage("Playing the episodes for the videos")
+            cfg, layout = self.config, self.layout
+            from dqn_cartpole.report import video  # imageio/ffmpeg: only once training is over
 
-        video.record_video(self.pipeline.greedy_act, cfg.env.id, layout.trained_video, cfg.video.num_episodes,
-                           cfg.video.fps, seed, cfg.env.max_episode_steps, label="trained agent")
-        tf_env = self.pipeline.envs.tf_env
-        random_act = random_act_fn(tf_env.time_step_spec(), tf_env.action_spec(), seed=seed)
-        video.record_video(random_act, cfg.env.id, layout.random_video, cfg.video.random_episodes,
-                           cfg.video.fps, seed, cfg.env.max_episode_steps, label="random agent")
-        return {"trained video": layout.trained_video, "random video": layout.random_video}
+            seed, env_id, steps = cfg.training.seed + build.VIDEO_SEED_OFFSET, cfg.env.id, cfg.env.max_episode_steps
+            trained = video.play_side_by_side(self.pipeline.agent.policy, env_id, cfg.video.num_episodes, seed, steps)
+            tf_env = self.pipeline.envs.tf_env
+            random_act = random_act_fn(tf_env.time_step_spec(), tf_env.action_spec(), seed=seed)
+            random = video.play(random_act, env_id, cfg.video.random_episodes, seed, steps)
+            job = video.VideoJob(env_id, steps, cfg.video.fps, (
+                video.VideoSpec(layout.trained_video, "trained agent", trained, FULL_EPISODES),
+                video.VideoSpec(layout.random_video, "random agent", random, FULL_EPISODES)))
+            return video.start_job(job, self.progress.artifact_progress)
+
+    def wait_for_videos(self, videos: Any) -> dict[str, str]:
+        """The videos' artifacts once the renderer has ended (none, with a warning, if it failed)."""
+        problem = videos.wait()
+        self.phases.add_parallel(phase.VIDEO_ENCODER, videos.seconds)
+        if problem is not None:
+            self.progress.message(f"warning: the videos were not written: {problem}")
+            return {}
+        return {"trained video": self.layout.trained_video, "random video": self.layout.random_video}
 
 
 def make_evaluation(pipeline: Pipeline, config: Config, state: RunState, exporter: triggers.PolicyExport,
