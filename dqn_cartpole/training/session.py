@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from dqn_cartpole.config import Config, dump_yaml
+from dqn_cartpole.config import Config, dump_yaml, sampling_mode
 from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core import build, env_ids
@@ -27,7 +27,8 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import phases as phase, resume, triggers
-from dqn_cartpole.training.loop import Chunk, ChunkedLoop, compile_iterations, make_train_step, python_iterations
+from dqn_cartpole.training.loop import (Chunk, ChunkedLoop, compile_iterations, make_train_step, python_iterations,
+                                        run_ops_on_one_thread)
 from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
@@ -89,6 +90,8 @@ class TrainingSession:
         """Builds the pipeline, logs and triggers; restores `found` or fills replay. Returns where collection starts."""
         cfg, layout = self.config, self.layout
         with self.phases(phase.BUILD):
+            if cfg.collection.driver == "compiled" and sampling_mode(cfg.replay) == "direct":
+                run_ops_on_one_thread()  # a chain of small ops: see there (tf.data and Reverb keep their threads)
             seed_everything(cfg.training.seed)
             pipeline = self.pipeline = self.make_pipeline(self.stage_replay(found))
             self.checkpoints = resume.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
