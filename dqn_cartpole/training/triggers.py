@@ -135,7 +135,7 @@ class SolveCheck:
         state.solved_at_iteration, state.solved_return = state.iteration, result.average_return
         state.solved_env_steps = self.pipeline.env_step_count()
         self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns))
-        state.solved_wall_s = self.clock.wall()
+        state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), time.process_time()
         self.progress.message(
             f"Solved at iteration {state.iteration}: average return {result.average_return:.1f} over "
             f"{len(result.returns)} greedy episodes (target {self.solve_return:g}); stopping early.")
