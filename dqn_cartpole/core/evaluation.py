@@ -42,12 +42,18 @@ class EvalResult:
 
 
 def make_episode_runner(policy, env: BatchedGymnasiumEnvironment, gamma: float = 1.0,
-                        keep_actions: bool = False) -> Callable[[], EvalResult]:
+                        keep_actions: bool = False, give_up_below: Optional[float] = None,
+                        max_return: Optional[float] = None) -> Callable[[], EvalResult]:
     """Returns run() -> EvalResult: exactly one episode in each of the env's `batch_size` copies.
 
     Each episode's discounted return uses `gamma` (the agent's discount, so it is comparable
     with the Q-values). `keep_actions` also returns every action taken and how each episode
     ended (what a video needs to replay the episodes).
+
+    With `give_up_below` and the env's `max_return`, the run stops as soon as the average can no
+    longer reach `give_up_below` (the finished episodes' returns, plus `max_return` for each
+    unfinished one, fall short): the episodes still running are then cut, and the average is
+    below `give_up_below` too.
 
     `policy` is an in-memory TFPolicy or one loaded with `tf.saved_model.load`. The episode
     loop (policy call, env step, bookkeeping) is compiled once, which makes a step ~3x cheaper
@@ -70,12 +76,18 @@ def make_episode_runner(policy, env: BatchedGymnasiumEnvironment, gamma: float =
         return (time_step, returns, lengths, done | time_step.is_last(), discounted, scale * gamma, actions,
                 terminated)
 
+    def going_on(time_step, returns, lengths, done, *_):
+        if give_up_below is None or max_return is None:
+            return ~tf.reduce_all(done)
+        best_case = tf.reduce_sum(tf.where(done, returns, max_return))  # the unfinished all reach max_return
+        return ~tf.reduce_all(done) & (best_case >= give_up_below * n)
+
     @tf.function(autograph=False)
     def episodes():
         start = (tf_env.reset(), tf.zeros([n]), tf.zeros([n], tf.int32), tf.zeros([n], tf.bool), tf.zeros([n]),
-                 tf.ones([n]), tf.TensorArray(tf.int64, size=0, dynamic_size=True, element_shape=[n]), tf.zeros([n], tf.bool))
-        _, returns, lengths, _, discounted, _, actions, terminated = tf.while_loop(
-            lambda *state: ~tf.reduce_all(state[3]), step, start)
+                 tf.ones([n]), tf.TensorArray(tf.int64, size=0, dynamic_size=True, element_shape=[n]),
+                 tf.zeros([n], tf.bool))
+        _, returns, lengths, _, discounted, _, actions, terminated = tf.while_loop(going_on, step, start)
         return returns, lengths, discounted, tf.transpose(actions.stack()), terminated
 
     def run() -> EvalResult:

@@ -14,7 +14,7 @@ from tf_agents.train import interval_trigger
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core import build
+from dqn_cartpole.core import build, env_ids
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.run_folder import export
 from dqn_cartpole.run_folder.metrics import CsvLog
@@ -126,7 +126,9 @@ class SolveCheck:
             env = build.make_env_copies(cfg, cfg.evaluation.solve_episodes,
                                         cfg.training.seed + build.SOLVE_SEED_OFFSET + self.state.iteration,
                                         self.pipeline.stack)
-            self.run_episodes = make_episode_runner(self.pipeline.agent.policy, env)
+            # A check whose average can no longer reach the target stops early (a failed check costs less).
+            self.run_episodes = make_episode_runner(self.pipeline.agent.policy, env, give_up_below=self.solve_return,
+                                                    max_return=env_ids.max_return(cfg.env.id, cfg.env.max_episode_steps))
         result = self.run_episodes()
         if result.average_return < self.solve_return:
             return
