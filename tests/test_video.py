@@ -86,6 +86,7 @@ def test_the_renderer_process_writes_every_video_and_reports_its_frames(tmp_path
     assert process.wait() is None
     assert os.path.getsize(tmp_path / "a.mp4") > 1000 and os.path.getsize(tmp_path / "b.mp4") > 1000
     assert seen and seen[-1] == (job.frames(), job.frames()) and process.seconds > 0
+    assert 20 < process.peak_rss_mb < 400  # its own memory, not the pages a fork shares with its parent
     assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
 
 

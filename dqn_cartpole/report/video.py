@@ -279,6 +279,7 @@ class VideoProcess:
         self.frames_done = 0
         self.started = time.perf_counter()
         self.seconds: Optional[float] = None  # how long it ran, once it has ended
+        self.peak_rss_mb: Optional[float] = None  # the renderer's own peak memory (not its encoders'), once ended
         self.process = subprocess.Popen([sys.executable, "-m", "dqn_cartpole.report.video"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True)
@@ -295,6 +296,8 @@ class VideoProcess:
             if line.startswith("frames "):
                 self.frames_done = int(line.split()[1])
                 on_progress(self.frames_done, self.total)
+            elif line.startswith("peak_rss_mb "):
+                self.peak_rss_mb = float(line.split()[1])
 
     def wait(self) -> Optional[str]:
         """Waits for the renderer; returns None when every video was written, else why not (one line)."""
@@ -317,7 +320,7 @@ def start_job(job: VideoJob, on_progress: Callable[[int, int], None] = lambda do
 
 
 def main() -> int:
-    """The renderer process: a `VideoJob` as JSON on stdin; prints `frames N` as it goes."""
+    """The renderer process: a `VideoJob` as JSON on stdin; prints `frames N` as it goes, then `peak_rss_mb M`."""
     job = VideoJob.from_json(sys.stdin.read())
     done = 0
 
@@ -336,7 +339,21 @@ def main() -> int:
         print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
         return 1
     print(f"frames {done}", flush=True)
+    print(f"peak_rss_mb {peak_rss_mb():.1f}", flush=True)
     return 0
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory since its exec (VmHWM; getrusage would count the parent's pages
+    the fork copied), in MB; 0 where /proc is missing."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 if __name__ == "__main__":
