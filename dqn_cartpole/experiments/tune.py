@@ -231,6 +231,11 @@ class Objective:
 
         rows: list[dict] = []
         for index, seed in enumerate(self.plan.seeds):
+            if self.stop.requested:  # between two seeds: no run is left to stop
+                self.study.stop()
+                trial.set_user_attr("reason", f"stopped by {signal.Signals(self.stop.signum).name} after "
+                                              f"{len(rows)} seeds")
+                raise TrialStopped("stopped by the user")
             child = self._start(trial, [*overrides, f"training.seed={seed}"], os.path.join(folder, f"s{seed}"),
                                 f"{trial.number:04d}-s{seed}")
             run = self._result(trial, child, self._run(child, trial, follow_evaluations=False), seeds=True)
