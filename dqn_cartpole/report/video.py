@@ -172,10 +172,10 @@ def _font(size: int = FONT_SIZE) -> ImageFont.ImageFont:
 
 
 def caption(frame: np.ndarray, text: str) -> np.ndarray:
-    """A copy of `frame` with `text` in white on a dark strip across its top."""
-    out = np.array(frame)  # contiguous, and the caller's frame stays as it was
-    out[:CAPTION_HEIGHT] = caption_strip(out.shape[1], text)
-    return out
+    """`frame` with `text` in white on a dark strip across its top, drawn in place (gymnasium renders a
+    fresh array per frame, and the encoder's one copy into the pipe is the only copy of it)."""
+    frame[:CAPTION_HEIGHT] = caption_strip(frame.shape[1], text)
+    return frame
 
 
 @functools.lru_cache(maxsize=64)
