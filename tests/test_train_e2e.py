@@ -114,6 +114,7 @@ def test_summary_says_where_the_seconds_went(smoke_run):
     assert all(seconds >= 0 for seconds in phases.values())
     assert sum(phases.values()) == pytest.approx(summary["wall_s"], abs=0.1)  # each second counted once
     assert summary["parallel"]["video encoder (another process)"] > 0
+    assert 20 < summary["renderer_peak_rss_mb"] < 400 and 20 < summary["plotter_peak_rss_mb"] < 400  # own processes
 
 
 def test_tensorboard_events_written(smoke_run):

@@ -106,3 +106,11 @@ def test_the_renderer_never_imports_tensorflow():
            "('tensorflow', 'tf_agents')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+def test_the_plotter_process_says_why_it_failed(tmp_path):
+    from dqn_cartpole.report.background import start_plots
+
+    lines = []
+    problem = start_plots(str(tmp_path / "no-run"), lines.append).wait()
+    assert problem is not None and problem.startswith("error: ") and lines == []

@@ -21,10 +21,7 @@ import contextlib
 import functools
 import json
 import math
-import subprocess
 import sys
-import threading
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Optional
 
@@ -33,6 +30,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from dqn_cartpole.core.env_ids import make_gymnasium
+from dqn_cartpole.report.background import Background, report_peak_rss
 from dqn_cartpole.run_folder.atomic import replacing
 
 CAPTION_HEIGHT = 30  # pixels of the strip drawn over the top of each frame
@@ -271,47 +269,18 @@ def record_video(act: Callable, env_id: str, path: str, num_episodes: int, fps: 
 # ---------------------------------------------------------------------------- the renderer process
 
 
-class VideoProcess:
+class VideoProcess(Background):
     """A child process rendering a `VideoJob` (see `main`); `frames_done` follows its progress lines."""
 
     def __init__(self, job: VideoJob, on_progress: Callable[[int, int], None] = lambda done, total: None):
-        self.total = job.frames()
-        self.frames_done = 0
-        self.started = time.perf_counter()
-        self.seconds: Optional[float] = None  # how long it ran, once it has ended
-        self.peak_rss_mb: Optional[float] = None  # the renderer's own peak memory (not its encoders'), once ended
-        self.process = subprocess.Popen([sys.executable, "-m", "dqn_cartpole.report.video"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
-        self.process.stdin.write(job.to_json())
-        self.process.stdin.close()
-        self._stderr: list[str] = []
-        self._threads = [threading.Thread(target=self._follow, args=(on_progress,), daemon=True),
-                         threading.Thread(target=lambda: self._stderr.extend(self.process.stderr), daemon=True)]
-        for thread in self._threads:
-            thread.start()
+        self.total, self.frames_done = job.frames(), 0
 
-    def _follow(self, on_progress: Callable[[int, int], None]) -> None:
-        for line in self.process.stdout:
+        def follow(line: str) -> None:
             if line.startswith("frames "):
                 self.frames_done = int(line.split()[1])
                 on_progress(self.frames_done, self.total)
-            elif line.startswith("peak_rss_mb "):
-                self.peak_rss_mb = float(line.split()[1])
 
-    def wait(self) -> Optional[str]:
-        """Waits for the renderer; returns None when every video was written, else why not (one line)."""
-        status = self.process.wait()
-        for thread in self._threads:
-            thread.join()
-        self.seconds = time.perf_counter() - self.started
-        for line in self._stderr:
-            if line.startswith("warning:"):
-                print(line.rstrip(), file=sys.stderr)
-        if status == 0:
-            return None
-        errors = [line.strip() for line in self._stderr if line.strip() and not line.startswith("warning:")]
-        return errors[-1] if errors else f"the renderer exited with status {status}"
+        super().__init__("dqn_cartpole.report.video", stdin_text=job.to_json(), on_line=follow, what="the renderer")
 
 
 def start_job(job: VideoJob, on_progress: Callable[[int, int], None] = lambda done, total: None) -> VideoProcess:
@@ -339,21 +308,8 @@ def main() -> int:
         print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
         return 1
     print(f"frames {done}", flush=True)
-    print(f"peak_rss_mb {peak_rss_mb():.1f}", flush=True)
+    report_peak_rss()
     return 0
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory since its exec (VmHWM; getrusage would count the parent's pages
-    the fork copied), in MB; 0 where /proc is missing."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 if __name__ == "__main__":

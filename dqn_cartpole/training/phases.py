@@ -25,8 +25,8 @@ SOLVE_CHECK = "solve check"
 EXPORT = "policy export"
 CHECKPOINTS = "checkpoints"
 CLOSING = "closing"  # flushing the logs, releasing envs and servers
-VIDEOS = "videos"  # this process's share: playing the episodes, then waiting for the encoder
-PLOTS = "plots"
+VIDEOS = "videos"  # this process's share: playing the episodes, then waiting for the renderer (a child process)
+PLOTS = "plots"  # drawn by a child process while the videos render: this process waits for it
 ORDER = (STARTUP, BUILD, INITIAL_COLLECT, FIRST_EVALUATION, FIRST_CHUNK, LOOP, TRAIN_ROWS, EVALUATIONS, SOLVE_CHECK,
          EXPORT, CHECKPOINTS, CLOSING, VIDEOS, PLOTS)
 VIDEO_ENCODER = "video encoder (another process)"

@@ -80,7 +80,8 @@ class TrainingSession:
         self.exporter: Optional[triggers.PolicyExport] = None
         self.evaluate: Optional[triggers.Evaluate] = None
         self.log_train: Optional[triggers.LogTrain] = None
-        self.renderer_rss_mb: Optional[float] = None  # the video renderer's peak memory (it runs as a child process)
+        self.renderer_rss_mb: Optional[float] = None  # the video renderer's peak memory (a child process)
+        self.plotter_rss_mb: Optional[float] = None  # the plotter's (a child process)
 
     def run(self) -> dict:
         with self.stop_request, self.stack:
@@ -259,15 +260,12 @@ class TrainingSession:
         videos = self.start_videos() if self.config.video.enabled and trained else None
         with self.phases(phase.CLOSING):
             self.stack.close()  # the logs are complete before they are plotted; envs and servers are released
-        with self.phases(phase.PLOTS):
-            self.progress.stage("Drawing the plots" + (" (the videos render in another process)" if videos else ""))
-            from dqn_cartpole.report import figures  # matplotlib costs ~1 s to import: not before the policy is saved
-
-            for path in figures.plot_run(layout):
-                artifacts[os.path.basename(path)] = path
+        with self.phases(phase.PLOTS):  # in a child process too, beside the videos' (matplotlib stays out of here)
+            self.progress.stage("Drawing the plots" + (" while the videos render" if videos else ""))
+            artifacts.update(self.draw_plots())
         if videos is not None:
             with self.phases(phase.VIDEOS):
-                self.progress.stage("Waiting for the videos")
+                self.progress.stage("Rendering the videos")
                 artifacts.update(self.wait_for_videos(videos))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
@@ -275,7 +273,8 @@ class TrainingSession:
         diverged = state.diverged_at_iteration is not None
         state.exit_status = signals.exit_status(signum) if signum else (1 if diverged else 0)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
-        return {**summary, **self.phases.as_dict(), "renderer_peak_rss_mb": self.renderer_rss_mb}
+        return {**summary, **self.phases.as_dict(), "renderer_peak_rss_mb": self.renderer_rss_mb,
+                "plotter_peak_rss_mb": self.plotter_rss_mb}
 
     def keeps_solved_policy(self) -> bool:
         """policy/final is the policy the solve check just confirmed (so it is not exported again)."""
@@ -297,6 +296,19 @@ class TrainingSession:
                 video.VideoSpec(layout.trained_video, "trained agent", trained, FULL_EPISODES),
                 video.VideoSpec(layout.random_video, "random agent", random, FULL_EPISODES)))
             return video.start_job(job, self.progress.artifact_progress)
+
+    def draw_plots(self) -> dict[str, str]:
+        """Draws the plots in a child process (`report.background`); returns them by file name."""
+        from dqn_cartpole.report.background import start_plots
+
+        written: list[str] = []
+        plots = start_plots(self.layout.root, lambda line: written.append(line.split(" ", 1)[1])
+                            if line.startswith("wrote ") else None)
+        problem = plots.wait()
+        self.plotter_rss_mb = plots.peak_rss_mb
+        if problem is not None:
+            self.progress.message(f"warning: the plots were not drawn: {problem}")
+        return {os.path.basename(path): path for path in written}
 
     def wait_for_videos(self, videos: Any) -> dict[str, str]:
         """The videos' artifacts once the renderer has ended (none, with a warning, if it failed)."""
