@@ -12,7 +12,8 @@ while the trainer draws its plots.
 Each episode ends on a one-second title card with its return, which also keeps a random agent's
 short episodes on screen long enough to see. A video may show only its first `full_episodes`
 episodes whole: the later ones become a clip of CLIP_S seconds (their start, or their end when
-they fail), and their card still gives the whole return.
+they fail), and their card still gives the whole return. Videos play in real time at any frame
+rate: at 25 fps a 50 Hz env (CartPole steps 0.02 s) shows every other step.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class VideoJob:
     max_episode_steps: Optional[int]
     fps: int
     videos: tuple
+    env_fps: int = 0  # the env's steps per second (its render_fps); 0: one frame per step
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -91,27 +93,56 @@ class VideoJob:
         videos = tuple(VideoSpec(v["path"], v["label"], tuple(Episode(e["seed"], tuple(e["actions"]), e["total"],
                                                                        e["terminated"]) for e in v["episodes"]),
                                  v["full_episodes"]) for v in raw["videos"])
-        return VideoJob(raw["env_id"], raw["max_episode_steps"], raw["fps"], videos)
+        return VideoJob(raw["env_id"], raw["max_episode_steps"], raw["fps"], videos, raw.get("env_fps", 0))
+
+    @property
+    def timing(self) -> "Timing":
+        return Timing(self.fps, self.env_fps or self.fps)
 
     def frames(self) -> int:
         """The frames of every video: the shown steps and the title cards."""
-        return sum(len(shown_steps(v, i, self.fps)) + card_frames(self.fps)
+        timing = self.timing
+        return sum(sum(timing.frames_of(step) for step in shown_steps(v, i, timing.env_fps)) + timing.card_frames
                    for v in self.videos for i in range(len(v.episodes)))
 
 
-def shown_steps(video: VideoSpec, index: int, fps: int) -> range:
-    """The steps of episode `index` that become frames (0: the frame after the reset; k: after action k)."""
+@dataclass(frozen=True)
+class Timing:
+    """Real-time playback: the video's frames per second against the env's steps per second."""
+
+    fps: int
+    env_fps: int
+
+    def frames_of(self, step: int) -> int:
+        """Frames showing `step` (0, 1 or more): frame k shows the step at k / fps seconds."""
+        def frames_before(s: int) -> int:  # ceil(s * fps / env_fps), in integers
+            return -(-s * self.fps // self.env_fps)
+
+        return frames_before(step + 1) - frames_before(step)
+
+    @property
+    def card_frames(self) -> int:
+        return max(1, round(TITLE_CARD_S * self.fps))
+
+
+def env_fps(env_id: str) -> int:
+    """The env's steps per second as its renderer declares them (`render_fps`; CartPole: 50), else 0."""
+    env = make_gymnasium(env_id, None, None)
+    try:
+        return int(env.metadata.get("render_fps") or 0)
+    finally:
+        env.close()
+
+
+def shown_steps(video: VideoSpec, index: int, steps_per_s: int) -> range:
+    """The steps of episode `index` on screen (0: the state after the reset; k: after action k)."""
     episode = video.episodes[index]
-    clip = max(1, int(round(CLIP_S * fps)))
+    clip = max(1, int(round(CLIP_S * steps_per_s)))
     if index < video.full_episodes or episode.steps + 1 <= clip:
         return range(episode.steps + 1)
     if episode.terminated:  # how it fails is what there is to see
         return range(episode.steps + 1 - clip, episode.steps + 1)
     return range(clip)
-
-
-def card_frames(fps: int) -> int:
-    return max(1, round(TITLE_CARD_S * fps))
 
 
 # ---------------------------------------------------------------------------- playing (needs the policy)
@@ -206,13 +237,13 @@ def mp4_writer(path: str, fps: int) -> Iterator[Sink]:
         yield writer.append_data
 
 
-def render_episode(env: Any, video: VideoSpec, index: int, fps: int, sink: Sink) -> float:
+def render_episode(env: Any, video: VideoSpec, index: int, timing: Timing, sink: Sink) -> float:
     """Replays episode `index` of `video` in `env`, handing `sink` its shown frames, then its title card.
 
     Returns the replayed return (the played one, in a deterministic env).
     """
     episode, count = video.episodes[index], len(video.episodes)
-    shown = shown_steps(video, index, fps)
+    shown = shown_steps(video, index, timing.env_fps)
     where = f"{video.label} - episode {index + 1}/{count}" if video.label else f"episode {index + 1}/{count}"
     part = "" if len(shown) == episode.steps + 1 else f"   ({'last' if shown.start else 'first'} {CLIP_S:g} s)"
     if episode.seed is not None:
@@ -223,32 +254,34 @@ def render_episode(env: Any, video: VideoSpec, index: int, fps: int, sink: Sink)
     for step in range(episode.steps + 1):
         if step:
             total += float(env.step(episode.actions[step - 1])[1])
-        if step in shown:
+        frames = timing.frames_of(step) if step in shown else 0
+        if frames or (shape is None and step == shown[-1]):  # the title card takes its size from a frame
             frame = caption(env.render(), f"{where}   return {total:.0f}{part}")
             shape = frame.shape
-            sink(frame)
+            for _ in range(frames):
+                sink(frame)
     lines = [f"{where.replace('/', ' of ')}", f"return {total:.0f} in {episode.steps} steps"]
     if part:
-        lines.append(f"({len(shown) / fps:.0f} s of {(episode.steps + 1) / fps:.0f} s shown)")
+        lines.append(f"({len(shown) / timing.env_fps:.0f} s of {(episode.steps + 1) / timing.env_fps:.0f} s shown)")
     card = title_card(shape, lines)
-    for _ in range(card_frames(fps)):
+    for _ in range(timing.card_frames):
         sink(card)
     return total
 
 
-def render_video(video: VideoSpec, env_id: str, max_episode_steps: Optional[int], fps: int,
+def render_video(video: VideoSpec, env_id: str, max_episode_steps: Optional[int], timing: Timing,
                  on_frame: Callable[[], None] = lambda: None) -> list[float]:
     """Writes `video`'s mp4; returns the replayed returns. `on_frame` is called after each frame."""
     env = make_gymnasium(env_id, "rgb_array", max_episode_steps)
     returns = []
     try:
-        with mp4_writer(video.path, fps) as append:
+        with mp4_writer(video.path, timing.fps) as append:
             def sink(frame: np.ndarray) -> None:
                 append(frame)
                 on_frame()
 
             for index, episode in enumerate(video.episodes):
-                total = render_episode(env, video, index, fps, sink)
+                total = render_episode(env, video, index, timing, sink)
                 if not math.isclose(total, episode.total, rel_tol=1e-6, abs_tol=1e-6):
                     print(f"warning: {video.path}: episode {index + 1} replayed to return {total:g}, not the "
                           f"{episode.total:g} it was played to (is {env_id} deterministic given its seed?)",
@@ -263,7 +296,8 @@ def record_video(act: Callable, env_id: str, path: str, num_episodes: int, fps: 
                  max_episode_steps: Optional[int] = None, label: str = "") -> list[float]:
     """Records `num_episodes` whole episodes of a policy to the mp4 `path`, in this process; returns their returns."""
     episodes = play(act, env_id, num_episodes, seed, max_episode_steps)
-    return render_video(VideoSpec(path, label, episodes, num_episodes), env_id, max_episode_steps, fps)
+    job = VideoJob(env_id, max_episode_steps, fps, (VideoSpec(path, label, episodes, num_episodes),), env_fps(env_id))
+    return render_video(job.videos[0], env_id, max_episode_steps, job.timing)
 
 
 # ---------------------------------------------------------------------------- the renderer process
@@ -301,7 +335,7 @@ def main() -> int:
 
     try:
         for video in job.videos:
-            render_video(video, job.env_id, job.max_episode_steps, job.fps, count)
+            render_video(video, job.env_id, job.max_episode_steps, job.timing, count)
     except KeyboardInterrupt:  # the trainer was stopped: it reports the stop
         return 130
     except Exception as exc:  # pylint: disable=broad-except  # one line for the trainer to show

@@ -294,7 +294,7 @@ class TrainingSession:
             random = video.play(random_act, env_id, cfg.video.random_episodes, seed, steps)
             job = video.VideoJob(env_id, steps, cfg.video.fps, (
                 video.VideoSpec(layout.trained_video, "trained agent", trained, FULL_EPISODES),
-                video.VideoSpec(layout.random_video, "random agent", random, FULL_EPISODES)))
+                video.VideoSpec(layout.random_video, "random agent", random, FULL_EPISODES)), video.env_fps(env_id))
             return video.start_job(job, self.progress.artifact_progress)
 
     def draw_plots(self) -> dict[str, str]:
