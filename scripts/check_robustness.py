@@ -50,16 +50,11 @@ print(json.dumps({"mean": float(returns.mean()), "min": float(returns.min()), "e
 
 
 def train(seed: int, workdir: str, overrides: list[str]) -> dict:
+    """The default config on `seed`, videos off (benchmark.py's `run_train`): its summary, and where it ran."""
+    from benchmark import run_train  # scripts/ is on the path when this file runs as a script
+
     out = os.path.join(workdir, f"s{seed}")
-    args = [sys.executable, "-m", "dqn_cartpole", "train", "--output-dir", out, "--quiet", "--overwrite",
-            "--set", f"training.seed={seed}", "--set", "video.enabled=false"]
-    for item in overrides:
-        args += ["--set", item]
-    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"train failed (seed {seed}):\n{result.stderr[-2000:]}")
-    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
-        return {**json.load(handle), "run": out}
+    return {**run_train("default.yaml", out, [f"training.seed={seed}", "video.enabled=false", *overrides]), "run": out}
 
 
 def plain_tf_return(policy_dir: str, episodes: int) -> dict:
