@@ -122,8 +122,16 @@ def test_the_renderer_never_imports_tensorflow():
 
 
 def test_the_plotter_process_says_why_it_failed(tmp_path):
-    from dqn_cartpole.report.background import start_plots
+    from dqn_cartpole.report.background import start_plotter
 
     lines = []
-    problem = start_plots(str(tmp_path / "no-run"), lines.append).wait()
+    problem = start_plotter(str(tmp_path / "no-run"), lines.append).wait()
     assert problem is not None and problem.startswith("error: ") and lines == []
+
+
+def test_children_given_no_work_exit_at_the_end_of_their_stdin():
+    from dqn_cartpole.report.background import start_plotter
+
+    for child in (start_plotter(), video.VideoProcess()):
+        child.close(timeout_s=60)
+        assert child.process.returncode == 0 and child.wait() is None

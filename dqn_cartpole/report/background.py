@@ -1,10 +1,13 @@
 """Artifacts made by child processes that never import TensorFlow, while the trainer does something else.
 
-`Background` runs `python -m MODULE ARGS` (fed `stdin_text`), hands each stdout line to a callback
-as it comes, and keeps its stderr for a one-line reason if it fails. The videos (`report.video`)
-and the plots (this module: `python -m dqn_cartpole.report.background plots RUN_DIR`) are drawn
-this way after training: the trainer's memory does not grow by matplotlib's, and the two children
-share the cores.
+`Background` runs `python -m MODULE ARGS`, hands each stdout line to a callback as it comes, and
+keeps its stderr for a one-line reason if it fails. Its work arrives on stdin: given at once, or
+`send` later, so a child started early has done its imports (matplotlib, imageio: ~1 s) by the
+time the work comes, and a child whose work never comes exits at the end of its stdin. The
+videos (`report.video`) and the plots (this module: `python -m dqn_cartpole.report.background
+plots`, fed RUN_DIR) are drawn this way: the trainer's memory does not grow by matplotlib's, and
+the two children share the cores. They run in a session of their own, so a Ctrl-C at the terminal
+reaches only the trainer, which then still sends them their work.
 """
 
 from __future__ import annotations
@@ -23,15 +26,18 @@ class Background:
 
     def __init__(self, module: str, args: Sequence[str] = (), stdin_text: Optional[str] = None,
                  on_line: Callable[[str], None] = lambda line: None, what: str = "the child process"):
+        """Starts the child; `stdin_text` is its work (None: `send` it later)."""
         self.what = what
         self.started = time.perf_counter()
-        self.seconds: Optional[float] = None  # how long it ran, once it has ended
+        self.sent: Optional[float] = None  # when the work went out
+        self.seconds: Optional[float] = None  # from the work sent to the child's end, once it has ended
         self.peak_rss_mb: Optional[float] = None  # the child's own peak memory, if it reported it
         self.process = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        start_new_session=True)
+        self.on_line = on_line
         if stdin_text is not None:
-            self.process.stdin.write(stdin_text)
-        self.process.stdin.close()
+            self.send(stdin_text)
         self._stderr: list[str] = []
         self._threads = [threading.Thread(target=self._follow, args=(on_line,), daemon=True),
                          threading.Thread(target=lambda: self._stderr.extend(self.process.stderr), daemon=True)]
@@ -43,14 +49,36 @@ class Background:
             if line.startswith(PEAK_RSS_LINE):
                 self.peak_rss_mb = float(line.split()[1])
             else:
-                on_line(line.rstrip("\n"))
+                self.on_line(line.rstrip("\n"))
+
+    def send(self, text: str) -> None:
+        """Gives the child its work (and ends its stdin)."""
+        self.sent = time.perf_counter()
+        try:
+            self.process.stdin.write(text)
+            self.process.stdin.close()
+        except BrokenPipeError:  # it has died: `wait` says why
+            pass
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Ends a child whose work never came (the end of its stdin), or that outlives `timeout_s`."""
+        if not self.process.stdin.closed:
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
     def wait(self) -> Optional[str]:
         """Waits for the child; passes its warnings on; returns None if it succeeded, else why not."""
         status = self.process.wait()
         for thread in self._threads:
             thread.join()
-        self.seconds = time.perf_counter() - self.started
+        self.seconds = time.perf_counter() - (self.sent or self.started)
         for line in self._stderr:
             if line.startswith("warning:"):
                 print(line.rstrip(), file=sys.stderr)
@@ -72,21 +100,27 @@ def report_peak_rss() -> None:
         pass
 
 
-def start_plots(run_dir: str, on_line: Callable[[str], None] = lambda line: None) -> Background:
-    """Draws `run_dir`'s plots in a child process (its `wrote PATH` lines go to `on_line`)."""
-    return Background("dqn_cartpole.report.background", ["plots", run_dir], on_line=on_line, what="the plotter")
+def start_plotter(run_dir: Optional[str] = None, on_line: Callable[[str], None] = lambda line: None) -> Background:
+    """A child process that draws a run's plots (its `wrote PATH` lines go to `on_line`): `run_dir`'s now, or
+    the one `send(run_dir)` gives it later."""
+    return Background("dqn_cartpole.report.background", ["plots"], stdin_text=run_dir, on_line=on_line,
+                      what="the plotter")
 
 
 def main(argv: Sequence[str]) -> int:
-    """`plots RUN_DIR`: draws the run's plots from its CSVs, printing `wrote PATH` for each."""
-    if len(argv) != 2 or argv[0] != "plots":
-        print("usage: python -m dqn_cartpole.report.background plots RUN_DIR", file=sys.stderr)
+    """`plots`: imports matplotlib, then draws the plots of the run folder given on stdin (printing
+    `wrote PATH` for each); nothing on stdin: exits."""
+    if list(argv) != ["plots"]:
+        print("usage: python -m dqn_cartpole.report.background plots  (RUN_DIR on stdin)", file=sys.stderr)
         return 2
-    try:
-        from dqn_cartpole.report import figures
-        from dqn_cartpole.run_folder import RunLayout
+    from dqn_cartpole.report import figures  # matplotlib: while the trainer still trains
+    from dqn_cartpole.run_folder import RunLayout
 
-        for path in figures.plot_run(RunLayout(argv[1])):
+    run_dir = sys.stdin.read().strip()
+    if not run_dir:
+        return 0
+    try:
+        for path in figures.plot_run(RunLayout(run_dir)):
             print(f"wrote {path}", flush=True)
     except Exception as exc:  # pylint: disable=broad-except  # one line for the trainer to show
         print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)

@@ -26,9 +26,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Optional
 
-import imageio
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
 
 from dqn_cartpole.core.env_ids import make_gymnasium
 from dqn_cartpole.report.background import Background, report_peak_rss
@@ -193,7 +191,9 @@ def play_side_by_side(policy: Any, env_id: str, num_episodes: int, seed: int,
 
 
 @functools.lru_cache(maxsize=None)
-def _font(size: int = FONT_SIZE) -> ImageFont.ImageFont:
+def _font(size: int = FONT_SIZE) -> "ImageFont.ImageFont":
+    from PIL import ImageFont  # Pillow and imageio only where frames are drawn (the trainer only plays)
+
     try:  # Pillow >= 10.1 ships a scalable default font; no system fonts needed
         return ImageFont.load_default(size=size)
     except (TypeError, ImportError, OSError):
@@ -210,6 +210,8 @@ def caption(frame: np.ndarray, text: str) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def caption_strip(width: int, text: str) -> np.ndarray:
     """The strip alone (drawing only it is ~10x cheaper than drawing on the whole frame)."""
+    from PIL import Image, ImageDraw
+
     image = Image.new("RGB", (width, CAPTION_HEIGHT), (32, 32, 32))
     ImageDraw.Draw(image).text((10, CAPTION_HEIGHT // 2), text, fill=(255, 255, 255), font=_font(), anchor="lm")
     return np.asarray(image)
@@ -217,6 +219,8 @@ def caption_strip(width: int, text: str) -> np.ndarray:
 
 def title_card(shape: tuple, lines: list[str]) -> np.ndarray:
     """A dark frame of `shape` with `lines` centred on it."""
+    from PIL import Image, ImageDraw
+
     image = Image.new("RGB", (shape[1], shape[0]), (32, 32, 32))
     draw = ImageDraw.Draw(image)
     font = _font(FONT_SIZE + 10)
@@ -230,6 +234,8 @@ def title_card(shape: tuple, lines: list[str]) -> np.ndarray:
 def mp4_writer(path: str, fps: int) -> Iterator[Sink]:
     """Yields append(frame) for an H.264 mp4 (yuv420p, main profile); written under a temporary name, then
     renamed, so `path` is never half-written."""
+    import imageio
+
     # macro_block_size 8 fits CartPole's 600x400 frames without resizing.
     with replacing(path, ".tmp.mp4") as tmp, imageio.get_writer(
             tmp, fps=fps, codec="libx264", quality=7, pixelformat="yuv420p", macro_block_size=8,
@@ -304,27 +310,41 @@ def record_video(act: Callable, env_id: str, path: str, num_episodes: int, fps: 
 
 
 class VideoProcess(Background):
-    """A child process rendering a `VideoJob` (see `main`); `frames_done` follows its progress lines."""
+    """A child process rendering a `VideoJob` (see `main`): `send_job` it now or later; `frames_done` follows
+    its progress lines."""
 
-    def __init__(self, job: VideoJob, on_progress: Callable[[int, int], None] = lambda done, total: None):
-        self.total, self.frames_done = job.frames(), 0
+    def __init__(self, job: Optional[VideoJob] = None):
+        self.total, self.frames_done = 0, 0
+        self.on_progress: Callable[[int, int], None] = lambda done, total: None
+        super().__init__("dqn_cartpole.report.video", on_line=self._follow_frames, what="the renderer")
+        if job is not None:
+            self.send_job(job)
 
-        def follow(line: str) -> None:
-            if line.startswith("frames "):
-                self.frames_done = int(line.split()[1])
-                on_progress(self.frames_done, self.total)
+    def _follow_frames(self, line: str) -> None:
+        if line.startswith("frames "):
+            self.frames_done = int(line.split()[1])
+            self.on_progress(self.frames_done, self.total)
 
-        super().__init__("dqn_cartpole.report.video", stdin_text=job.to_json(), on_line=follow, what="the renderer")
+    def send_job(self, job: VideoJob, on_progress: Callable[[int, int], None] = lambda done, total: None) -> None:
+        """Renders `job`; `on_progress(frames done, frames in all)` follows it."""
+        self.total, self.on_progress = job.frames(), on_progress
+        self.send(job.to_json())
 
 
 def start_job(job: VideoJob, on_progress: Callable[[int, int], None] = lambda done, total: None) -> VideoProcess:
     """Starts rendering `job` in a child process; `on_progress(frames done, frames in all)` follows it."""
-    return VideoProcess(job, on_progress)
+    process = VideoProcess()
+    process.send_job(job, on_progress)
+    return process
 
 
 def main() -> int:
-    """The renderer process: a `VideoJob` as JSON on stdin; prints `frames N` as it goes, then `peak_rss_mb M`."""
-    job = VideoJob.from_json(sys.stdin.read())
+    """The renderer process: a `VideoJob` as JSON on stdin (nothing: it exits); prints `frames N` as it goes,
+    then `peak_rss_mb M`."""
+    text = sys.stdin.read()
+    if not text.strip():
+        return 0
+    job = VideoJob.from_json(text)
     done = 0
 
     def count() -> None:

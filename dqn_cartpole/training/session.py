@@ -18,7 +18,6 @@ from dqn_cartpole.config import Config, dump_yaml, sampling_mode
 from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core import build, env_ids
-from dqn_cartpole.core.policies import random_act_fn
 from dqn_cartpole.core.q_probe import QProbe
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.replay.base import sequence_length_for
@@ -28,13 +27,12 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import phases as phase, resume, triggers
+from dqn_cartpole.training.artifacts import ArtifactWorkers
 from dqn_cartpole.training.loop import (Chunk, ChunkedLoop, compile_iterations, make_train_step, python_iterations,
                                         run_ops_on_one_thread)
 from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
-
-FULL_EPISODES = 1  # episodes of each video shown whole; the later ones are clips (see report.video)
 
 
 def freeze_heap() -> None:
@@ -80,13 +78,14 @@ class TrainingSession:
         self.exporter: Optional[triggers.PolicyExport] = None
         self.evaluate: Optional[triggers.Evaluate] = None
         self.log_train: Optional[triggers.LogTrain] = None
-        self.renderer_rss_mb: Optional[float] = None  # the video renderer's peak memory (a child process)
-        self.plotter_rss_mb: Optional[float] = None  # the plotter's (a child process)
+        self.workers: Optional[ArtifactWorkers] = None  # the plotter and the video renderer (child processes)
 
     def run(self) -> dict:
         with self.stop_request, self.stack:
             try:
                 found = resume.prepare_folder(self.layout, self.plan)
+                # The plotter and the renderer start now: their imports overlap the training.
+                self.workers = ArtifactWorkers(self.config, self.layout, self.progress, self.phases)
                 time_step, policy_state = self.build(found)
                 if found is None or not resume.already_done(found, self.config):
                     self.iterate(time_step, policy_state)
@@ -99,6 +98,9 @@ class TrainingSession:
                     raise checkpointing.DiskFullError(
                         f"disk full while writing {where} (no space left on device)") from None
                 raise
+            finally:
+                if self.workers is not None:
+                    self.workers.close()  # their work done, or never coming
 
     # -- phases
     def build(self, found: Optional[checkpointing.Found]) -> tuple[Any, Any]:
@@ -235,10 +237,8 @@ class TrainingSession:
             f"policy/best is the best evaluated policy.")
 
     def finish(self) -> dict:
-        """Exports policy/final, starts the videos, closes the logs, draws the plots; returns the summary.
-
-        The videos are rendered and encoded by a child process while this one draws the plots.
-        """
+        """Exports policy/final, then the videos and the plots (child processes: see `artifacts`); returns the
+        summary."""
         layout, state, checkpoints = self.layout, self.state, self.checkpoints
         artifacts = state.artifacts
         artifacts.update({"config": layout.config, "train metrics": layout.train_metrics,
@@ -257,68 +257,20 @@ class TrainingSession:
         if newest is not None:
             artifacts["checkpoint"] = newest
         summary_inputs = (self.pipeline.train_step_count(), self.pipeline.env_step_count())
-        videos = self.start_videos() if self.config.video.enabled and trained else None
-        with self.phases(phase.CLOSING):
-            self.stack.close()  # the logs are complete before they are plotted; envs and servers are released
-        with self.phases(phase.PLOTS):  # in a child process too, beside the videos' (matplotlib stays out of here)
-            self.progress.stage("Drawing the plots" + (" while the videos render" if videos else ""))
-            artifacts.update(self.draw_plots())
-        if videos is not None:
-            with self.phases(phase.VIDEOS):
-                self.progress.stage("Rendering the videos")
-                artifacts.update(self.wait_for_videos(videos))
+        # The logs are closed (complete, to be plotted) and the envs and servers released in there.
+        artifacts.update(self.workers.make(self.pipeline.agent.policy, self.pipeline.envs.tf_env, trained,
+                                           close_logs=self.stack.close))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
         signum = self.stop_request.signum
         diverged = state.diverged_at_iteration is not None
         state.exit_status = signals.exit_status(signum) if signum else (1 if diverged else 0)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
-        return {**summary, **self.phases.as_dict(), "renderer_peak_rss_mb": self.renderer_rss_mb,
-                "plotter_peak_rss_mb": self.plotter_rss_mb}
+        return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb}
 
     def keeps_solved_policy(self) -> bool:
         """policy/final is the policy the solve check just confirmed (so it is not exported again)."""
         return self.state.solved_at_iteration == self.state.iteration and os.path.exists(self.layout.final_policy)
-
-    def start_videos(self) -> Any:
-        """Plays the trained and the random agent's episodes here, then renders them in a child process."""
-        with self.phases(phase.VIDEOS):
-            self.progress.stage("Playing the episodes for the videos")
-            cfg, layout = self.config, self.layout
-            from dqn_cartpole.report import video  # imageio/ffmpeg: only once training is over
-
-            seed, env_id, steps = cfg.training.seed + build.VIDEO_SEED_OFFSET, cfg.env.id, cfg.env.max_episode_steps
-            trained = video.play_side_by_side(self.pipeline.agent.policy, env_id, cfg.video.num_episodes, seed, steps)
-            tf_env = self.pipeline.envs.tf_env
-            random_act = random_act_fn(tf_env.time_step_spec(), tf_env.action_spec(), seed=seed)
-            random = video.play(random_act, env_id, cfg.video.random_episodes, seed, steps)
-            job = video.VideoJob(env_id, steps, cfg.video.fps, (
-                video.VideoSpec(layout.trained_video, "trained agent", trained, FULL_EPISODES),
-                video.VideoSpec(layout.random_video, "random agent", random, FULL_EPISODES)), video.env_fps(env_id))
-            return video.start_job(job, self.progress.artifact_progress)
-
-    def draw_plots(self) -> dict[str, str]:
-        """Draws the plots in a child process (`report.background`); returns them by file name."""
-        from dqn_cartpole.report.background import start_plots
-
-        written: list[str] = []
-        plots = start_plots(self.layout.root, lambda line: written.append(line.split(" ", 1)[1])
-                            if line.startswith("wrote ") else None)
-        problem = plots.wait()
-        self.plotter_rss_mb = plots.peak_rss_mb
-        if problem is not None:
-            self.progress.message(f"warning: the plots were not drawn: {problem}")
-        return {os.path.basename(path): path for path in written}
-
-    def wait_for_videos(self, videos: Any) -> dict[str, str]:
-        """The videos' artifacts once the renderer has ended (none, with a warning, if it failed)."""
-        problem = videos.wait()
-        self.phases.add_parallel(phase.VIDEO_ENCODER, videos.seconds)
-        self.renderer_rss_mb = videos.peak_rss_mb
-        if problem is not None:
-            self.progress.message(f"warning: the videos were not written: {problem}")
-            return {}
-        return {"trained video": self.layout.trained_video, "random video": self.layout.random_video}
 
 
 def make_evaluation(pipeline: Pipeline, config: Config, state: RunState, exporter: triggers.PolicyExport,
