@@ -385,6 +385,11 @@ def write_markdown(path: str, body: list[str], meta: dict) -> None:
 
 def single_process_benchmark(args: argparse.Namespace) -> None:
     """The main job in seconds (default runs with videos), throughput against the reference, evaluation."""
+    folder = os.path.dirname(os.path.abspath(args.markdown)) if args.markdown else None
+    if folder is not None and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+        print(f"error: --markdown {args.markdown}: cannot write there (no such folder, or no permission)",
+              file=sys.stderr)
+        raise SystemExit(2)
     seeds = [int(s) for s in args.seeds.split(",")]
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")
     started, load_before = time.time(), os.getloadavg()[0]
