@@ -59,3 +59,15 @@ def test_quiet_prints_messages_only():
     progress.message("Solved")
     progress.close()
     assert out.getvalue() == "Solved\n"
+
+
+def test_a_terminal_that_reports_no_width_still_gets_a_line(monkeypatch):
+    import os as os_module
+
+    out = Terminal()
+    monkeypatch.setattr(Terminal, "fileno", lambda self: 2, raising=False)
+    monkeypatch.setattr(os_module, "get_terminal_size", lambda fd: os_module.terminal_size((0, 0)))
+    progress = Progress(1000, stream=out)
+    progress.update(300, 0.25, 42.0)
+    progress.close()
+    assert "300/1000" in out.getvalue()

@@ -10,6 +10,7 @@ seconds for the training line, so logs stay readable.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -108,7 +109,9 @@ class Progress:
             self._close_bar()
 
     def _new_bar(self, **kwargs) -> tqdm:
-        self._bar = tqdm(file=self.stream, dynamic_ncols=True, mininterval=0, leave=True, **kwargs)
+        # A terminal that reports no width (a pty nobody sized) would get an empty line: 100 columns then.
+        width = {"dynamic_ncols": True} if terminal_columns(self.stream) else {"ncols": 100, "nrows": 20}
+        self._bar = tqdm(file=self.stream, mininterval=0, leave=True, **width, **kwargs)
         return self._bar
 
     def _close_bar(self) -> None:
@@ -119,3 +122,11 @@ class Progress:
     def _write(self, line: str) -> None:
         self.stream.write(line + "\n")
         self.stream.flush()
+
+
+def terminal_columns(stream: TextIO) -> int:
+    """The width of the terminal `stream` writes to; 0 when it reports none."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
