@@ -43,8 +43,10 @@ def add_parsers(sub) -> None:
 
     tune = sub.add_parser("tune", help="search hyperparameters with Optuna (TPE + median pruning)",
                           description="Run an Optuna study: each trial is a training run folder under "
-                                      "<output.root>/tune/NAME/trials/NNNN. The objective (minimised) is the env "
-                                      "steps to solve; an unsolved trial scores 2 x its env-step budget.")
+                                      "<output.root>/tune/NAME/trials/NNNN (NNNN/sSEED with --seeds). The "
+                                      "objective (minimised, --objective) is the env steps, wall seconds or CPU "
+                                      "seconds to a confirmed solve, averaged over --seeds; an unsolved run scores "
+                                      "2 x its budget.")
     tune.add_argument("--config", metavar="PATH", required=True, help="YAML config every trial starts from")
     tune.add_argument("--space", metavar="SPACE.yaml", required=True, help="search space, one entry per config key")
     tune.add_argument("--trials", type=int, required=True, help="trials the study should hold in total")
@@ -56,6 +58,15 @@ def add_parsers(sub) -> None:
     tune.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                       help="override one config key for every trial (repeatable)")
     tune.add_argument("--seed", type=int, help="seed of the TPE sampler (default: random)")
+    tune.add_argument("--seeds", metavar="SEEDS",
+                      help="train every trial on these seeds, e.g. 0-4 or 0,2,7, one after another; the trial "
+                           "scores the mean of its seeds and may be pruned between them (default: the config's "
+                           "training.seed, once)")
+    tune.add_argument("--objective", choices=("env_steps", "wall_s", "cpu_s"), default="env_steps",
+                      help="what a trial minimises, to a confirmed solve: env_steps (default); wall_s, the run's "
+                           "wall seconds from process start (run --jobs 1 on a quiet machine); cpu_s, its CPU "
+                           "seconds (about the wall time of an idle machine, and steady when others share the "
+                           "cores). An unsolved run scores twice its budget")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -85,7 +96,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from dqn_cartpole.experiments import tune
 
     plan = tune.plan_tune(args.config, args.space, args.trials, args.jobs, args.storage, args.study,
-                          args.overrides, args.seed)
+                          args.overrides, args.seed, args.seeds, args.objective)
     return tune.run_tune(plan)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 # The fields a checkpoint carries over to a resumed run; the rest are per process or per outcome.
 RESUMED_FIELDS = ("loss", "last_return", "best_return", "best_iteration", "solved_at_iteration", "solved_return",
-                  "solved_wall_s", "solved_env_steps")
+                  "solved_wall_s", "solved_env_steps", "solved_cpu_s")
 
 
 @dataclass
@@ -27,6 +27,7 @@ class RunState:
     solved_return: Optional[float] = None
     solved_wall_s: Optional[float] = None
     solved_env_steps: Optional[int] = None
+    solved_cpu_s: Optional[float] = None  # CPU seconds of the process that confirmed the solve, until then
     stop: bool = False  # solved: stop early
     # per process
     loop_s: float = 0.0  # inside compiled chunks, excluding the first (which traces)
@@ -58,7 +59,8 @@ class RunState:
             "run_dir": run_dir, "iterations": self.iteration, "train_steps": train_steps, "env_steps": env_steps,
             "best_return": self.best_return, "final_return": self.last_return,
             "solved_at_iteration": self.solved_at_iteration, "solved_wall_s": self.solved_wall_s,
-            "solved_env_steps": self.solved_env_steps, "solved_return": self.solved_return, "wall_s": wall_s,
+            "solved_env_steps": self.solved_env_steps, "solved_return": self.solved_return,
+            "solved_cpu_s": self.solved_cpu_s, "wall_s": wall_s, "cpu_s": time.process_time(),
             "iterations_per_s": self.loop_iterations / self.loop_s if self.loop_s else None, "eval_s": self.eval_s,
             "artifacts": dict(self.artifacts), "stopped_by": self.stopped_by, "exit_status": self.exit_status,
             "diverged_at_iteration": self.diverged_at_iteration, "resumed_from": self.resumed_from,

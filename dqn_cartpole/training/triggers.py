@@ -14,11 +14,13 @@ from tf_agents.train import interval_trigger
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core import build
+from dqn_cartpole.core import build, env_ids
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.run_folder import export
 from dqn_cartpole.run_folder.metrics import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
+from dqn_cartpole.training import phases as phase_names
+from dqn_cartpole.training.phases import Phases, measure
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
 
@@ -46,13 +48,17 @@ class Clock:
 class PolicyExport:
     """Exports the greedy policy with its step, iteration, env steps and measured return."""
 
-    def __init__(self, pipeline: Pipeline, config: Config, state: RunState):
-        self.pipeline, self.config, self.state = pipeline, config, state
+    def __init__(self, pipeline: Pipeline, config: Config, state: RunState, phases: Optional[Phases] = None):
+        self.pipeline, self.config, self.state, self.phases = pipeline, config, state, phases
         self.saver: Optional[export.PolicyExporter] = None  # made at the first export
 
     def save(self, path: str, average_return: Optional[float], episodes: Optional[int] = None, **where: int) -> str:
         """`where` overrides the iteration and env steps (after a divergence the weights are the last
         good checkpoint's, not the current iteration's)."""
+        with measure(self.phases, phase_names.EXPORT):
+            return self._save(path, average_return, episodes, **where)
+
+    def _save(self, path: str, average_return: Optional[float], episodes: Optional[int], **where: int) -> str:
         if self.saver is None:
             self.saver = export.PolicyExporter(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
         info = {"train_step": self.pipeline.train_step_count(), "iteration": self.state.iteration,
@@ -103,18 +109,26 @@ class SolveCheck:
     """Confirms a good evaluation on `evaluation.solve_episodes` fresh episodes; on success, stops the run."""
 
     def __init__(self, pipeline: Pipeline, config: Config, state: RunState, exporter: PolicyExport,
-                 final_policy: str, solve_return: float, clock: Clock, progress: Progress):
+                 final_policy: str, solve_return: float, clock: Clock, progress: Progress,
+                 phases: Optional[Phases] = None):
         self.pipeline, self.config, self.state, self.exporter = pipeline, config, state, exporter
         self.final_policy, self.solve_return, self.clock, self.progress = final_policy, solve_return, clock, progress
+        self.phases = phases
         self.run_episodes: Optional[Callable[[], EvalResult]] = None  # built once; later checks continue its stream
 
     def __call__(self) -> None:
+        with measure(self.phases, phase_names.SOLVE_CHECK):
+            self.check()
+
+    def check(self) -> None:
         cfg = self.config
         if self.run_episodes is None:
             env = build.make_env_copies(cfg, cfg.evaluation.solve_episodes,
                                         cfg.training.seed + build.SOLVE_SEED_OFFSET + self.state.iteration,
                                         self.pipeline.stack)
-            self.run_episodes = make_episode_runner(self.pipeline.agent.policy, env)
+            # A check whose average can no longer reach the target stops early (a failed check costs less).
+            self.run_episodes = make_episode_runner(self.pipeline.agent.policy, env, give_up_below=self.solve_return,
+                                                    max_return=env_ids.max_return(cfg.env.id, cfg.env.max_episode_steps))
         result = self.run_episodes()
         if result.average_return < self.solve_return:
             return
@@ -123,7 +137,7 @@ class SolveCheck:
         state.solved_at_iteration, state.solved_return = state.iteration, result.average_return
         state.solved_env_steps = self.pipeline.env_step_count()
         self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns))
-        state.solved_wall_s = self.clock.wall()
+        state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), time.process_time()
         self.progress.message(
             f"Solved at iteration {state.iteration}: average return {result.average_return:.1f} over "
             f"{len(result.returns)} greedy episodes (target {self.solve_return:g}); stopping early.")
