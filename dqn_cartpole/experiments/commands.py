@@ -18,7 +18,8 @@ def add_parsers(sub) -> None:
                            description="Train every (grid point, seed) pair as its own run folder under "
                                        "<output.root>/sweeps/NAME/. Running the same command again continues the "
                                        "sweep: finished runs are skipped, stopped ones resume.")
-    sweep.add_argument("--config", metavar="PATH", required=True, help="YAML config every run starts from")
+    sweep.add_argument("--config", metavar="PATH", required=True,
+                       help="YAML config every run starts from (or a shipped config's name)")
     sweep.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2,7 (default 0)")
     sweep.add_argument("--grid", metavar="SECTION.KEY=[V1,V2]", action="append", default=[],
                        help="a key and the values to try, e.g. agent.learning_rate=[1e-3,2e-3] (repeatable; "
@@ -45,7 +46,8 @@ def add_parsers(sub) -> None:
                           description="Run an Optuna study: each trial is a training run folder under "
                                       "<output.root>/tune/NAME/trials/NNNN. The objective (minimised) is the env "
                                       "steps to solve; an unsolved trial scores 2 x its env-step budget.")
-    tune.add_argument("--config", metavar="PATH", required=True, help="YAML config every trial starts from")
+    tune.add_argument("--config", metavar="PATH", required=True,
+                      help="YAML config every trial starts from (or a shipped config's name)")
     tune.add_argument("--space", metavar="SPACE.yaml", required=True, help="search space, one entry per config key")
     tune.add_argument("--trials", type=int, required=True, help="trials the study should hold in total")
     tune.add_argument("--jobs", type=int, default=1, help="trials at a time in this process (default 1)")
@@ -59,8 +61,10 @@ def add_parsers(sub) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from dqn_cartpole.config import locate_config
     from dqn_cartpole.experiments import sweep
 
+    args.config = locate_config(args.config)  # a shipped config's name works from any folder, as with train
     plan = sweep.plan_sweep(args.config, args.seeds, args.grid, args.overrides, args.jobs, args.name)
     start = time.time()
     outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
@@ -82,8 +86,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from dqn_cartpole.config import locate_config
     from dqn_cartpole.experiments import tune
 
+    args.config = locate_config(args.config)
     plan = tune.plan_tune(args.config, args.space, args.trials, args.jobs, args.storage, args.study,
                           args.overrides, args.seed)
     return tune.run_tune(plan)
