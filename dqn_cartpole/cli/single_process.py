@@ -15,7 +15,7 @@ import shutil
 import sys
 from typing import Any, Callable, Optional
 
-from dqn_cartpole.cli.args import add_config_args, check_positive, config_path
+from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
 from dqn_cartpole.cli.summary import resume_command, summary_lines, write_run_summary
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder import layout
@@ -30,7 +30,7 @@ def add_parsers(sub: Any) -> None:
     train = sub.add_parser("train", help="train an agent and write a run folder",
                            description="Train a DQN agent. Writes config, metrics, plots, videos, the policy, "
                                        "report.html and TensorBoard events to outputs/<run-name>/.")
-    add_config_args(train)
+    add_config_args(train, shortcuts=True)
     train.add_argument("--output-dir", metavar="DIR", help="run folder (default: outputs/<env>__s<seed>__<time>)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --output-dir")
     train.add_argument("--resume", metavar="RUN_DIR",
@@ -76,7 +76,7 @@ def add_parsers(sub: Any) -> None:
                                        "time_step_spec and action_spec, the agent's collect_data_spec, and the "
                                        "shapes that get_next, as_dataset and a full pass of the configured "
                                        "replay backend return after a few random steps.")
-    add_config_args(specs, example="replay.backend=reverb")
+    add_config_args(specs, example="replay.backend=reverb", shortcuts=True)
     specs.add_argument("--steps", type=int, default=20, help="random env steps collected first (default 20)")
 
 
@@ -103,14 +103,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.output_dir:
             resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
         path = config_path(args.config)
-        config = load_config(path, args.overrides)
+        config = load_config(path, config_overrides(args))
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     created, _lock = create_run_dir(run_dir, args.overwrite)  # the lock lives as long as this call
     silence()
     from dqn_cartpole.console.progress import Progress
 
     progress = Progress(config.training.num_iterations, enabled=not args.quiet)
-    progress.message(f"Training {config.env.id} with {os.path.basename(path or 'defaults')} "
+    progress.message(f"Training {config.env.id} with {os.path.basename(path)} "
                      f"(seed {config.training.seed}, replay {config.replay.backend}) -> {run_dir}")
     return run_training(config, run_dir, progress, None, created)
 
@@ -128,7 +128,7 @@ def cmd_train_local(args: argparse.Namespace) -> int:
         else:
             if args.output_dir:
                 resolve_run_dir(None, args.output_dir, args.overwrite)
-            config, plan = load_config(config_path(args.config), args.overrides), None
+            config, plan = load_config(config_path(args.config), config_overrides(args)), None
             run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     if config.replay.backend != "reverb":  # the roles share their replay through a Reverb server
         replay = dataclasses.replace(config.replay, backend="reverb", sampling="dataset")
@@ -241,7 +241,7 @@ def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
         raise UserError(f"--resume {run_dir}: not a run folder (no {layout.CONFIG_FILE}); give a folder that "
                         f"'train' wrote, e.g. outputs/<run-name>")
     original = load_config(config_file)
-    config = load_config(config_file, args.overrides)
+    config = load_config(config_file, config_overrides(args))
     plan = checkpointing.plan_resume(run_dir)
     for label, before in (("the run's", to_dict(original)),
                           ("its checkpoint's", plan.found.state.get("config", {}) if plan.found else {})):
@@ -355,7 +355,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_specs(args: argparse.Namespace) -> int:
     from dqn_cartpole.config import load_config
 
-    config = load_config(config_path(args.config), args.overrides)
+    config = load_config(config_path(args.config), config_overrides(args))
     # as_dataset(4, 2) needs 2 steps, and Reverb one whole item; an empty Reverb table blocks reads.
     needed = config.agent.n_step + 1
     if args.steps < needed:
