@@ -14,11 +14,13 @@ from dqn_cartpole.core.envs import BatchedGymnasiumEnvironment
 
 @dataclass(frozen=True)
 class EvalResult:
-    """Per-episode returns and lengths of one evaluation (and discounted returns, sum of gamma^t r_t)."""
+    """Per-episode returns and lengths of one evaluation (and discounted returns, sum of gamma^t r_t, from each
+    episode's first observation, which `first_observations` holds)."""
 
     returns: np.ndarray
     lengths: np.ndarray
     discounted_returns: Optional[np.ndarray] = None
+    first_observations: Optional[np.ndarray] = None
 
     @property
     def average_return(self) -> float:
@@ -59,14 +61,14 @@ def make_episode_runner(policy, env: BatchedGymnasiumEnvironment, gamma: float =
 
     @tf.function(autograph=False)
     def episodes():
-        start = (tf_env.reset(), tf.zeros([n]), tf.zeros([n], tf.int32), tf.zeros([n], tf.bool), tf.zeros([n]),
-                 tf.ones([n]))
+        first = tf_env.reset()
+        start = (first, tf.zeros([n]), tf.zeros([n], tf.int32), tf.zeros([n], tf.bool), tf.zeros([n]), tf.ones([n]))
         _, returns, lengths, _, discounted, _ = tf.while_loop(lambda *state: ~tf.reduce_all(state[3]), step, start)
-        return returns, lengths, discounted
+        return returns, lengths, discounted, first.observation
 
     def run() -> EvalResult:
-        returns, lengths, discounted = episodes()
+        returns, lengths, discounted, first = episodes()
         return EvalResult(returns=returns.numpy().astype(np.float64), lengths=lengths.numpy().astype(np.int64),
-                          discounted_returns=discounted.numpy().astype(np.float64))
+                          discounted_returns=discounted.numpy().astype(np.float64), first_observations=first.numpy())
 
     return run

@@ -7,16 +7,23 @@ import os
 from typing import Mapping, Optional, Sequence
 
 # New columns go at the end: a run resumed from files with an older header gets them added (see CsvLog).
-TRAIN_COLUMNS = ("train_step", "env_steps", "loss", "epsilon", "replay_size", "replay_inserts",
+TRAIN_COLUMNS = ("train_step", "env_steps",
+                 "loss",  # the mean over the log interval's iterations (each iteration's last gradient step)
+                 "epsilon", "replay_size", "replay_inserts",
                  "replay_samples", "samples_per_insert", "wall_s",
                  "mean_max_q",  # the online network's mean max_a Q(s, a) over a fixed set of states
                  "train_steps_per_s",  # since the previous row of this process (empty in its first)
                  # A learner's: its train step minus the train step of the weights that collected the
                  # sampled items, mean and max over the log interval's batches (empty in one process).
-                 "policy_lag", "policy_lag_max")
+                 "policy_lag", "policy_lag_max",
+                 "loss_max",  # the largest loss of the interval
+                 # The collect (epsilon-greedy) policy's episodes that ended in the interval: their mean return
+                 # and how many (empty for a learner, whose collectors are other processes).
+                 "collect_return", "collect_episodes")
 EVAL_COLUMNS = ("train_step", "env_steps", "average_return", "average_episode_length", "num_episodes", "wall_s",
                 "min_return", "max_return", "std_return",  # the spread across the evaluation's episodes
-                "average_discounted_return")  # sum of gamma^t r_t, the quantity Q-values estimate
+                "average_discounted_return",  # sum of gamma^t r_t from each episode's first state
+                "average_max_q_at_reset")  # mean of max_a Q(s0, a) over those first states: its estimate
 
 
 class CsvLog:
