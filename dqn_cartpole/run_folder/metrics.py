@@ -86,6 +86,28 @@ def read_csv(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def read_numbers(path: str) -> list[dict[str, str]]:
+    """`read_csv`, checking that every cell is a number or empty (the metrics CSVs hold nothing else).
+
+    Raises UserError (one line: the file, the line, the column) for a cell that is not, e.g. a hand-edited
+    or truncated file, so readers can convert any cell with float().
+    """
+    from dqn_cartpole.errors import UserError
+
+    rows = read_csv(path)
+    for line, row in enumerate(rows, start=2):  # line 1 is the header
+        for name, cell in row.items():
+            if name is None or isinstance(cell, list):
+                raise UserError(f"{path}: line {line} has more cells than the header has columns")
+            if cell in (None, ""):
+                continue
+            try:
+                float(cell)
+            except ValueError:
+                raise UserError(f"{path}: line {line}, column {name}: {cell!r} is not a number") from None
+    return rows
+
+
 def column(rows: list[dict[str, str]], name: str) -> list[float]:
     """One numeric column, skipping empty cells."""
     return [float(r[name]) for r in rows if r.get(name) not in (None, "")]
