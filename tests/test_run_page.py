@@ -3,7 +3,10 @@
 import os
 import re
 
+import pytest
 import yaml
+
+from browser import find_chromium, run_chromium
 
 from dqn_cartpole.config import load_config, to_dict
 from dqn_cartpole.report.run_page import write_run_report
@@ -67,3 +70,27 @@ def test_evaluations_are_formatted_and_the_provenance_is_shown(tmp_path):
     assert '<div class="scroll">' in table  # a wide table scrolls instead of widening the page
     provenance = section(page, "Provenance")
     assert "abc123 (with uncommitted changes)" in provenance and "2.15.1" in provenance
+
+
+@pytest.mark.skipif(find_chromium() is None, reason="no chromium or chromium-browser on PATH")
+def test_the_page_fits_a_1280_px_window(tmp_path):
+    """No horizontal scroll bar at 1280 px: the widest things are the tables (the plots and videos scale down)."""
+    layout = make_run(str(tmp_path / "run"))
+    log = CsvLog(layout.eval_metrics, EVAL_COLUMNS)
+    for i in range(3):  # large numbers, as a long run logs
+        log.write({"train_step": 1_234_567 + i, "env_steps": 9_876_543, "average_return": -123456.789,
+                   "min_return": -123456.789, "max_return": -123456.789, "std_return": 12345.6789,
+                   "average_discounted_return": -98765.4321, "average_max_q_at_reset": -98765.4321,
+                   "average_episode_length": 123456.7, "num_episodes": 100, "wall_s": 123456.789})
+    log.close()
+    page = write_run_report(layout.root)
+    probe = os.path.join(layout.root, "probe.html")
+    script = ('<script>window.addEventListener("load", function () { var p = document.createElement("pre"); '
+              'p.id = "width"; p.textContent = document.documentElement.scrollWidth + " " + '
+              'document.documentElement.clientWidth; document.body.appendChild(p); });</script>')
+    with open(page, encoding="utf-8") as source, open(probe, "w", encoding="utf-8") as target:
+        target.write(source.read().replace("</body>", script + "</body>"))
+    dom, _ = run_chromium(find_chromium(), ["--window-size=1280,900", "--virtual-time-budget=3000", "--dump-dom",
+                                            f"file://{probe}"], str(tmp_path / "profile"))
+    scroll_width, client_width = map(int, re.search(r'<pre id="width">(\d+) (\d+)</pre>', dom).groups())
+    assert scroll_width <= client_width, f"the page is {scroll_width} px wide in a {client_width} px window"
