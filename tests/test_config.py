@@ -29,6 +29,18 @@ def test_repo_configs_load():
         assert isinstance(load_config(os.path.join(CONFIGS, f"{name}.yaml")), Config)
 
 
+def test_the_lunarlander_preset_needs_only_the_box2d_extra():
+    try:
+        import Box2D  # noqa: F401  (the optional extra: pip install "dqn_cartpole[box2d]")
+    except ImportError:
+        with pytest.raises(ConfigError, match=r"env.id: cannot construct env 'LunarLander-v3': Box2D is not "
+                                              r"installed; install it with: pip install 'dqn_cartpole\[box2d\]'"):
+            load_config(os.path.join(CONFIGS, "lunarlander.yaml"))
+    else:
+        config = load_config(os.path.join(CONFIGS, "lunarlander.yaml"))
+        assert config.env.id == "LunarLander-v3" and config.evaluation.solve_return is None  # the registry's 200
+
+
 def test_the_code_defaults_are_default_yaml():
     """One source: Config(), train without --config and configs/default.yaml are the same config."""
     from_file = read_resolved(os.path.join(CONFIGS, "default.yaml"))

@@ -24,6 +24,7 @@ _MAX_REWARD_PER_STEP: dict[str, float] = {"CartPole": 1.0}
 # Minimum reward per step for env families whose worst return is max_episode_steps * it: Acrobot and
 # MountainCar pay -1 for every step until the goal, so an agent that never reaches it scores -500 / -200.
 _MIN_REWARD_PER_STEP: dict[str, float] = {"Acrobot": -1.0, "MountainCar": -1.0}
+BOX2D_EXTRA = "dqn_cartpole[box2d]"  # LunarLander's physics engine, an optional extra (see pyproject.toml)
 
 
 class EnvSpecError(ValueError):
@@ -80,6 +81,9 @@ def _env_id_spaces_problem(env_id: str) -> Optional[str]:
         env = make_gymnasium(env_id, render_mode=None, max_episode_steps=None)
     except gymnasium.error.DependencyNotInstalled as e:
         first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if first_line.startswith("Box2D is not installed"):
+            # gymnasium[box2d] would bring pygame-ce, which replaces the pinned pygame: the extra installs Box2D alone.
+            first_line = f"Box2D is not installed; install it with: pip install {BOX2D_EXTRA!r}"
         return f"cannot construct env {env_id!r}: {first_line}"
     try:
         return spaces_problem(env_id, env.observation_space, env.action_space)
