@@ -454,6 +454,32 @@ def _build_section(section: str, raw: dict, source: str) -> Any:
     return cls(**values)
 
 
+# The command line's shortcuts for the keys changed most: argparse dest -> config key.
+SHORTCUTS = {"env_id": "env.id", "seed": "training.seed", "iterations": "training.num_iterations"}
+
+
+def add_shortcut_args(parser: Any, seed: bool = True) -> None:
+    """Adds the shortcuts to an argparse parser: `--env ID`, `--seed N` (unless the command has a --seed of its
+    own) and `-n/--iterations N`; `shortcut_overrides` reads them back."""
+    parser.add_argument("--env", metavar="ID", dest="env_id", help="shortcut for --set env.id=ID")
+    if seed:
+        parser.add_argument("--seed", metavar="N", type=int, help="shortcut for --set training.seed=N")
+    parser.add_argument("-n", "--iterations", metavar="N", type=int,
+                        help="shortcut for --set training.num_iterations=N")
+
+
+def shortcut_overrides(args: Any) -> list[str]:
+    """`section.key=value` overrides for the shortcuts given on a command line (`--env`, `--seed`, `-n`)."""
+    import json
+
+    found = []
+    for dest, key in SHORTCUTS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            found.append(f"{key}={json.dumps(value)}")  # JSON is YAML: an env id stays a string
+    return found
+
+
 def apply_override(config: Config, item: str) -> Config:
     """Applies one `section.key=value` override; the value is parsed as YAML."""
     where = f"--set {item}"

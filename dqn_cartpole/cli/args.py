@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Optional
 
 from dqn_cartpole.errors import UserError
-
-# Shortcuts for the keys a practitioner changes most: flag -> (argparse dest, config key).
-SHORTCUTS = {"--env": ("env_id", "env.id"), "--seed": ("seed", "training.seed"),
-             "--iterations": ("iterations", "training.num_iterations")}
 
 
 class ArgParser(argparse.ArgumentParser):
@@ -30,20 +25,16 @@ def add_config_args(parser: argparse.ArgumentParser, example: str = "agent.learn
     parser.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                         help=f"override one config key, e.g. --set {example} (repeatable)")
     if shortcuts:
-        parser.add_argument("--env", metavar="ID", dest="env_id", help="shortcut for --set env.id=ID")
-        parser.add_argument("--seed", metavar="N", type=int, help="shortcut for --set training.seed=N")
-        parser.add_argument("-n", "--iterations", metavar="N", type=int,
-                            help="shortcut for --set training.num_iterations=N")
+        from dqn_cartpole.config import add_shortcut_args
+
+        add_shortcut_args(parser)
 
 
 def config_overrides(args: argparse.Namespace) -> list[str]:
     """The shortcuts given (as `section.key=value`), then every `--set`, in order: a later `--set` wins."""
-    found = []
-    for dest, key in SHORTCUTS.values():
-        value = getattr(args, dest, None)
-        if value is not None:
-            found.append(f"{key}={json.dumps(value)}")  # JSON is YAML: an env id stays a string
-    return found + list(args.overrides)
+    from dqn_cartpole.config import shortcut_overrides
+
+    return shortcut_overrides(args) + list(args.overrides)
 
 
 def config_path(given: Optional[str]) -> str:

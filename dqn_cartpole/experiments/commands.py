@@ -14,6 +14,8 @@ EXIT_OK, EXIT_FAILED = 0, 1
 
 def add_parsers(sub) -> None:
     """Adds `sweep`, `compare` and `tune` to the CLI's subparsers."""
+    from dqn_cartpole.config import add_shortcut_args
+
     sweep = sub.add_parser("sweep", help="train a grid of configs x seeds, several runs at a time",
                            description="Train every (grid point, seed) pair as its own run folder under "
                                        "<output.root>/sweeps/NAME/. Running the same command again continues the "
@@ -26,6 +28,7 @@ def add_parsers(sub) -> None:
                             "every combination is run)")
     sweep.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                        help="override one config key for every run (repeatable)")
+    add_shortcut_args(sweep, seed=False)  # --seeds says the seeds
     sweep.add_argument("--jobs", type=int, help="runs at a time (default: cores, capped at ~700 MB of free "
                                                 "memory per run)")
     sweep.add_argument("--name", help="sweep folder name (default: <config>-<time>); reuse it to continue")
@@ -58,14 +61,16 @@ def add_parsers(sub) -> None:
     tune.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                       help="override one config key for every trial (repeatable)")
     tune.add_argument("--seed", type=int, help="seed of the TPE sampler (default: random)")
+    add_shortcut_args(tune, seed=False)  # its --seed is the sampler's
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from dqn_cartpole.config import locate_config
+    from dqn_cartpole.config import locate_config, shortcut_overrides
     from dqn_cartpole.experiments import sweep
 
     args.config = locate_config(args.config)  # a shipped config's name works from any folder, as with train
-    plan = sweep.plan_sweep(args.config, args.seeds, args.grid, args.overrides, args.jobs, args.name)
+    overrides = shortcut_overrides(args) + args.overrides
+    plan = sweep.plan_sweep(args.config, args.seeds, args.grid, overrides, args.jobs, args.name)
     start = time.time()
     outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
     print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start)))
@@ -86,12 +91,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from dqn_cartpole.config import locate_config
+    from dqn_cartpole.config import locate_config, shortcut_overrides
     from dqn_cartpole.experiments import tune
 
     args.config = locate_config(args.config)
     plan = tune.plan_tune(args.config, args.space, args.trials, args.jobs, args.storage, args.study,
-                          args.overrides, args.seed)
+                          shortcut_overrides(args) + args.overrides, args.seed)
     return tune.run_tune(plan)
 
 
