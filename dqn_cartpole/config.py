@@ -109,6 +109,11 @@ def _one_line(exc: Exception) -> str:
     return f"{problem}{where}".replace("\n", " ")
 
 
+def _suggest(name: str, options: typing.Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
 def shipped_configs_dir() -> str:
     """The folder of the configs that come with the package (the top-level configs/ in a checkout)."""
     return os.path.realpath(str(importlib.resources.files("dqn_cartpole") / "configs"))
@@ -356,6 +361,10 @@ SECTIONS: dict[str, type] = typing.get_type_hints(Config)
 CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
            ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py")}
 ROLES_ONLY_SECTIONS = ("distributed",)  # read only when the roles run as processes
+_UNKNOWN_DEFAULT_SECTIONS = sorted(set(_default_values()) - set(SECTIONS))
+if _UNKNOWN_DEFAULT_SECTIONS:  # the sections' own keys are checked as each section takes its defaults
+    raise ConfigError(f"{default_config_path()}: unknown section '{_UNKNOWN_DEFAULT_SECTIONS[0]}'"
+                      f"{_suggest(_UNKNOWN_DEFAULT_SECTIONS[0], SECTIONS)}")
 
 
 def fields(section: str) -> dict[str, dataclasses.Field]:
@@ -420,11 +429,6 @@ def read_resolved(path: str) -> dict:
     Unlike `load_config` it skips the env-id check, which imports TF-Agents: the report uses it.
     """
     return to_dict(_build(_read_yaml(locate_config(path)), path))
-
-
-def _suggest(name: str, options: typing.Iterable[str]) -> str:
-    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
-    return f" (did you mean '{match[0]}'?)" if match else ""
 
 
 def _build(raw: dict, source: str) -> Config:
