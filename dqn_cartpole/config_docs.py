@@ -49,8 +49,9 @@ def keys() -> list[KeyDoc]:
         hints = typing.get_type_hints(cls)
         when_section = "the roles run as processes" if section in cfg.ROLES_ONLY_SECTIONS else ""
         for spec in dataclasses.fields(cls):
-            found.append(KeyDoc(f"{section}.{spec.name}", type_name(hints[spec.name], cfg.CHOICES.get((section, spec.name))),
-                                _plain(spec.default), spec.metadata["doc"], spec.metadata["when"] or when_section))
+            kind = type_name(hints[spec.name], cfg.CHOICES.get((section, spec.name)))
+            found.append(KeyDoc(f"{section}.{spec.name}", kind, _plain(spec.default), spec.metadata["doc"],
+                                spec.metadata["when"] or when_section))
     return found
 
 

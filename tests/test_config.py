@@ -51,7 +51,8 @@ def test_the_code_defaults_are_default_yaml():
     assert {s: set(v) for s, v in written.items()} == {s: set(v) for s, v in to_dict(Config()).items()}
     # A file that names a few keys keeps default.yaml's values for the others.
     smoke = load_config(os.path.join(CONFIGS, "smoke.yaml"))
-    assert smoke.training.num_iterations == 300 and smoke.training.keep_checkpoints == Config().training.keep_checkpoints
+    assert smoke.training.num_iterations == 300
+    assert smoke.training.keep_checkpoints == Config().training.keep_checkpoints
 
 
 def test_a_default_file_without_a_key_or_with_an_unknown_one_is_one_line(tmp_path, monkeypatch):

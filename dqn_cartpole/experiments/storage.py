@@ -43,7 +43,8 @@ def check_url(url: str) -> None:
         from dqn_cartpole.run_folder.resolve import check_can_create
 
         if os.path.isdir(url):
-            raise UserError(f"--storage {url}: is a folder; give a journal file, e.g. {os.path.join(url, 'journal.log')}")
+            example = os.path.join(url, "journal.log")
+            raise UserError(f"--storage {url}: is a folder; give a journal file, e.g. {example}")
         check_can_create(url, "--storage ")
 
 

@@ -152,7 +152,8 @@ def plot_q_values(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     bounds = []
     for bound, label in ((facts.max_discounted_return, "max"), (facts.min_discounted_return, "min")):
         if bound is not None:
-            ax.axhline(bound, color="grey", linestyle=":", linewidth=1, label=f"{label} discounted return ({bound:.1f})")
+            ax.axhline(bound, color="grey", linestyle=":", linewidth=1,
+                       label=f"{label} discounted return ({bound:.1f})")
             bounds.append(bound)
     data = values(q_rows, "average_max_q_at_reset") + values(rows, "average_discounted_return")
     ax.set_ylim(*value_limits(data, bounds))
