@@ -95,6 +95,10 @@ def test_reverb_run_prints_its_port_and_exposure_then_stops_and_resumes_with_its
     assert result.returncode == 0, result.stderr[-3000:]
     assert len([line for line in result.stderr.splitlines() if "Reverb replay server on port" in line]) == 1
     assert f"{state['replay_size']} transitions in replay" in result.stderr  # the table came back
+    with open(os.path.join(run_dir, "summary.json")) as handle:
+        assert json.load(handle)["iterations"] == state["iteration"] + 100
     with open(os.path.join(run_dir, "train_metrics.csv")) as handle:
         last = handle.read().splitlines()[-1].split(",")
-    assert int(last[0]) == state["iteration"] + 100 and int(last[4]) > state["replay_size"]
+    # SIGTERM stops between compiled chunks, which on a loaded machine need not end on a log row (smoke.yaml logs
+    # every 50 iterations): the last row is the last multiple of 50 the resumed run reached.
+    assert int(last[0]) == (state["iteration"] + 100) // 50 * 50 and int(last[4]) > state["replay_size"]
