@@ -119,9 +119,10 @@ def shipped_configs_dir() -> str:
     return os.path.realpath(str(importlib.resources.files("dqn_cartpole") / "configs"))
 
 
-def shipped_config_names() -> list[str]:
-    """The shipped configs' names, without .yaml: default, tutorial, smoke and the presets."""
-    folder = shipped_configs_dir()
+def shipped_config_names(subfolder: str = "") -> list[str]:
+    """The shipped configs' names, without .yaml: default, tutorial, smoke and the presets (or, with
+    `subfolder="tune"`, the search spaces)."""
+    folder = os.path.join(shipped_configs_dir(), subfolder)
     return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".yaml")) if os.path.isdir(folder) else []
 
 
@@ -137,13 +138,32 @@ def locate_config(path: Optional[str]) -> str:
     """
     if path is None:
         return default_config_path()
+    found = _shipped(path, "")
+    if found is None:
+        raise ConfigError(f"{path}: config file not found (the shipped configs: {', '.join(shipped_config_names())})")
+    return found
+
+
+def locate_space(path: str) -> str:
+    """The search space `path` means, as `locate_config`: `--space acrobot-space` or
+    `--space configs/tune/acrobot-space.yaml` finds a shipped one from any folder."""
+    found = _shipped(path, "tune")
+    if found is None:
+        raise ConfigError(f"--space {path}: no such file (the shipped search spaces: "
+                          f"{', '.join(shipped_config_names('tune'))})")
+    return found
+
+
+def _shipped(path: str, subfolder: str) -> Optional[str]:
+    """`path` if it exists, else the shipped file it names (NAME, NAME.yaml or configs/[tune/]NAME.yaml), else None."""
     if os.path.exists(path):
         return path
-    name = path[len(CONFIGS_PREFIX):] if path.startswith(CONFIGS_PREFIX) else path
+    prefix = CONFIGS_PREFIX + (f"{subfolder}/" if subfolder else "")
+    name = path[len(prefix):] if path.startswith(prefix) else path
     name = name[:-5] if name.endswith(".yaml") else name
-    if name in shipped_config_names():
-        return os.path.join(shipped_configs_dir(), f"{name}.yaml")
-    raise ConfigError(f"{path}: config file not found (the shipped configs: {', '.join(shipped_config_names())})")
+    if name in shipped_config_names(subfolder):
+        return os.path.join(shipped_configs_dir(), subfolder, f"{name}.yaml")
+    return None
 
 
 @functools.lru_cache(maxsize=None)

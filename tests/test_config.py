@@ -86,6 +86,11 @@ def test_shipped_configs_are_found_by_name_from_any_folder(tmp_path, monkeypatch
     assert load_config("configs/acrobot.yaml").env.id == "CartPole-v0"
     with pytest.raises(ConfigError, match=r"acrobt: config file not found \(the shipped configs: acrobot, default"):
         locate_config("acrobt")
+    space = os.path.realpath(os.path.join(CONFIGS, "tune", "acrobot-space.yaml"))
+    for given in ("acrobot-space", "configs/tune/acrobot-space.yaml"):
+        assert os.path.realpath(config_module.locate_space(given)) == space
+    with pytest.raises(ConfigError, match=r"--space nope: no such file \(the shipped search spaces: acrobot-space"):
+        config_module.locate_space("nope")
 
 
 def test_config_command_prints_a_documented_config_that_loads_back(tmp_path, capsys):

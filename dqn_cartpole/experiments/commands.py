@@ -91,10 +91,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from dqn_cartpole.config import locate_config, shortcut_overrides
+    from dqn_cartpole.config import locate_config, locate_space, shortcut_overrides
     from dqn_cartpole.experiments import tune
 
-    args.config = locate_config(args.config)
+    args.config, args.space = locate_config(args.config), locate_space(args.space)
     plan = tune.plan_tune(args.config, args.space, args.trials, args.jobs, args.storage, args.study,
                           shortcut_overrides(args) + args.overrides, args.seed)
     return tune.run_tune(plan)
