@@ -21,7 +21,8 @@ def add_config_args(parser: argparse.ArgumentParser, example: str = "agent.learn
     `--env ID`, `--seed N` and `-n/--iterations N` (read them all with `config_overrides`)."""
     parser.add_argument("--config", metavar="PATH",
                         help="YAML config, or the name of a shipped one (default, tutorial, smoke, acrobot, "
-                             "mountaincar); keys it does not name come from configs/default.yaml (the default)")
+                             "mountaincar, lunarlander); keys it does not name come from configs/default.yaml (the "
+                             "default)")
     parser.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                         help=f"override one config key, e.g. --set {example} (repeatable)")
     if shortcuts:
