@@ -14,7 +14,8 @@ from dqn_cartpole.core.envs import BatchedGymnasiumEnvironment
 
 @dataclass(frozen=True)
 class EvalResult:
-    """Per-episode returns and lengths of one evaluation (and discounted returns, sum of gamma^t r_t).
+    """Per-episode returns and lengths of one evaluation (and discounted returns, sum of gamma^t r_t, from each
+    episode's first observation, which `first_observations` holds).
 
     With `keep_actions` (see `make_episode_runner`): each episode's actions, [episodes, steps] (row i
     valid up to lengths[i]), and whether it ended by failure rather than by the time limit.
@@ -23,6 +24,7 @@ class EvalResult:
     returns: np.ndarray
     lengths: np.ndarray
     discounted_returns: Optional[np.ndarray] = None
+    first_observations: Optional[np.ndarray] = None
     actions: Optional[np.ndarray] = None
     terminated: Optional[np.ndarray] = None
 
@@ -84,16 +86,18 @@ def make_episode_runner(policy, env: BatchedGymnasiumEnvironment, gamma: float =
 
     @tf.function(autograph=False)
     def episodes():
-        start = (tf_env.reset(), tf.zeros([n]), tf.zeros([n], tf.int32), tf.zeros([n], tf.bool), tf.zeros([n]),
+        first = tf_env.reset()
+        start = (first, tf.zeros([n]), tf.zeros([n], tf.int32), tf.zeros([n], tf.bool), tf.zeros([n]),
                  tf.ones([n]), tf.TensorArray(tf.int64, size=0, dynamic_size=True, element_shape=[n]),
                  tf.zeros([n], tf.bool))
         _, returns, lengths, _, discounted, _, actions, terminated = tf.while_loop(going_on, step, start)
-        return returns, lengths, discounted, tf.transpose(actions.stack()), terminated
+        return returns, lengths, discounted, first.observation, tf.transpose(actions.stack()), terminated
 
     def run() -> EvalResult:
-        returns, lengths, discounted, actions, terminated = episodes()
+        returns, lengths, discounted, first, actions, terminated = episodes()
         kept = {"actions": actions.numpy(), "terminated": terminated.numpy()} if keep_actions else {}
         return EvalResult(returns=returns.numpy().astype(np.float64), lengths=lengths.numpy().astype(np.int64),
-                          discounted_returns=discounted.numpy().astype(np.float64), **kept)
+                          discounted_returns=discounted.numpy().astype(np.float64), first_observations=first.numpy(),
+                          **kept)
 
     return run

@@ -150,6 +150,7 @@ class TrainingSession:
         """Fills the buffer with a random policy, so the first samples have data."""
         tf_env = self.pipeline.envs.tf_env
         tf.function(self.pipeline.initial_driver.run, autograph=False)(tf_env.reset(), ())
+        self.pipeline.collect_returns.take()  # the random policy's episodes are not the collect policy's
         self.checkpoints.time_step = tf_env.current_time_step()
         return self.checkpoints.time_step, self.pipeline.agent.collect_policy.get_initial_state(tf_env.batch_size)
 
@@ -193,7 +194,7 @@ class TrainingSession:
                 return
             time_step, policy_state = chunk.time_step, chunk.policy_state
             state.iteration += chunk.size
-            state.loss = float(chunk.losses[-1])
+            state.add_losses(chunk.losses)  # the train row logs their mean and max over its interval
             self.checkpoints.time_step = time_step
             self.after_chunk(chunk)
             for trigger in due:

@@ -35,12 +35,27 @@ class RunState:
     eval_s: float = 0.0
     policy_lag: Optional[float] = None  # a learner's, over the current log interval (see distributed.policy_lag)
     policy_lag_max: Optional[float] = None
+    interval_losses: list = field(default_factory=list)  # each iteration's loss since the last train row
     # how it ended
     diverged_at_iteration: Optional[int] = None
     stopped_by: Optional[str] = None  # "SIGINT" / "SIGTERM": stopped early, resumable
     exit_status: int = 0  # 130 / 143 after a signal, 1 after a divergence
     resumed_from: Optional[str] = None
     artifacts: dict = field(default_factory=dict)
+
+    def add_losses(self, losses: np.ndarray) -> None:
+        """Keeps a chunk's per-iteration losses for the next train row, and the last one as `loss`."""
+        self.interval_losses.append(np.asarray(losses, dtype=np.float64))
+        self.loss = float(losses[-1])
+
+    def take_interval_loss(self) -> tuple[Optional[float], Optional[float]]:
+        """(mean, max) of the losses since the previous call, which starts the next interval; (loss, loss) when
+        no iteration ran in between."""
+        if not self.interval_losses:
+            return self.loss, self.loss
+        losses = np.concatenate(self.interval_losses)
+        self.interval_losses = []
+        return float(np.mean(losses)), float(np.max(losses))
 
     def resumed_fields(self) -> dict:
         return {name: getattr(self, name) for name in RESUMED_FIELDS}

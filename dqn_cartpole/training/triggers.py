@@ -16,6 +16,7 @@ from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core import build, env_ids
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
+from dqn_cartpole.core.q_probe import MaxQ
 from dqn_cartpole.run_folder import export
 from dqn_cartpole.run_folder.metrics import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
@@ -69,8 +70,8 @@ class PolicyExport:
 
 
 class LogTrain:
-    """A train row: loss, epsilon, replay counts, speed, the Q-value probe, a learner's policy lag; to the CSV
-    and TensorBoard."""
+    """A train row: the loss's mean and max over the interval, epsilon, replay counts, speed, the Q-value probe,
+    the collect episodes' returns, a learner's policy lag; to the CSV and TensorBoard."""
 
     def __init__(self, pipeline: Pipeline, config: Config, state: RunState, log: CsvLog, scalars: Scalars,
                  q_probe: Callable[[], float], clock: Clock):
@@ -84,19 +85,23 @@ class LogTrain:
         if samples is None:  # the uniform buffers count nothing: each train step samples one batch
             samples = train_step * self.config.training.batch_size
         inserts = replay.inserts()
+        loss, loss_max = self.state.take_interval_loss()
+        collect_return, collect_episodes = (None, None) if self.pipeline.collect_returns is None \
+            else self.pipeline.collect_returns.take()
         row = {
-            "train_step": train_step, "env_steps": self.pipeline.env_step_count(), "loss": self.state.loss,
+            "train_step": train_step, "env_steps": self.pipeline.env_step_count(), "loss": loss, "loss_max": loss_max,
             "epsilon": self.pipeline.epsilon(), "replay_size": replay.size(), "replay_inserts": inserts,
             "replay_samples": samples, "samples_per_insert": samples / inserts if inserts else None,
             "wall_s": wall_s, "mean_max_q": self.q_probe(),
             "train_steps_per_s": self.train_steps_per_s(train_step, wall_s),
             "policy_lag": self.state.policy_lag, "policy_lag_max": self.state.policy_lag_max,
+            "collect_return": collect_return, "collect_episodes": collect_episodes,
         }
         self.previous = (train_step, wall_s)
         self.log.write(row)
         self.scalars.write("train", train_step, {k: row[k] for k in (
-            "loss", "epsilon", "replay_size", "samples_per_insert", "mean_max_q", "train_steps_per_s", "policy_lag",
-            "policy_lag_max")})
+            "loss", "loss_max", "epsilon", "replay_size", "samples_per_insert", "mean_max_q", "train_steps_per_s",
+            "policy_lag", "policy_lag_max", "collect_return")})
 
     def train_steps_per_s(self, train_step: int, wall_s: float) -> Optional[float]:
         """Train steps per wall second since this process's previous row (evaluations included)."""
@@ -152,6 +157,7 @@ class Evaluate:
         self.pipeline, self.config, self.state, self.exporter = pipeline, config, state, exporter
         self.best_policy, self.log, self.scalars = best_policy, log, scalars
         self.clock, self.progress, self.solve_check = clock, progress, solve_check
+        self.max_q = MaxQ(pipeline.agent.q_network)  # the estimate at the evaluation's own first states
 
     def __call__(self) -> None:
         started = time.perf_counter()
@@ -168,6 +174,8 @@ class Evaluate:
             state.best_return, state.best_iteration = result.average_return, state.iteration
             self.exporter.save(self.best_policy, result.average_return)
         spread = result.spread_columns()
+        if result.first_observations is not None:
+            spread["average_max_q_at_reset"] = self.max_q(result.first_observations)
         self.log.write({"train_step": train_step, "env_steps": self.pipeline.env_step_count(),
                         "average_return": result.average_return, "average_episode_length": result.average_length,
                         "num_episodes": len(result.returns), "wall_s": self.clock.wall(), **spread})
