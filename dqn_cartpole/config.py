@@ -71,8 +71,9 @@ class ReplayConfig:
     num_parallel_calls: int = _f(3, "parallel sampling calls in the tf.data pipeline")
     prefetch: int = _f(3, "batches the tf.data pipeline prepares ahead")
     reverb_port: Optional[int] = _f(None, "port of the embedded Reverb server (null = a free port)")
-    reverb_max_cycle_length: int = _f(8, "Reverb streams per batch (tf-agents: 32; 8 is as fast with 1/3 the threads)")
-    reverb_dataset_buffer_size: Optional[int] = _f(None, "samples in flight per Reverb stream (null = 3 x its share)")
+    reverb_max_cycle_length: int = _f(4, "Reverb streams read in parallel, each yielding whole batches (Acme's "
+                                         "make_reverb_dataset; 4 was the fastest of 1-8 on 2 cores)")
+    reverb_dataset_buffer_size: Optional[int] = _f(None, "samples in flight per Reverb stream (null = 2 x the batch)")
     reverb_num_workers_per_iterator: int = _f(-1, "threads sampling for each Reverb stream (-1 = Reverb picks)")
 
 
@@ -104,8 +105,12 @@ class CollectionConfig:
 class DistributedConfig:
     """Roles as separate processes (train --topology local, replay-server, collect, learn)."""
 
+    replay: str = _f("learner", "'learner': the learner keeps the replay in its own in-graph buffer (fast), fed through "
+                                "a queue on the server; 'server': one shared replay table on the server (checkpointed "
+                                "there, for several learners), which the learner samples over the network")
     weight_refresh_steps: int = _f(100, "env steps a collector takes between pulls of the learner's weights")
-    weight_push_interval: int = _f(50, "learner train steps between pushes of its weights to the variables table")
+    weight_push_interval: int = _f(50, "learner train steps between pushes of its weights to the variables table "
+                                       "(a background thread pushes them while the learner trains)")
     server_checkpoint_s: Optional[float] = _f(None, "seconds between the replay server's own table checkpoints "
                                                     "(null = only when it stops and with each learner checkpoint; "
                                                     "a timer races a learner's checkpoint, which moves the newest)")
@@ -113,10 +118,13 @@ class DistributedConfig:
     rate_limiter_timeout_ms: int = _f(60_000, "a learner's sample waits this long for data, then fails (no freeze)")
     final_evaluation_timeout_s: float = _f(120.0, "seconds a learner that trained all its iterations waits for the "
                                                   "evaluate-live role's evaluation of its final weights")
-    samples_per_insert: Optional[float] = _f(None, "replay-server: hold sampled items / inserted items near this "
-                                                   "(Reverb SampleToInsertRatio; null = no ratio, MinSize(1))")
-    samples_per_insert_tolerance: float = _f(1000.0, "how far (in sampled items; a batch of 64 counts 64, prefetched "
-                                                     "ones too) the ratio may drift before one side waits")
+    samples_per_insert: Optional[float] = _f(None, "sampled items per inserted item (a batch of 64 counts 64). replay "
+                                                   "learner: the learner reads exactly this (null = as one process: "
+                                                   "batch_size x train_steps / collect_steps per iteration); server: "
+                                                   "Reverb's SampleToInsertRatio (null = no ratio, MinSize(1))")
+    samples_per_insert_tolerance: float = _f(1000.0, "how far (in sampled items) the ratio may drift before one side "
+                                                     "waits; learner: the queue holds tolerance / samples_per_insert "
+                                                     "items; server: prefetched samples count too")
 
 
 @dataclass(frozen=True)
@@ -167,7 +175,8 @@ class Config:
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)
 CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
-           ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py")}
+           ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py"),
+           ("distributed", "replay"): ("learner", "server")}
 
 
 # ---------------------------------------------------------------------------- loading
@@ -189,6 +198,20 @@ def sampling_mode(replay: "ReplayConfig") -> str:
     if replay.sampling != "auto":
         return replay.sampling
     return "dataset" if replay.backend == "reverb" else "direct"
+
+
+def samples_per_insert(config: Config) -> Optional[float]:
+    """The ratio a distributed run keeps: the configured one, or (replay on the learner) a single process's."""
+    spi = config.distributed.samples_per_insert
+    if spi is None and config.distributed.replay == "learner":
+        training = config.training
+        return training.batch_size * training.train_steps_per_iteration / training.collect_steps_per_iteration
+    return spi
+
+
+def queue_size(config: Config) -> int:
+    """Items the learner's queue holds before the collectors wait: the tolerance, in inserted items."""
+    return max(1, round(config.distributed.samples_per_insert_tolerance / samples_per_insert(config)))
 
 
 def resolve_auto(config: Config) -> Config:

@@ -198,12 +198,12 @@ def test_reverb_items_carry_the_collecting_train_step_to_the_learners_sampler():
         replay.tag_items(7)
         for batch in steps:  # 10 more with those of step 7
             replay.add_batch(batch)
-        sample = replay.sampler(64, 2, with_info=True)
-        experience, info = sample()
+        sample = replay.sampler(64, 2, with_tags=True)
+        experience, priority = sample()
         first = np.asarray(experience.observation)[:, 0, 0]  # the window's first step
-        priority = np.asarray(info.priority)  # [batch, time]: the item's priority at each of its steps
-        np.testing.assert_array_equal(priority, np.repeat(np.where(first < 10, 0.0, 7.0)[:, None], 2, axis=1))
-        assert set(priority.ravel().tolist()) == {0.0, 7.0}
+        priority = np.asarray(priority)  # [batch]: the item's priority
+        np.testing.assert_array_equal(priority, np.where(first < 10, 0.0, 7.0))
+        assert set(priority.tolist()) == {0.0, 7.0}
         np.testing.assert_array_equal(np.asarray(replay.single_pass().observation)[:, 0, 0], np.arange(20))
 
 
@@ -290,7 +290,7 @@ def test_a_write_held_back_by_the_ratio_is_given_up_on_when_asked():
     from tf_agents.specs import tensor_spec
     from tf_agents.trajectories import policy_step, time_step as ts, trajectory as trajectory_lib
 
-    from dqn_cartpole.replay.reverb_client import WriterInterrupted
+    from dqn_cartpole.replay.reverb_writers import WriterInterrupted
     from dqn_cartpole.replay.reverb_tables import SampleRatio
 
     observation = ts.time_step_spec(tf.TensorSpec([4], tf.float32))

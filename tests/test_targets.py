@@ -206,8 +206,7 @@ def test_resume_seam_reads_as_a_truncation(replays, backend):
     feed(replay, before)
     held = replay.held_steps()  # what a checkpoint keeps of the writers
     if backend == "reverb":  # a new process: its writers hold nothing until given `held`
-        for writer in replay.writers:
-            writer.forget()
+        replay.writers.forget()
     replay.write_seam(np.array([observation(4)], np.float32), held)
     after = [Step(6, FIRST, MID, 50.0, 1.0), Step(7, MID, MID, 60.0, 1.0), Step(8, MID, MID, 70.0, 1.0),
              Step(9, MID, MID, 80.0, 1.0)]

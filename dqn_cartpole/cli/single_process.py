@@ -135,7 +135,7 @@ def cmd_train_local(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, replay=replay)
         print("note: --topology local shares the replay through a Reverb server: replay.backend: reverb",
               file=sys.stderr)
-    if plan is not None and plan.found is not None and not os.path.isdir(
+    if config.distributed.replay == "server" and plan is not None and plan.found is not None and not os.path.isdir(
             os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
         raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
     if args.resume:

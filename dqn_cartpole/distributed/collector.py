@@ -1,9 +1,11 @@
 """The `collect` role: the tutorial's PyDriver with the agent's collect policy, writing to a remote Reverb.
 
-Every `distributed.weight_refresh_steps` env steps it pulls the learner's weights and train
-step (the train step sets epsilon), then steps on; the items it writes carry that train step
-as their priority, so the learner can measure its policy lag. Each collector has its own seed
-and its own metrics CSV (env steps/s, episodes, the train step and age of its weights).
+It writes (n_step + 1)-step windows into the server's queue to the learner (`distributed.replay:
+learner`) or into its shared replay table (`server`). Every `distributed.weight_refresh_steps`
+env steps it pulls the learner's weights and train step (the train step sets epsilon), then
+steps on; the items it writes carry that train step as their priority, so the learner can
+measure its policy lag. Each collector has its own seed and its own metrics CSV (env steps/s,
+episodes, the train step and age of its weights).
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ import os
 import time
 from typing import Any, Callable
 
-import numpy as np
-
 from dqn_cartpole.config import Config
 from dqn_cartpole.console import signals
 from dqn_cartpole.core import build
+from dqn_cartpole.core.py_collect import StepCounter
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts
 from dqn_cartpole.distributed.variables import WeightSync, check_server
@@ -29,18 +30,6 @@ COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weig
                      "unix_s")  # puts collectors (and a restarted one) on one time axis
 
 
-class StepCounter:
-    """A PyDriver observer: env steps (boundaries excluded) and finished episodes of a batched env."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.episodes = 0
-
-    def __call__(self, trajectory: Any) -> None:
-        self.steps += int(np.sum(~trajectory.is_boundary()))
-        self.episodes += int(np.sum(trajectory.is_last()))
-
-
 def collect(config: Config, address: str, collector_id: int, run_dir: str) -> int:
     """Collects until SIGINT/SIGTERM (exit status 128 + the signal) or the run's stop (0)."""
     check_server(address, config.distributed.connect_timeout_s)
@@ -49,8 +38,7 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str) -> in
     os.makedirs(RunLayout(run_dir).roles, exist_ok=True)
     with signals.StopRequest() as stop, contextlib.ExitStack() as stack:
         env, _, agent = parts.agent_with_envs(config, config.env.num_envs, seed, stack)
-        replay = build.make_replay_client(config.replay, agent.collect_data_spec, config.env.num_envs,
-                                          config.agent.n_step, address, stack)
+        replay = build.make_stream_writers(config, agent.collect_data_spec, address, stack)
         sync = WeightSync(address, agent)
         counter = StepCounter()
         driver = build.make_py_collect_driver(env, agent.collect_policy, [replay.add_batch, counter],
@@ -80,7 +68,7 @@ def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callabl
     A write held back by a samples-per-insert ratio (the learner has stopped sampling) is given up
     on as soon as either stop comes, so a collector never has to be killed.
     """
-    from dqn_cartpole.replay.reverb_client import WriterInterrupted
+    from dqn_cartpole.replay.reverb_writers import WriterInterrupted
 
     replay.give_up_waiting_when(lambda: stop.requested or sync.stopped())
     started = last_log = pulled_at = time.monotonic()

@@ -220,7 +220,9 @@ def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpo
     layout = RunLayout(run_dir)
     write_text_atomic(layout.config, dump_yaml(config))
     os.makedirs(layout.checkpoints, exist_ok=True)
-    checkpointing.stage_reverb(layout.checkpoints, plan.found if plan else None)
+    # The server loads the shared replay's table from here; a queue to a learner-side replay starts empty.
+    shared = config.distributed.replay == "server"
+    checkpointing.stage_reverb(layout.checkpoints, plan.found if plan and shared else None)
     print(f"Local topology: a replay server on port {port}, a learner, an evaluator and {collectors} collector(s) -> "
           f"{run_dir} "
           f"(logs in {layout.roles})", flush=True)

@@ -1,0 +1,182 @@
+"""A replay that lives on the learner: the collectors' windows reach it through a Reverb queue, and it keeps
+them in its own in-graph uniform buffer, samples there and checkpoints them with the agent.
+
+Sampling from a Reverb server costs about 50 µs per item over loopback, and a DQN learner samples
+64 items per gradient step: reading a server can never keep pace with an in-graph buffer. Reading
+each *new* item once costs one item per env step instead. So here:
+
+* collectors write (n_step + 1)-step windows into the server's queue table (`QUEUE_TABLE_NAME`)
+  with the same writers as a Reverb replay (`StreamWriters`: every collected step starts one
+  window, episode ends padded), each item tagged with the train step of the weights that
+  collected it;
+* `QueueReader` reads the queue inside the learner's compiled chunk: a raw
+  `reverb.TrajectoryDataset` of one worker (a FIFO table needs one), no per-item maps;
+* `LearnerSideReplay` moves the items it reads into a `TFUniformReplayBuffer` of windows (one
+  column) and samples batches of whole windows there, in program order;
+* before each gradient step it reads as many items as keep the run's samples per insert:
+  after `train_step` gradient steps of `batch_size` it holds
+  `min_size + ceil(train_step x batch_size / samples_per_insert)` items. The queue's own rate
+  limiter makes the collectors wait while it is full (the learner fell behind); the read waits
+  while it is empty (the collectors fell behind).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.replay_buffers import tf_uniform_replay_buffer
+from tf_agents.specs import tensor_spec
+
+from dqn_cartpole.config import ReplayConfig
+from dqn_cartpole.replay.base import Replay, to_numpy
+from dqn_cartpole.replay.packing import StepPacker
+from dqn_cartpole.replay.reverb_tables import QUEUE_TABLE_NAME
+
+# Items the queue's reader requests ahead. They leave the queue when requested, so a learner that is killed
+# loses them; a few are enough to hide the round trip.
+READ_AHEAD = 8
+
+
+@dataclass(frozen=True)
+class LearnerRatio:
+    """How many items the learner holds before a gradient step: `min_size`, then one per
+    `samples_per_insert` sampled items (a batch of `batch_size` counts `batch_size`)."""
+
+    samples_per_insert: float
+    min_size: int
+    batch_size: int
+
+    def due(self, train_steps: int) -> int:
+        """Items held once `train_steps` gradient steps have sampled (Python numbers)."""
+        return self.min_size + math.ceil(train_steps * self.batch_size / self.samples_per_insert - 1e-9)
+
+    def due_tensor(self, train_steps: tf.Tensor) -> tf.Tensor:
+        """`due` inside the graph (int64)."""
+        sampled = tf.cast(train_steps, tf.float64) * float(self.batch_size) / self.samples_per_insert
+        return self.min_size + tf.cast(tf.math.ceil(sampled - 1e-9), tf.int64)
+
+
+class QueueReader:
+    """The learner's end of the queue: items ([sequence_length, ...] windows) and their tags, read in FIFO order."""
+
+    def __init__(self, address: str, data_spec: Any, sequence_length: int, rate_limiter_timeout_ms: int = -1):
+        from dqn_cartpole.replay.reverb_client import packed_dataset
+
+        self.packer = StepPacker(data_spec)
+        dataset = packed_dataset(address, QUEUE_TABLE_NAME, self.packer, sequence_length, in_flight=READ_AHEAD,
+                                 workers=1, rate_limiter_timeout_ms=rate_limiter_timeout_ms)
+        self.iterator: Optional[Any] = iter(dataset)
+
+    def next(self) -> tuple[Any, tf.Tensor]:
+        """(window, the train step that collected it) of the oldest item; waits while the queue is empty.
+
+        After `rate_limiter_timeout_ms` of waiting the dataset ends: tf.errors.OutOfRangeError.
+        """
+        sample = self.iterator.get_next()
+        return self.packer.unpack(sample.data[0]), sample.info.priority
+
+    def close(self) -> None:
+        self.iterator = None
+
+
+class LearnerSideReplay(Replay):
+    """The learner's own uniform buffer of windows, filled from a `QueueReader` at the run's samples per insert."""
+
+    backend = "learner"
+
+    def __init__(self, data_spec: Any, config: ReplayConfig, sequence_length: int, reader: QueueReader,
+                 ratio: LearnerRatio, train_step: tf.Variable):
+        window = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec), sequence_length)
+        self.item_spec = (window, tf.TensorSpec([], tf.float64, name="collected_at"))
+        buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(self.item_spec, batch_size=1,
+                                                                max_length=config.capacity)
+        super().__init__(buffer, data_spec, 1, config)
+        self.sequence_length, self.reader, self.ratio, self.train_step = sequence_length, reader, ratio, train_step
+        self._cleared_inserts = 0
+        self._drain = tf.function(self.drain, autograph=False)
+
+    # -- writing: only from the queue
+    def add_batch(self, items: Any) -> Any:
+        """Adds (windows [1, sequence_length, ...], tags [1]): one item, as the queue's reader does."""
+        return self.buffer.add_batch(items)
+
+    def drain(self, count: tf.Tensor) -> tf.Tensor:
+        """Moves `count` items from the queue into the buffer, inside the graph; returns how many."""
+
+        def move_one(i: tf.Tensor) -> tf.Tensor:
+            window, tag = self.reader.next()
+            with tf.control_dependencies([self.buffer.add_batch((expand(window), tag[tf.newaxis]))]):
+                return i + 1
+
+        count = tf.cast(count, tf.int64)
+        return tf.while_loop(lambda i: i < count, move_one, [tf.constant(0, tf.int64)])[0]
+
+    def fill(self, stopped: Callable[[], bool], chunk: int = 100) -> bool:
+        """Reads until the buffer holds what the next gradient step needs (`initial_collect_steps` at first),
+        `chunk` items per call; False if `stopped()` first."""
+        due = self.ratio.due(int(self.train_step.numpy()))
+        while self.inserts() < due:
+            if stopped():
+                return False
+            self._drain(tf.constant(min(chunk, due - self.inserts()), tf.int64))
+        return True
+
+    # -- reading
+    def _inserts_tensor(self) -> tf.Tensor:
+        return self._cleared_inserts + self.buffer._get_last_id() + 1  # pylint: disable=protected-access
+
+    def get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
+        """Uniform windows [batch?, sequence_length, ...] and their tags; `num_steps` must be the window length."""
+        if num_steps not in (None, self.sequence_length):
+            raise ValueError(f"this replay holds windows of {self.sequence_length} steps, not {num_steps}")
+        (windows, tags), _ = self.buffer.get_next(sample_batch_size)
+        if tf.executing_eagerly():
+            return to_numpy(windows), to_numpy(tags)
+        return windows, tags
+
+    def sampler(self, sample_batch_size: int, num_steps: int, with_tags: bool = False) -> Callable[[], Any]:
+        """Before each batch, reads from the queue what the ratio asks for the coming gradient step, then
+        samples in program order (in the graph, after those items are in)."""
+        if num_steps != self.sequence_length:
+            raise ValueError(f"this replay holds windows of {self.sequence_length} steps, not {num_steps}")
+
+        def sample() -> Any:
+            missing = self.ratio.due_tensor(self.train_step + 1) - tf.cast(self._inserts_tensor(), tf.int64)
+            read = self.drain(tf.maximum(missing, 0))
+            with tf.control_dependencies([read]):
+                windows, tags = self.get_next(sample_batch_size, num_steps)
+            return (windows, tags) if with_tags else windows
+
+        return sample
+
+    def as_dataset(self, sample_batch_size: int, num_steps: int) -> tf.data.Dataset:
+        raise NotImplementedError("a learner-side replay is sampled in the graph (sampler), not through tf.data")
+
+    def single_pass(self) -> Any:
+        """Every window once, oldest first: [items, sequence_length, ...] (as Reverb's single pass)."""
+        windows, _ = self.buffer._gather_all()  # pylint: disable=protected-access
+        return tf.nest.map_structure(lambda t: np.asarray(t)[0], windows)
+
+    def clear(self) -> None:
+        self._cleared_inserts = self.inserts()
+        super().clear()
+
+    # -- bookkeeping: the learner's own counters, no call to the server
+    def size(self) -> int:
+        return int(self.buffer.num_frames().numpy())
+
+    def inserts(self) -> int:
+        return int(self._inserts_tensor().numpy())
+
+    def close(self) -> None:
+        super().close()
+        self.reader.close()
+
+
+def expand(nest: Any) -> Any:
+    """One item -> a batch of one (the buffer's single column)."""
+    return tf.nest.map_structure(lambda t: t[tf.newaxis], nest)
