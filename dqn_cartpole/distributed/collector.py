@@ -1,7 +1,10 @@
 """The `collect` role: the tutorial's PyDriver with the agent's collect policy, writing to a remote Reverb.
 
 It writes (n_step + 1)-step windows into the server's queue to the learner (`distributed.replay:
-learner`) or into its shared replay table (`server`). Every `distributed.weight_refresh_steps`
+learner`) or into its shared replay table (`server`). It steps its envs as `collection.driver`
+says: a TF-Agents `DynamicStepDriver` compiled into one call per weight refresh (`compiled`,
+about twice as many env steps per second), or the tutorial's `PyDriver` (`py`). Every
+`distributed.weight_refresh_steps`
 env steps it pulls the learner's weights and train step (the train step sets epsilon), then
 steps on; the items it writes carry that train step as their priority, so the learner can
 measure its policy lag. Each collector has its own seed and its own metrics CSV (env steps/s,
@@ -14,6 +17,8 @@ import contextlib
 import os
 import time
 from typing import Any, Callable
+
+import tensorflow as tf
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.console import signals
@@ -37,19 +42,19 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str) -> in
     seed_everything(seed)
     os.makedirs(RunLayout(run_dir).roles, exist_ok=True)
     with signals.StopRequest() as stop, contextlib.ExitStack() as stack:
-        env, _, agent = parts.agent_with_envs(config, config.env.num_envs, seed, stack)
+        env, tf_env, agent = parts.agent_with_envs(config, config.env.num_envs, seed, stack)
         replay = build.make_stream_writers(config, agent.collect_data_spec, address, stack)
         sync = WeightSync(address, agent)
-        counter = StepCounter()
-        driver = build.make_py_collect_driver(env, agent.collect_policy, [replay.add_batch, counter],
-                                              config.distributed.weight_refresh_steps)
+        driver_class = PyCollectorDriver if config.collection.driver == "py" else CompiledCollectorDriver
+        driver = driver_class(env, tf_env, agent.collect_policy, replay.add_batch,
+                              config.distributed.weight_refresh_steps)
         csv_log = stack.enter_context(contextlib.closing(CsvLog(RunLayout(run_dir).collector_metrics(collector_id),
                                                                 COLLECTOR_COLUMNS)))
         # Its own TensorBoard run next to the learner's, so the collectors' curves can be compared.
         tensorboard = os.path.join(RunLayout(run_dir).tensorboard, f"collector-{collector_id}")
         scalars = stack.enter_context(contextlib.closing(Scalars(tensorboard if config.output.tensorboard else None)))
         if sync.wait_for_first(lambda: stop.requested):
-            run_driver(driver, sync, counter, lambda row: log_row(row, csv_log, scalars), stop, replay)
+            run_driver(driver, sync, lambda row: log_row(row, csv_log, scalars), stop, replay)
     return signals.exit_status(stop.signum) if stop.signum else 0
 
 
@@ -59,8 +64,56 @@ def log_row(row: dict, csv_log: CsvLog, scalars: Scalars) -> None:
                   {k: v for k, v in row.items() if k not in ("env_steps", "unix_s")})
 
 
-def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callable[[dict], None],
-               stop: signals.StopRequest, replay: Any, log_every_s: float = 5.0) -> None:
+class PyCollectorDriver:
+    """The tutorial's PyDriver with the collect policy (one compiled call per step), counting in numpy."""
+
+    def __init__(self, env: Any, tf_env: Any, policy: Any, write: Callable, steps: int):
+        del tf_env
+        self.counter = StepCounter()
+        self.driver = build.make_py_collect_driver(env, policy, [write, self.counter], steps)
+
+    def reset(self) -> Any:
+        return self.driver.env.reset()
+
+    def run(self, time_step: Any) -> Any:
+        return self.driver.run(time_step, ())[0]
+
+    def counts(self) -> tuple[int, int]:
+        """(env steps, finished episodes) so far."""
+        return self.counter.steps, self.counter.episodes
+
+
+class CompiledCollectorDriver:
+    """A TF-Agents DynamicStepDriver compiled into one call of `steps` env steps, counting with TF metrics."""
+
+    def __init__(self, env: Any, tf_env: Any, policy: Any, write: Callable, steps: int):
+        from tf_agents.metrics import tf_metrics
+
+        del env
+        self.tf_env = tf_env
+        self.env_steps, self.episodes = tf_metrics.EnvironmentSteps(), tf_metrics.NumberOfEpisodes()
+        driver = build.make_collect_driver(tf_env, policy, [write, self.env_steps, self.episodes], steps)
+        self._run = tf.function(lambda time_step: driver.run(time_step, ())[0], autograph=False)
+
+    def reset(self) -> Any:
+        return self.tf_env.reset()
+
+    def run(self, time_step: Any) -> Any:
+        from dqn_cartpole.replay.reverb_writers import WriterInterrupted
+
+        try:
+            return self._run(time_step)
+        except tf.errors.OpError as exc:  # the writers run in a numpy_function, which wraps their exceptions
+            if WriterInterrupted.__name__ in str(exc):
+                raise WriterInterrupted(str(exc).splitlines()[0]) from None
+            raise
+
+    def counts(self) -> tuple[int, int]:
+        return int(self.env_steps.result().numpy()), int(self.episodes.result().numpy())
+
+
+def run_driver(driver: Any, sync: WeightSync, log: Callable[[dict], None], stop: signals.StopRequest, replay: Any,
+               log_every_s: float = 5.0) -> None:
     """Pull weights (and tag the items with their train step), collect `weight_refresh_steps` env steps,
     flush the writers, repeat until a signal or the run's stop (the learner finished, or the evaluator
     confirmed a solve); a metrics row every `log_every_s`, and one when it stops.
@@ -73,24 +126,25 @@ def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callabl
     replay.give_up_waiting_when(lambda: stop.requested or sync.stopped())
     started = last_log = pulled_at = time.monotonic()
     weights_step = 0
-    time_step, policy_state = driver.env.reset(), ()
+    time_step = driver.reset()
     try:
         while not stop.requested and not sync.stopped():
             weights_step, pulled_at = sync.pull(), time.monotonic()
             replay.tag_items(weights_step)
-            time_step, policy_state = driver.run(time_step, policy_state)
+            time_step = driver.run(time_step)
             replay.flush()  # unconfirmed items pile up in the writers otherwise
             if time.monotonic() - last_log >= log_every_s:
                 last_log = time.monotonic()
-                log(metrics_row(counter, started, weights_step, pulled_at))
+                log(metrics_row(driver.counts(), started, weights_step, pulled_at))
     except WriterInterrupted:
         pass  # stopped while the server held a write back: those items are dropped
-    log(metrics_row(counter, started, weights_step, pulled_at))
+    log(metrics_row(driver.counts(), started, weights_step, pulled_at))
 
 
-def metrics_row(counter: StepCounter, started: float, weights_step: int, pulled_at: float) -> dict:
+def metrics_row(counts: tuple[int, int], started: float, weights_step: int, pulled_at: float) -> dict:
     now = time.monotonic()
-    return {"wall_s": now - started, "env_steps": counter.steps, "episodes": counter.episodes,
-            "env_steps_per_s": counter.steps / max(now - started, 1e-9),
+    steps, episodes = counts
+    return {"wall_s": now - started, "env_steps": steps, "episodes": episodes,
+            "env_steps_per_s": steps / max(now - started, 1e-9),
             "weights_train_step": weights_step, "weights_age_s": now - pulled_at,
             "unix_s": f"{time.time():.1f}"}  # a string: the CSV writes floats with 6 digits

@@ -33,7 +33,7 @@ from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import make_evaluation, process_start_time
 from dqn_cartpole.training.state import RunState
 
-POLL_S = 0.1
+POLL_S = 0.25  # between looks at the newest weights while no evaluation is due
 
 
 def next_due(train_step: int, every: int) -> int:

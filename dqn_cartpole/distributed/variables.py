@@ -56,6 +56,7 @@ class WeightSync:
 
     def __init__(self, address: str, agent: Any):
         import reverb
+        import tensorflow as tf
         from tf_agents.experimental.distributed import reverb_variable_container as rvc
 
         # Only after check_server: the constructor waits forever for a server that is not up.
@@ -63,6 +64,16 @@ class WeightSync:
         self.agent = agent
         self.variables = weights(agent)
         self.client = reverb.Client(address)
+        flat = tf.nest.flatten(self.variables)
+
+        def assign(*values: Any) -> None:
+            for variable, value in zip(flat, values):
+                variable.assign(value)
+
+        # The container's update builds a TF sampler per call (about 3 ms); the Python client's sample and
+        # one compiled assignment cost about a third of that.
+        signature = [tf.TensorSpec(v.shape, v.dtype) for v in flat]
+        self._assign = tf.function(assign, input_signature=signature, autograph=False).get_concrete_function()
 
     def push(self) -> None:
         self.container.push(self.variables)
@@ -78,7 +89,8 @@ class WeightSync:
 
     def pull(self) -> int:
         """Assigns the newest pushed weights (and train step) to the agent; returns that train step."""
-        self.container.update(self.variables)
+        sample = next(self.client.sample(VARIABLES_TABLE, num_samples=1, emit_timesteps=False))
+        self._assign(*[column[0] for column in sample.data])  # an inserted item is one step
         return int(self.agent.train_step_counter.numpy())
 
     def wait_for_first(self, stopped: Callable[[], bool], poll_s: float = 0.2) -> bool:
