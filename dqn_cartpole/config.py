@@ -108,8 +108,9 @@ class DistributedConfig:
     replay: str = _f("learner", "'learner': the learner keeps the replay in its own in-graph buffer (fast), fed through "
                                 "a queue on the server; 'server': one shared replay table on the server (checkpointed "
                                 "there, for several learners), which the learner samples over the network")
-    weight_refresh_steps: int = _f(100, "env steps a collector takes between pulls of the learner's weights")
-    weight_push_interval: int = _f(50, "learner train steps between pushes of its weights to the variables table "
+    weight_refresh_steps: int = _f(50, "env steps a collector takes between pulls of the learner's weights (about 1 ms "
+                                       "each)")
+    weight_push_interval: int = _f(25, "learner train steps between pushes of its weights to the variables table "
                                        "(a background thread pushes them while the learner trains)")
     server_checkpoint_s: Optional[float] = _f(None, "seconds between the replay server's own table checkpoints "
                                                     "(null = only when it stops and with each learner checkpoint; "

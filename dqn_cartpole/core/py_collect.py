@@ -85,4 +85,4 @@ class StepStash:
             with tf.control_dependencies([self.add_batch(tf.nest.map_structure(lambda t: t[i], steps))]):
                 return i + 1
 
-        return tf.while_loop(lambda i: i < count, add_one, [tf.constant(0)])[0]
+        return tf.while_loop(lambda i: i < count, lambda i: (add_one(i),), (tf.constant(0),))[0]

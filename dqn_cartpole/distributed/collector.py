@@ -37,12 +37,12 @@ COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weig
 
 def collect(config: Config, address: str, collector_id: int, run_dir: str) -> int:
     """Collects until SIGINT/SIGTERM (exit status 128 + the signal) or the run's stop (0)."""
-    check_server(address, config.distributed.connect_timeout_s)
     seed = config.training.seed + parts.COLLECTOR_SEED_OFFSET * (collector_id + 1)
     seed_everything(seed)
     os.makedirs(RunLayout(run_dir).roles, exist_ok=True)
     with signals.StopRequest() as stop, contextlib.ExitStack() as stack:
         env, tf_env, agent = parts.agent_with_envs(config, config.env.num_envs, seed, stack)
+        check_server(address, config.distributed.connect_timeout_s)  # after the agent: it overlaps the server's start
         replay = build.make_stream_writers(config, agent.collect_data_spec, address, stack)
         sync = WeightSync(address, agent)
         driver_class = PyCollectorDriver if config.collection.driver == "py" else CompiledCollectorDriver

@@ -51,9 +51,10 @@ def remote_pipeline(config: Config, address: str, stack: contextlib.ExitStack,
     from dqn_cartpole.core.policies import compiled_act_fn
     from dqn_cartpole.training.pipeline import Pipeline
 
-    check_server(address, config.distributed.connect_timeout_s)
     run_envs = build.make_envs(config, stack)
     agent = build.make_agent(config, run_envs.tf_env)
+    # Only now: the roles start with the server, and building the agent overlaps its start-up.
+    check_server(address, config.distributed.connect_timeout_s)
     replay = make_replay(agent) if make_replay is not None else None
     return Pipeline(run_envs, agent, replay, tf_metrics.EnvironmentSteps(), None, None, compiled_act_fn(agent.policy),
                     make_episode_runner(agent.policy, run_envs.evaluate, gamma=config.agent.gamma), stack)

@@ -113,7 +113,11 @@ class LearnerSideReplay(Replay):
                 return i + 1
 
         count = tf.cast(count, tf.int64)
-        return tf.while_loop(lambda i: i < count, move_one, [tf.constant(0, tf.int64)])[0]
+        return tf.while_loop(lambda i: i < count, lambda i: (move_one(i),), (tf.constant(0, tf.int64),))[0]
+
+    def read(self, count: int) -> None:
+        """Moves `count` items from the queue into the buffer now (waiting for them as the sampler does)."""
+        self._drain(tf.constant(count, tf.int64))
 
     def fill(self, stopped: Callable[[], bool], chunk: int = 100) -> bool:
         """Reads until the buffer holds what the next gradient step needs (`initial_collect_steps` at first),
@@ -122,7 +126,7 @@ class LearnerSideReplay(Replay):
         while self.inserts() < due:
             if stopped():
                 return False
-            self._drain(tf.constant(min(chunk, due - self.inserts()), tf.int64))
+            self.read(min(chunk, due - self.inserts()))
         return True
 
     # -- reading
