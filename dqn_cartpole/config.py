@@ -108,7 +108,7 @@ class DistributedConfig:
     replay: str = _f("learner", "'learner': the learner keeps the replay in its own in-graph buffer (fast), fed through "
                                 "a queue on the server; 'server': one shared replay table on the server (checkpointed "
                                 "there, for several learners), which the learner samples over the network")
-    weight_refresh_steps: int = _f(50, "env steps a collector takes between pulls of the learner's weights (about 1 ms "
+    weight_refresh_steps: int = _f(25, "env steps a collector takes between pulls of the learner's weights (about 1 ms "
                                        "each)")
     weight_push_interval: int = _f(25, "learner train steps between pushes of its weights to the variables table "
                                        "(a background thread pushes them while the learner trains)")

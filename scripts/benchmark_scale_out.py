@@ -172,18 +172,22 @@ def learner_child(mode: str, steps: int) -> None:
 # ---------------------------------------------------------------------------- the local topology
 
 
-def local_run(collectors: int, out: str, overrides: list) -> tuple[dict, float]:
-    """`train --topology local` on the default config; returns (summary.json, the launch's Unix time)."""
-    args = python() + ["train", "--topology", "local", "--collectors", str(collectors), "--output-dir", out,
-                       "--quiet", "--overwrite", "--set", "video.enabled=false"]
+def run_train(out: str, options: list, overrides: list) -> tuple[dict, float]:
+    """`train OPTIONS` on the default config into `out`; returns (summary.json, the launch's Unix time)."""
+    args = python() + ["train", *options, "--output-dir", out, "--quiet", "--overwrite", "--set", "video.enabled=false"]
     for item in overrides:
         args += ["--set", item]
     started = time.time()
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     if result.returncode != 0:
-        raise SystemExit(f"local topology failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
+        raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
     with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
         return json.load(handle), started
+
+
+def local_run(collectors: int, out: str, overrides: list) -> tuple[dict, float]:
+    """`train --topology local` on the default config; returns (summary.json, the launch's Unix time)."""
+    return run_train(out, ["--topology", "local", "--collectors", str(collectors)], overrides)
 
 
 def local_throughput(collectors: int, iterations: int, workdir: str) -> dict:
@@ -202,14 +206,7 @@ def local_throughput(collectors: int, iterations: int, workdir: str) -> dict:
 
 
 def single_run(out: str, seed: int) -> tuple[dict, float]:
-    args = python() + ["train", "--output-dir", out, "--quiet", "--overwrite", "--set", "video.enabled=false",
-                       "--set", f"training.seed={seed}"]
-    started = time.time()
-    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"train failed:\n{result.stderr[-2000:]}")
-    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
-        return json.load(handle), started
+    return run_train(out, [], [f"training.seed={seed}"])
 
 
 def plain_tf_score(policy: str) -> tuple[float, float]:
@@ -281,6 +278,9 @@ def scale_out_tables(collector_counts: list, iterations: int, seeds: list, refer
     started = time.time()
     print(f"load average (1/5/15 min) at the start: {load()}", flush=True)
     has_reference = os.path.isfile(reference)
+    if not has_reference:
+        print(f"no reference loop at {reference}: the ratios to it are skipped (give it with --reference PATH)",
+              flush=True)
     before = reference_rate(reference, iterations) if has_reference else None
 
     rates = tutorial_rates(iterations, workdir)

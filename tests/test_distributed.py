@@ -268,6 +268,25 @@ def mid_steps(count: int, first: int = 0):
                                  policy_info=(), reward=np.ones([1], np.float32), discount=np.ones([1], np.float32))
 
 
+def queue_and_writers(stack, max_size: int) -> tuple:
+    """An embedded server with a queue of `max_size` 2-step windows, and a collector's writers into it:
+    (agent, data spec, replay config, server, writers)."""
+    import reverb
+
+    from dqn_cartpole.config import ReplayConfig
+    from dqn_cartpole.core import build
+    from dqn_cartpole.replay import reverb_tables
+    from dqn_cartpole.replay.reverb_writers import StreamWriters
+
+    _, agent = cartpole_agent(stack)
+    spec, config = agent.collect_data_spec, ReplayConfig(backend="reverb", capacity=100)
+    server = build.start_replay_server(config, spec, 1, stack, replay_tables=[
+        reverb_tables.make_queue_table(spec, 2, max_size=max_size)])
+    writers = StreamWriters(reverb.Client(server.address), spec, 1, 2, (reverb_tables.QUEUE_TABLE_NAME,))
+    stack.callback(writers.close)
+    return agent, spec, config, server, writers
+
+
 def test_the_learner_side_replay_reads_what_the_ratio_asks_with_the_tags_and_the_collector_waits_when_full():
     import contextlib
     import threading
@@ -276,19 +295,12 @@ def test_the_learner_side_replay_reads_what_the_ratio_asks_with_the_tags_and_the
     import reverb
     import tensorflow as tf
 
-    from dqn_cartpole.config import ReplayConfig
-    from dqn_cartpole.core import build
     from dqn_cartpole.replay import reverb_tables
     from dqn_cartpole.replay.learner_side import LearnerRatio, LearnerSideReplay, QueueReader
-    from dqn_cartpole.replay.reverb_writers import StreamWriters, WriterInterrupted
+    from dqn_cartpole.replay.reverb_writers import WriterInterrupted
 
     with contextlib.ExitStack() as stack:
-        _, agent = cartpole_agent(stack)
-        spec, config = agent.collect_data_spec, ReplayConfig(backend="reverb", capacity=100)
-        server = build.start_replay_server(config, spec, 1, stack, replay_tables=[
-            reverb_tables.make_queue_table(spec, 2, max_size=8)])
-        writers = StreamWriters(reverb.Client(server.address), spec, 1, 2, (reverb_tables.QUEUE_TABLE_NAME,))
-        stack.callback(writers.close)
+        _, spec, config, server, writers = queue_and_writers(stack, max_size=8)
         # The collector: items of the weights of train step 7, then of step 9, until the queue is full.
         asked = threading.Event()
         writers.give_up_waiting_when(asked.is_set)
@@ -326,23 +338,13 @@ def test_the_learner_side_replay_is_in_the_learners_checkpoint(tmp_path):
     import contextlib
 
     import numpy as np
-    import reverb
     from tf_agents.metrics import tf_metrics
 
-    from dqn_cartpole.config import ReplayConfig
-    from dqn_cartpole.core import build
-    from dqn_cartpole.replay import reverb_tables
     from dqn_cartpole.replay.learner_side import READ_AHEAD, LearnerRatio, LearnerSideReplay, QueueReader
-    from dqn_cartpole.replay.reverb_writers import StreamWriters
     from dqn_cartpole.run_folder import checkpointing
 
     with contextlib.ExitStack() as stack:
-        _, agent = cartpole_agent(stack)
-        spec, config = agent.collect_data_spec, ReplayConfig(backend="reverb", capacity=100)
-        server = build.start_replay_server(config, spec, 1, stack, replay_tables=[
-            reverb_tables.make_queue_table(spec, 2, max_size=100)])
-        writers = StreamWriters(reverb.Client(server.address), spec, 1, 2, (reverb_tables.QUEUE_TABLE_NAME,))
-        stack.callback(writers.close)
+        agent, spec, config, server, writers = queue_and_writers(stack, max_size=100)
         for batch in mid_steps(31):
             writers.add_batch(batch)
         writers.flush()

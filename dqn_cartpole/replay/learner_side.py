@@ -11,8 +11,8 @@ each *new* item once costs one item per env step instead. So here:
   collected it;
 * `QueueReader` reads the queue inside the learner's compiled chunk: a raw
   `reverb.TrajectoryDataset` of one worker (a FIFO table needs one), no per-item maps;
-* `LearnerSideReplay` moves the items it reads into a `TFUniformReplayBuffer` of windows (one
-  column) and samples batches of whole windows there, in program order;
+* `LearnerSideReplay` (a `TFUniformReplay` whose items are windows) moves the items it reads
+  into its buffer (one column) and samples batches of whole windows there, in program order;
 * before each gradient step it reads as many items as keep the run's samples per insert:
   after `train_step` gradient steps of `batch_size` it holds
   `min_size + ceil(train_step x batch_size / samples_per_insert)` items. The queue's own rate
@@ -26,15 +26,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-import numpy as np
 import tensorflow as tf
-from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.specs import tensor_spec
 
 from dqn_cartpole.config import ReplayConfig
-from dqn_cartpole.replay.base import Replay, to_numpy
+from dqn_cartpole.replay.base import to_numpy
 from dqn_cartpole.replay.packing import StepPacker
 from dqn_cartpole.replay.reverb_tables import QUEUE_TABLE_NAME
+from dqn_cartpole.replay.uniform import TFUniformReplay
 
 # Items the queue's reader requests ahead. They leave the queue when requested, so a learner that is killed
 # loses them; a few are enough to hide the round trip.
@@ -83,8 +82,9 @@ class QueueReader:
         self.iterator = None
 
 
-class LearnerSideReplay(Replay):
-    """The learner's own uniform buffer of windows, filled from a `QueueReader` at the run's samples per insert."""
+class LearnerSideReplay(TFUniformReplay):
+    """The learner's own uniform buffer of windows (a TFUniformReplayBuffer of one column, whose items are
+    (window, collecting train step)), filled from a `QueueReader` at the run's samples per insert."""
 
     backend = "learner"
 
@@ -92,18 +92,11 @@ class LearnerSideReplay(Replay):
                  ratio: LearnerRatio, train_step: tf.Variable):
         window = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec), sequence_length)
         self.item_spec = (window, tf.TensorSpec([], tf.float64, name="collected_at"))
-        buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(self.item_spec, batch_size=1,
-                                                                max_length=config.capacity)
-        super().__init__(buffer, data_spec, 1, config)
+        super().__init__(self.item_spec, 1, config)  # size, inserts and clear count items, as they count steps
         self.sequence_length, self.reader, self.ratio, self.train_step = sequence_length, reader, ratio, train_step
-        self._cleared_inserts = 0
         self._drain = tf.function(self.drain, autograph=False)
 
     # -- writing: only from the queue
-    def add_batch(self, items: Any) -> Any:
-        """Adds (windows [1, sequence_length, ...], tags [1]): one item, as the queue's reader does."""
-        return self.buffer.add_batch(items)
-
     def drain(self, count: tf.Tensor) -> tf.Tensor:
         """Moves `count` items from the queue into the buffer, inside the graph; returns how many."""
 
@@ -129,7 +122,7 @@ class LearnerSideReplay(Replay):
             self.read(min(chunk, due - self.inserts()))
         return True
 
-    # -- reading
+    # -- reading; the counts are the learner's own (no call to the server)
     def _inserts_tensor(self) -> tf.Tensor:
         return self._cleared_inserts + self.buffer._get_last_id() + 1  # pylint: disable=protected-access
 
@@ -162,19 +155,8 @@ class LearnerSideReplay(Replay):
 
     def single_pass(self) -> Any:
         """Every window once, oldest first: [items, sequence_length, ...] (as Reverb's single pass)."""
-        windows, _ = self.buffer._gather_all()  # pylint: disable=protected-access
-        return tf.nest.map_structure(lambda t: np.asarray(t)[0], windows)
-
-    def clear(self) -> None:
-        self._cleared_inserts = self.inserts()
-        super().clear()
-
-    # -- bookkeeping: the learner's own counters, no call to the server
-    def size(self) -> int:
-        return int(self.buffer.num_frames().numpy())
-
-    def inserts(self) -> int:
-        return int(self._inserts_tensor().numpy())
+        windows, _ = super().single_pass()
+        return tf.nest.map_structure(lambda a: a[0], windows)
 
     def close(self) -> None:
         super().close()
