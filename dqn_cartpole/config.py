@@ -2,317 +2,37 @@
 
 Config flows one way: YAML file -> `--set section.key=value` overrides -> one frozen
 `Config`, checked here before anything is built. Every field carries a one-line description
-in its metadata; `describe()` prints them.
+in its metadata (`dqn_cartpole.config_docs` turns them into the `config` command's output and
+docs/configuration-reference.md).
+
+Defaults have one source, configs/default.yaml: every field takes its default from that file
+when this module is imported, so `Config()`, a config file that names only a few keys, and
+`train` without `--config` all start from the same values. The package reads its configs
+through `importlib.resources` (`dqn_cartpole/configs`): in a checkout that is a symlink to the
+top-level configs/ folder, in a wheel the copy the build made of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import importlib.resources
 import math
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import yaml
 
 from dqn_cartpole.errors import ConfigError
 
+DEFAULT_CONFIG = "default.yaml"
+CONFIGS_PREFIX = "configs/"  # `--config configs/NAME.yaml` finds a shipped config from any folder
 
-def _f(default: Any, doc: str) -> Any:
-    """A dataclass field with a one-line description."""
-    if isinstance(default, (list, dict, tuple)):
-        return field(default_factory=lambda: default, metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
 
-
-@dataclass(frozen=True)
-class EnvConfig:
-    """The gymnasium environment."""
-
-    id: str = _f("CartPole-v1", "gymnasium env id; needs a Box observation and a Discrete action space")
-    num_envs: int = _f(1, "copies of the env stepped together for collection (1 = the tutorial)")
-    max_episode_steps: Optional[int] = _f(None, "override the env's time limit (null = the env's own)")
-
-
-@dataclass(frozen=True)
-class NetworkConfig:
-    """The Q-network."""
-
-    fc_layer_params: tuple = _f((100, 50), "units of each hidden Dense layer (ReLU, VarianceScaling init)")
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    """The DQN agent."""
-
-    double_dqn: bool = _f(False, "use Double DQN (DdqnAgent) instead of DqnAgent")
-    learning_rate: float = _f(1e-3, "Adam learning rate")
-    td_loss: str = _f("squared", "TD loss: 'squared' or 'huber'")
-    gamma: float = _f(1.0, "discount factor, in [0, 1]")
-    epsilon_start: float = _f(0.1, "epsilon of the epsilon-greedy collect policy at train step 0")
-    epsilon_end: float = _f(0.1, "epsilon after epsilon_decay_steps train steps")
-    epsilon_decay_steps: int = _f(1, "train steps over which epsilon falls linearly from start to end")
-    target_update_period: int = _f(1, "train steps between target-network updates")
-    target_update_tau: float = _f(1.0, "target update factor, in (0, 1]; 1 copies the weights")
-    gradient_clipping: Optional[float] = _f(None, "clip gradients to this global norm (null = off)")
-    n_step: int = _f(1, "n-step TD update; replay holds sequences of n_step + 1 steps")
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    """The replay buffer."""
-
-    backend: str = _f("reverb", "'reverb' (embedded server, opens a port), 'tf_uniform' or 'py_uniform'")
-    capacity: int = _f(100_000, "maximum transitions kept; the oldest are evicted first")
-    sampling: str = _f("auto", "'dataset' (tf.data, parallel + prefetch), 'direct' (in program order, reproducible; "
-                               "uniform buffers only) or 'auto' (direct for the uniform buffers, dataset for Reverb)")
-    num_parallel_calls: int = _f(3, "parallel sampling calls in the tf.data pipeline")
-    prefetch: int = _f(3, "batches the tf.data pipeline prepares ahead")
-    reverb_port: Optional[int] = _f(None, "port of the embedded Reverb server (null = a free port)")
-    reverb_max_cycle_length: int = _f(4, "Reverb streams read in parallel, each yielding whole batches (Acme's "
-                                         "make_reverb_dataset; 4 was the fastest of 1-8 on 2 cores)")
-    reverb_dataset_buffer_size: Optional[int] = _f(None, "samples in flight per Reverb stream (null = 2 x the batch)")
-    reverb_num_workers_per_iterator: int = _f(-1, "threads sampling for each Reverb stream (-1 = Reverb picks)")
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
-    """The training loop."""
-
-    seed: int = _f(0, "seeds Python, NumPy, TensorFlow and the environments")
-    num_iterations: int = _f(20_000, "iterations; each collects, then trains")
-    initial_collect_steps: int = _f(100, "env steps of a random policy that fill the buffer first")
-    collect_steps_per_iteration: int = _f(1, "env steps collected per iteration, summed over envs")
-    train_steps_per_iteration: int = _f(1, "gradient steps per iteration")
-    batch_size: int = _f(64, "transitions per gradient step")
-    log_interval: int = _f(200, "iterations between loss rows in the metrics")
-    checkpoint_interval: int = _f(5000, "iterations between checkpoints (resume with: train --resume RUN_DIR)")
-    keep_checkpoints: int = _f(3, "newest complete checkpoints kept in RUN_DIR/checkpoints; older ones are deleted")
-    jit_compile: bool = _f(True, "compile each gradient step with XLA (faster on CPU; false for plain TF)")
-
-
-@dataclass(frozen=True)
-class CollectionConfig:
-    """How the collect policy steps the envs."""
-
-    driver: str = _f("compiled", "'compiled' (a TF driver inside the compiled loop, fastest) or 'py' (the tutorial's "
-                                 "PyDriver + PyTFEagerPolicy in Python, then a compiled train step)")
-
-
-@dataclass(frozen=True)
-class DistributedConfig:
-    """Roles as separate processes (train --topology local, replay-server, collect, learn)."""
-
-    replay: str = _f("learner", "'learner': the learner keeps the replay in its own in-graph buffer (fast), fed through "
-                                "a queue on the server; 'server': one shared replay table on the server (checkpointed "
-                                "there, for several learners), which the learner samples over the network")
-    weight_refresh_steps: int = _f(25, "env steps a collector takes between pulls of the learner's weights (about 1 ms "
-                                       "each)")
-    weight_push_interval: int = _f(25, "learner train steps between pushes of its weights to the variables table "
-                                       "(a background thread pushes them while the learner trains)")
-    server_checkpoint_s: Optional[float] = _f(None, "seconds between the replay server's own table checkpoints "
-                                                    "(null = only when it stops and with each learner checkpoint; "
-                                                    "a timer races a learner's checkpoint, which moves the newest)")
-    connect_timeout_s: float = _f(10.0, "seconds a role waits for the replay server at start-up before it gives up")
-    rate_limiter_timeout_ms: int = _f(60_000, "a learner's sample waits this long for data, then fails (no freeze)")
-    final_evaluation_timeout_s: float = _f(120.0, "seconds a learner that trained all its iterations waits for the "
-                                                  "evaluate-live role's evaluation of its final weights")
-    samples_per_insert: Optional[float] = _f(None, "sampled items per inserted item (a batch of 64 counts 64). replay "
-                                                   "learner: the learner reads exactly this (null = as one process: "
-                                                   "batch_size x train_steps / collect_steps per iteration); server: "
-                                                   "Reverb's SampleToInsertRatio (null = no ratio, MinSize(1))")
-    samples_per_insert_tolerance: float = _f(1000.0, "how far (in sampled items) the ratio may drift before one side "
-                                                     "waits; learner: the queue holds tolerance / samples_per_insert "
-                                                     "items; server: prefetched samples count too")
-
-
-@dataclass(frozen=True)
-class EvaluationConfig:
-    """Periodic greedy evaluation."""
-
-    eval_interval: int = _f(1000, "iterations between evaluations")
-    num_eval_episodes: int = _f(10, "greedy episodes per evaluation")
-    stop_when_solved: bool = _f(False, "stop early once the greedy policy reaches solve_return")
-    solve_return: Optional[float] = _f(None, "average return that counts as solved (null = the env's reward threshold)")
-    solve_episodes: int = _f(100, "greedy episodes that must average solve_return to stop early")
-
-
-@dataclass(frozen=True)
-class VideoConfig:
-    """The mp4s of the trained and the random agent."""
-
-    enabled: bool = _f(True, "record videos at the end of training")
-    num_episodes: int = _f(3, "episodes of the trained (greedy) agent in its video")
-    random_episodes: int = _f(3, "episodes of the random agent in its video")
-    fps: int = _f(50, "frames per second of the mp4")
-
-
-@dataclass(frozen=True)
-class OutputConfig:
-    """Where the run's files go."""
-
-    root: str = _f("outputs", "folder that holds one folder per run")
-    run_name: Optional[str] = _f(None, "run folder name (null = <env>__s<seed>__<time>)")
-    tensorboard: bool = _f(True, "write TensorBoard event files")
-
-
-@dataclass(frozen=True)
-class Config:
-    """The whole configuration of a run."""
-
-    env: EnvConfig = field(default_factory=EnvConfig)
-    network: NetworkConfig = field(default_factory=NetworkConfig)
-    agent: AgentConfig = field(default_factory=AgentConfig)
-    replay: ReplayConfig = field(default_factory=ReplayConfig)
-    training: TrainingConfig = field(default_factory=TrainingConfig)
-    collection: CollectionConfig = field(default_factory=CollectionConfig)
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)
-    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    video: VideoConfig = field(default_factory=VideoConfig)
-    output: OutputConfig = field(default_factory=OutputConfig)
-
-
-SECTIONS: dict[str, type] = typing.get_type_hints(Config)
-CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
-           ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py"),
-           ("distributed", "replay"): ("learner", "server")}
-
-
-# ---------------------------------------------------------------------------- loading
-
-
-def load_config(path: Optional[str] = None, overrides: typing.Sequence[str] = ()) -> Config:
-    """Reads `path` (or the defaults), applies `section.key=value` overrides, checks it all."""
-    source = path or "<defaults>"
-    raw = _read_yaml(path) if path else {}
-    config = _build(raw, source)
-    for item in overrides:
-        config = apply_override(config, item)
-    validate(config, source)
-    return resolve_auto(config)
-
-
-def sampling_mode(replay: "ReplayConfig") -> str:
-    """'direct' or 'dataset': `auto` reads Reverb through tf.data and the uniform buffers directly."""
-    if replay.sampling != "auto":
-        return replay.sampling
-    return "dataset" if replay.backend == "reverb" else "direct"
-
-
-def samples_per_insert(config: Config) -> Optional[float]:
-    """The ratio a distributed run keeps: the configured one, or (replay on the learner) a single process's."""
-    spi = config.distributed.samples_per_insert
-    if spi is None and config.distributed.replay == "learner":
-        training = config.training
-        return training.batch_size * training.train_steps_per_iteration / training.collect_steps_per_iteration
-    return spi
-
-
-def queue_size(config: Config) -> int:
-    """Items the learner's queue holds before the collectors wait: the tolerance, in inserted items."""
-    return max(1, round(config.distributed.samples_per_insert_tolerance / samples_per_insert(config)))
-
-
-def resolve_auto(config: Config) -> Config:
-    """Replaces `auto` settings by what they stand for, so a run's config.yaml says what ran."""
-    replay = dataclasses.replace(config.replay, sampling=sampling_mode(config.replay))
-    return dataclasses.replace(config, replay=replay)
-
-
-def read_resolved(path: str) -> dict:
-    """A config file with every default filled in and its types checked, as plain data.
-
-    Unlike `load_config` it skips the env-id check, which imports TF-Agents: the report uses it.
-    """
-    return to_dict(_build(_read_yaml(path), path))
-
-
-def _read_yaml(path: str) -> dict:
-    if not os.path.exists(path):
-        raise ConfigError(f"{path}: config file not found")
-    if os.path.isdir(path):
-        raise ConfigError(f"{path}: is a folder, not a config file")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: malformed YAML: {_one_line(exc)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-    if raw is None:
-        raise ConfigError(f"{path}: the file is empty; expected a mapping of sections")
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(raw).__name__}")
-    return raw
-
-
-def _one_line(exc: Exception) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    return f"{problem}{where}".replace("\n", " ")
-
-
-def _suggest(name: str, options: typing.Iterable[str]) -> str:
-    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
-    return f" (did you mean '{match[0]}'?)" if match else ""
-
-
-def _build(raw: dict, source: str) -> Config:
-    sections = {}
-    for name, value in raw.items():
-        if name not in SECTIONS:
-            raise ConfigError(f"{source}: unknown section '{name}'{_suggest(str(name), SECTIONS)}")
-        if value is None:
-            value = {}
-        if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {name}: expected a mapping of keys, got {_describe(value)}")
-        sections[name] = _build_section(name, value, source)
-    return Config(**sections)
-
-
-def _build_section(section: str, raw: dict, source: str) -> Any:
-    cls = SECTIONS[section]
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for key, value in raw.items():
-        if key not in hints:
-            everything = [f"{section}.{k}" for k in hints]
-            raise ConfigError(
-                f"{source}: unknown key '{section}.{key}'{_suggest(f'{section}.{key}', everything)}"
-            )
-        values[key] = _coerce(value, hints[key], f"{section}.{key}", source)
-    return cls(**values)
-
-
-def apply_override(config: Config, item: str) -> Config:
-    """Applies one `section.key=value` override; the value is parsed as YAML."""
-    where = f"--set {item}"
-    if "=" not in item:
-        raise ConfigError(f"{where}: expected section.key=value")
-    dotted, text = item.split("=", 1)
-    parts = dotted.strip().split(".")
-    if len(parts) != 2 or not all(parts):
-        raise ConfigError(f"{where}: expected section.key=value, with one dot in the key")
-    section, key = parts
-    if section not in SECTIONS:
-        raise ConfigError(f"{where}: unknown section '{section}'{_suggest(section, SECTIONS)}")
-    hints = typing.get_type_hints(SECTIONS[section])
-    if key not in hints:
-        everything = [f"{section}.{k}" for k in hints]
-        raise ConfigError(f"{where}: unknown key '{dotted}'{_suggest(dotted, everything)}")
-    try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: malformed value: {_one_line(exc)}") from None
-    value = _coerce(value, hints[key], dotted, "--set")
-    new_section = dataclasses.replace(getattr(config, section), **{key: value})
-    return dataclasses.replace(config, **{section: new_section})
-
-
-# ---------------------------------------------------------------------------- types
+# ---------------------------------------------------------------------------- reading and types
 
 
 def _describe(value: Any) -> str:
@@ -363,6 +83,479 @@ def _type_name(hint: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
 
 
+def _read_yaml(path: str) -> dict:
+    if not os.path.exists(path):
+        raise ConfigError(f"{path}: config file not found")
+    if os.path.isdir(path):
+        raise ConfigError(f"{path}: is a folder, not a config file")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: malformed YAML: {_one_line(exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: the file is empty; expected a mapping of sections")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(raw).__name__}")
+    return raw
+
+
+def _one_line(exc: Exception) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{problem}{where}".replace("\n", " ")
+
+
+def _suggest(name: str, options: typing.Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def shipped_configs_dir() -> str:
+    """The folder of the configs that come with the package (the top-level configs/ in a checkout)."""
+    return os.path.realpath(str(importlib.resources.files("dqn_cartpole") / "configs"))
+
+
+def shipped_config_names(subfolder: str = "") -> list[str]:
+    """The shipped configs' names, without .yaml: default, tutorial, smoke and the presets (or, with
+    `subfolder="tune"`, the search spaces)."""
+    folder = os.path.join(shipped_configs_dir(), subfolder)
+    return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".yaml")) if os.path.isdir(folder) else []
+
+
+def default_config_path() -> str:
+    return os.path.join(shipped_configs_dir(), DEFAULT_CONFIG)
+
+
+def locate_config(path: Optional[str]) -> str:
+    """The config file `path` means: the file itself if it exists, else a shipped config of that name.
+
+    `--config acrobot`, `--config acrobot.yaml` and `--config configs/acrobot.yaml` find the shipped
+    preset from any working directory (and from a wheel); None is the default config.
+    """
+    if path is None:
+        return default_config_path()
+    found = _shipped(path, "")
+    if found is None:
+        raise ConfigError(f"{path}: config file not found (the shipped configs: {', '.join(shipped_config_names())})")
+    return found
+
+
+def locate_space(path: str) -> str:
+    """The search space `path` means, as `locate_config`: `--space acrobot-space` or
+    `--space configs/tune/acrobot-space.yaml` finds a shipped one from any folder."""
+    found = _shipped(path, "tune")
+    if found is None:
+        raise ConfigError(f"--space {path}: no such file (the shipped search spaces: "
+                          f"{', '.join(shipped_config_names('tune'))})")
+    return found
+
+
+def _shipped(path: str, subfolder: str) -> Optional[str]:
+    """`path` if it exists, else the shipped file it names (NAME, NAME.yaml or configs/[tune/]NAME.yaml), else None."""
+    if os.path.exists(path):
+        return path
+    prefix = CONFIGS_PREFIX + (f"{subfolder}/" if subfolder else "")
+    name = path[len(prefix):] if path.startswith(prefix) else path
+    name = name[:-5] if name.endswith(".yaml") else name
+    if name in shipped_config_names(subfolder):
+        return os.path.join(shipped_configs_dir(), subfolder, f"{name}.yaml")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _default_values() -> dict:
+    """configs/default.yaml as data: `section -> key -> value`, read once."""
+    return _read_yaml(default_config_path())
+
+
+def _section_defaults(section: str) -> Callable[[type], type]:
+    """Class decorator: sets each field's default from configs/default.yaml's `section` (before @dataclass).
+
+    A key that default.yaml lacks, or one the schema does not know, is an error naming the file:
+    it is the one place every default is written.
+    """
+
+    def apply(cls: type) -> type:
+        source = default_config_path()
+        given = _default_values().get(section) or {}
+        hints = typing.get_type_hints(cls)
+        unknown = sorted(set(given) - set(hints))
+        if unknown:
+            raise ConfigError(f"{source}: unknown key '{section}.{unknown[0]}'")
+        for name, hint in hints.items():
+            if name not in given:
+                raise ConfigError(f"{source}: {section}.{name} is missing; {DEFAULT_CONFIG} gives every key's default")
+            spec = cls.__dict__[name]
+            spec.default = _coerce(given[name], hint, f"{section}.{name}", source)
+        return cls
+
+    return apply
+
+
+def _f(doc: str, applies: Optional[Callable[[dict], bool]] = None, when: str = "") -> Any:
+    """A dataclass field with a one-line description; its default comes from configs/default.yaml.
+
+    `applies(config_dict)` says whether the key matters for a run with that (resolved) config, and
+    `when` says the same in words; a key without it always applies.
+    """
+    return field(metadata={"doc": doc, "applies": applies, "when": when})
+
+
+def _reverb(c: dict) -> bool:
+    return c.get("replay", {}).get("backend") == "reverb"
+
+
+def _dataset(c: dict) -> bool:
+    return c.get("replay", {}).get("sampling") == "dataset"
+
+
+def _video(c: dict) -> bool:
+    return bool(c.get("video", {}).get("enabled"))
+
+
+def _solve_check(c: dict) -> bool:
+    return bool(c.get("evaluation", {}).get("stop_when_solved"))
+
+
+@dataclass(frozen=True)
+@_section_defaults("env")
+class EnvConfig:
+    """The gymnasium environment."""
+
+    id: str = _f("gymnasium env id; needs a Box observation and a Discrete action space")
+    num_envs: int = _f("copies of the env stepped together for collection (1 = the tutorial)")
+    max_episode_steps: Optional[int] = _f("override the env's time limit (null = the env's own)")
+
+
+@dataclass(frozen=True)
+@_section_defaults("network")
+class NetworkConfig:
+    """The Q-network."""
+
+    fc_layer_params: tuple = _f("units of each hidden Dense layer (ReLU, VarianceScaling init)")
+
+
+@dataclass(frozen=True)
+@_section_defaults("agent")
+class AgentConfig:
+    """The DQN agent."""
+
+    double_dqn: bool = _f("use Double DQN (DdqnAgent) instead of DqnAgent")
+    learning_rate: float = _f("Adam learning rate")
+    td_loss: str = _f("TD loss: huber is linear beyond an error of 1, so large errors move the weights less")
+    gamma: float = _f("discount factor, in [0, 1]")
+    epsilon_start: float = _f("epsilon of the epsilon-greedy collect policy at train step 0")
+    epsilon_end: float = _f("epsilon after epsilon_decay_steps train steps")
+    epsilon_decay_steps: int = _f("train steps over which epsilon falls linearly from start to end")
+    target_update_period: int = _f("train steps between target-network updates")
+    target_update_tau: float = _f("target update factor, in (0, 1]; 1 copies the weights")
+    gradient_clipping: Optional[float] = _f("clip gradients to this global norm (null = off)")
+    n_step: int = _f("n-step TD update; replay holds sequences of n_step + 1 steps")
+
+
+@dataclass(frozen=True)
+@_section_defaults("replay")
+class ReplayConfig:
+    """The replay buffer."""
+
+    backend: str = _f("replay buffer: reverb (an embedded server, opens a port), tf_uniform or py_uniform (one env "
+                      "only)")
+    capacity: int = _f("maximum transitions kept; the oldest are evicted first")
+    sampling: str = _f("dataset (tf.data, parallel + prefetch), direct (in program order, reproducible; uniform "
+                       "buffers only) or auto (direct for the uniform buffers, dataset for Reverb)")
+    num_parallel_calls: int = _f("parallel sampling calls in the tf.data pipeline", _dataset, "sampling is dataset")
+    prefetch: int = _f("batches the tf.data pipeline prepares ahead", _dataset, "sampling is dataset")
+    reverb_port: Optional[int] = _f("port of the embedded Reverb server (null = a free port)", _reverb,
+                                    "backend is reverb")
+    reverb_max_cycle_length: int = _f("Reverb streams read in parallel, each yielding whole batches (Acme's "
+                                      "make_reverb_dataset; 4 was the fastest of 1-8 on 2 cores)",
+                                      _reverb, "backend is reverb")
+    reverb_dataset_buffer_size: Optional[int] = _f("samples in flight per Reverb stream (null = 2 x the batch)",
+                                                   _reverb, "backend is reverb")
+    reverb_num_workers_per_iterator: int = _f("threads sampling for each Reverb stream (-1 = Reverb picks)",
+                                              _reverb, "backend is reverb")
+
+
+@dataclass(frozen=True)
+@_section_defaults("training")
+class TrainingConfig:
+    """The training loop."""
+
+    seed: int = _f("seeds Python, NumPy, TensorFlow and the environments")
+    num_iterations: int = _f("iterations; each collects, then trains")
+    initial_collect_steps: int = _f("env steps of a random policy that fill the buffer first")
+    collect_steps_per_iteration: int = _f("env steps collected per iteration, summed over envs")
+    train_steps_per_iteration: int = _f("gradient steps per iteration")
+    batch_size: int = _f("transitions per gradient step")
+    log_interval: int = _f("iterations between rows of train_metrics.csv (loss: mean and max over the interval)")
+    checkpoint_interval: int = _f("iterations between checkpoints (resume with: train --resume RUN_DIR)")
+    keep_checkpoints: int = _f("newest complete checkpoints kept in RUN_DIR/checkpoints; older ones are deleted")
+    jit_compile: bool = _f("compile each gradient step with XLA (faster on CPU; false for plain TF)")
+
+
+@dataclass(frozen=True)
+@_section_defaults("collection")
+class CollectionConfig:
+    """How the collect policy steps the envs."""
+
+    driver: str = _f("compiled (a TF driver inside the compiled loop, fastest) or py (the tutorial's PyDriver + "
+                     "PyTFEagerPolicy in Python, then a compiled train step)")
+
+
+@dataclass(frozen=True)
+@_section_defaults("distributed")
+class DistributedConfig:
+    """Roles as separate processes (train --topology local, replay-server, collect, learn); a single-process run
+    ignores this section."""
+
+    replay: str = _f("where the replay lives: 'learner' keeps it in the learner's own in-graph buffer (fast), fed "
+                     "through a queue on the server; 'server' keeps one shared replay table on the server "
+                     "(checkpointed there, for several learners), which the learner samples over the network")
+    weight_refresh_steps: int = _f("env steps a collector takes between pulls of the learner's weights (about 1 ms "
+                                   "each)")
+    weight_push_interval: int = _f("learner train steps between pushes of its weights to the variables table (a "
+                                   "background thread pushes them while the learner trains)")
+    server_checkpoint_s: Optional[float] = _f("seconds between the replay server's own table checkpoints (null = "
+                                              "only when it stops and with each learner checkpoint; a timer races "
+                                              "a learner's checkpoint, which moves the newest)")
+    connect_timeout_s: float = _f("seconds a role waits for the replay server at start-up before it gives up")
+    rate_limiter_timeout_ms: int = _f("a learner's sample waits this long for data, then fails (no freeze)")
+    final_evaluation_timeout_s: float = _f("seconds a learner that trained all its iterations waits for the "
+                                           "evaluate-live role's evaluation of its final weights")
+    samples_per_insert: Optional[float] = _f("sampled items per inserted item (a batch of 128 counts 128). replay "
+                                             "learner: the learner reads exactly this (null = as one process: "
+                                             "batch_size x train_steps / collect_steps per iteration); server: "
+                                             "Reverb's SampleToInsertRatio (null = no ratio, MinSize(1))")
+    samples_per_insert_tolerance: float = _f("how far (in sampled items) the ratio may drift before one side waits; "
+                                             "learner: the queue holds tolerance / samples_per_insert items; "
+                                             "server: prefetched samples count too")
+
+
+@dataclass(frozen=True)
+@_section_defaults("evaluation")
+class EvaluationConfig:
+    """Periodic greedy evaluation."""
+
+    eval_interval: int = _f("iterations between evaluations")
+    num_eval_episodes: int = _f("greedy episodes per evaluation")
+    stop_when_solved: bool = _f("stop early once the greedy policy reaches solve_return")
+    solve_return: Optional[float] = _f("average return that counts as solved (null = the env's registered reward "
+                                       "threshold; an env without one needs it)")
+    solve_episodes: int = _f("fresh greedy episodes that must average solve_return to stop early", _solve_check,
+                             "stop_when_solved is true")
+
+
+@dataclass(frozen=True)
+@_section_defaults("video")
+class VideoConfig:
+    """The mp4s of the trained and the random agent."""
+
+    enabled: bool = _f("record videos at the end of training")
+    num_episodes: int = _f("episodes of the trained (greedy) agent in its video", _video, "enabled is true")
+    random_episodes: int = _f("episodes of the random agent in its video", _video, "enabled is true")
+    fps: int = _f("frames per second of the mp4", _video, "enabled is true")
+
+
+@dataclass(frozen=True)
+@_section_defaults("output")
+class OutputConfig:
+    """Where the run's files go."""
+
+    root: str = _f("folder that holds one folder per run (relative to the working directory)")
+    run_name: Optional[str] = _f("run folder name (null = <env>__s<seed>__<time>)")
+    tensorboard: bool = _f("write TensorBoard event files")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration of a run."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    collection: CollectionConfig = field(default_factory=CollectionConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    video: VideoConfig = field(default_factory=VideoConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+SECTIONS: dict[str, type] = typing.get_type_hints(Config)
+CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
+           ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py"),
+           ("distributed", "replay"): ("learner", "server")}
+ROLES_ONLY_SECTIONS = ("distributed",)  # read only when the roles run as processes
+_UNKNOWN_DEFAULT_SECTIONS = sorted(set(_default_values()) - set(SECTIONS))
+if _UNKNOWN_DEFAULT_SECTIONS:  # the sections' own keys are checked as each section takes its defaults
+    raise ConfigError(f"{default_config_path()}: unknown section '{_UNKNOWN_DEFAULT_SECTIONS[0]}'"
+                      f"{_suggest(_UNKNOWN_DEFAULT_SECTIONS[0], SECTIONS)}")
+
+
+def fields(section: str) -> dict[str, dataclasses.Field]:
+    """The fields of one section, by key."""
+    return {f.name: f for f in dataclasses.fields(SECTIONS[section])}
+
+
+def applies(config: dict, dotted: str, distributed: bool = False) -> bool:
+    """Whether `section.key` matters for a run with this resolved config (as plain data, e.g. a run's
+    config.yaml); `distributed`: the run's roles are separate processes."""
+    section, key = dotted.split(".", 1)
+    if section in ROLES_ONLY_SECTIONS:
+        return distributed
+    spec = fields(section).get(key)
+    test = spec.metadata["applies"] if spec is not None else None
+    return test is None or test(config)
+
+
+def written_differs(run: dict, default: dict, dotted: str) -> bool:
+    """Whether a run's resolved value of `section.key` differs from the default the user started from.
+
+    An `auto` default resolved to what `auto` means for this run is not a difference: the user did not
+    write it (`replay.sampling: auto` becomes `direct` for the uniform buffers).
+    """
+    section, key = dotted.split(".", 1)
+    value, default_value = run.get(section, {}).get(key), default.get(section, {}).get(key)
+    if (section, key) == ("replay", "sampling") and default_value == "auto":
+        default_value = sampling_mode(ReplayConfig(backend=run.get("replay", {}).get("backend", "tf_uniform")))
+    return value != default_value
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_config(path: Optional[str] = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Reads `path` (see `locate_config`; None: configs/default.yaml), applies `section.key=value` overrides,
+    checks it all. Keys the file does not name keep their defaults (configs/default.yaml's)."""
+    source = path or DEFAULT_CONFIG
+    config = _build(_read_yaml(locate_config(path)), source)
+    for item in overrides:
+        config = apply_override(config, item)
+    validate(config, source)
+    return resolve_auto(config)
+
+
+def sampling_mode(replay: "ReplayConfig") -> str:
+    """'direct' or 'dataset': `auto` reads Reverb through tf.data and the uniform buffers directly."""
+    if replay.sampling != "auto":
+        return replay.sampling
+    return "dataset" if replay.backend == "reverb" else "direct"
+
+
+def samples_per_insert(config: Config) -> Optional[float]:
+    """The ratio a distributed run keeps: the configured one, or (replay on the learner) a single process's."""
+    spi = config.distributed.samples_per_insert
+    if spi is None and config.distributed.replay == "learner":
+        training = config.training
+        return training.batch_size * training.train_steps_per_iteration / training.collect_steps_per_iteration
+    return spi
+
+
+def queue_size(config: Config) -> int:
+    """Items the learner's queue holds before the collectors wait: the tolerance, in inserted items."""
+    return max(1, round(config.distributed.samples_per_insert_tolerance / samples_per_insert(config)))
+
+
+def resolve_auto(config: Config) -> Config:
+    """Replaces `auto` settings by what they stand for, so a run's config.yaml says what ran."""
+    replay = dataclasses.replace(config.replay, sampling=sampling_mode(config.replay))
+    return dataclasses.replace(config, replay=replay)
+
+
+def read_resolved(path: str) -> dict:
+    """A config file with every default filled in and its types checked, as plain data.
+
+    Unlike `load_config` it skips the env-id check, which imports TF-Agents: the report uses it.
+    """
+    return to_dict(_build(_read_yaml(locate_config(path)), path))
+
+
+def _build(raw: dict, source: str) -> Config:
+    sections = {}
+    for name, value in raw.items():
+        if name not in SECTIONS:
+            raise ConfigError(f"{source}: unknown section '{name}'{_suggest(str(name), SECTIONS)}")
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {name}: expected a mapping of keys, got {_describe(value)}")
+        sections[name] = _build_section(name, value, source)
+    return Config(**sections)
+
+
+def _build_section(section: str, raw: dict, source: str) -> Any:
+    cls = SECTIONS[section]
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for key, value in raw.items():
+        if key not in hints:
+            everything = [f"{section}.{k}" for k in hints]
+            raise ConfigError(
+                f"{source}: unknown key '{section}.{key}'{_suggest(f'{section}.{key}', everything)}"
+            )
+        values[key] = _coerce(value, hints[key], f"{section}.{key}", source)
+    return cls(**values)
+
+
+# The command line's shortcuts for the keys changed most: argparse dest -> config key.
+SHORTCUTS = {"env_id": "env.id", "seed": "training.seed", "iterations": "training.num_iterations"}
+
+
+def add_shortcut_args(parser: Any, seed: bool = True) -> None:
+    """Adds the shortcuts to an argparse parser: `--env ID`, `--seed N` (unless the command has a --seed of its
+    own) and `-n/--iterations N`; `shortcut_overrides` reads them back."""
+    parser.add_argument("--env", metavar="ID", dest="env_id", help="shortcut for --set env.id=ID")
+    if seed:
+        parser.add_argument("--seed", metavar="N", type=int, help="shortcut for --set training.seed=N")
+    parser.add_argument("-n", "--iterations", metavar="N", type=int,
+                        help="shortcut for --set training.num_iterations=N")
+
+
+def shortcut_overrides(args: Any, seed: bool = True) -> list[str]:
+    """`section.key=value` overrides for the shortcuts given on a command line (`--env`, `--seed`, `-n`); with
+    `seed=False`, the command's own --seed (tune's sampler seed) is not one of them."""
+    import json
+
+    found = []
+    for dest, key in SHORTCUTS.items():
+        if dest == "seed" and not seed:
+            continue
+        value = getattr(args, dest, None)
+        if value is not None:
+            found.append(f"{key}={json.dumps(value)}")  # JSON is YAML: an env id stays a string
+    return found
+
+
+def apply_override(config: Config, item: str) -> Config:
+    """Applies one `section.key=value` override; the value is parsed as YAML."""
+    where = f"--set {item}"
+    if "=" not in item:
+        raise ConfigError(f"{where}: expected section.key=value")
+    dotted, text = item.split("=", 1)
+    parts = dotted.strip().split(".")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"{where}: expected section.key=value, with one dot in the key")
+    section, key = parts
+    if section not in SECTIONS:
+        raise ConfigError(f"{where}: unknown section '{section}'{_suggest(section, SECTIONS)}")
+    hints = typing.get_type_hints(SECTIONS[section])
+    if key not in hints:
+        everything = [f"{section}.{k}" for k in hints]
+        raise ConfigError(f"{where}: unknown key '{dotted}'{_suggest(dotted, everything)}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: malformed value: {_one_line(exc)}") from None
+    value = _coerce(value, hints[key], dotted, "--set")
+    new_section = dataclasses.replace(getattr(config, section), **{key: value})
+    return dataclasses.replace(config, **{section: new_section})
+
+
 # ---------------------------------------------------------------------------- ranges
 
 
@@ -402,6 +595,13 @@ def validate(config: Config, source: str) -> None:
     if not config.network.fc_layer_params or min(config.network.fc_layer_params) <= 0:
         fail("network.fc_layer_params",
              f"must be a non-empty list of positive sizes, got {list(config.network.fc_layer_params)}")
+    _validate_combinations(config, fail)
+    validate_env_id(config.env.id, source)
+    _check_solve_return(config, source)
+
+
+def _validate_combinations(config: Config, fail: Callable[[str, str], None]) -> None:
+    """The constraints between keys (each a one-line error naming the key to change)."""
     if config.training.batch_size > config.replay.capacity:
         fail("training.batch_size",
              f"{config.training.batch_size} is larger than replay.capacity ({config.replay.capacity})")
@@ -433,7 +633,20 @@ def validate(config: Config, source: str) -> None:
         fail("distributed.samples_per_insert_tolerance",
              f"must be at least max(1, distributed.samples_per_insert) = {max(1.0, spi):g} (Reverb needs the "
              f"ratio's error buffer to span 2 x that), got {tolerance:g}")
-    validate_env_id(config.env.id, source)
+    if config.replay.backend == "py_uniform" and config.env.num_envs != 1:
+        fail("replay.backend", f"py_uniform stores a single stream of steps; set env.num_envs: 1 (got "
+                               f"{config.env.num_envs}) or use replay.backend: tf_uniform")
+
+
+def _check_solve_return(config: Config, source: str) -> None:
+    """A run that stops when solved needs a target: evaluation.solve_return, else the env's registered threshold."""
+    from dqn_cartpole.core.env_ids import reward_threshold  # gymnasium only: no TensorFlow yet
+
+    evaluation = config.evaluation
+    if evaluation.stop_when_solved and evaluation.solve_return is None and reward_threshold(config.env.id) is None:
+        raise ConfigError(f"{source}: evaluation.solve_return: {config.env.id} registers no reward threshold, so "
+                          f"give the average return that counts as solved (or set evaluation.stop_when_solved: "
+                          f"false)")
 
 
 def validate_env_id(env_id: str, source: str) -> None:
@@ -460,14 +673,3 @@ def to_dict(config: Config) -> dict:
 def dump_yaml(config: Config) -> str:
     """The fully resolved config as YAML text, one section after another."""
     return yaml.safe_dump(to_dict(config), sort_keys=False, default_flow_style=None)
-
-
-def describe() -> str:
-    """Every field with its type, default and one-line description."""
-    lines = []
-    for section, cls in SECTIONS.items():
-        lines.append(f"{section}:")
-        for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            lines.append(f"  {f.name}: {default!r:<14} # {f.metadata['doc']}")
-    return "\n".join(lines)

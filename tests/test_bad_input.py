@@ -20,6 +20,7 @@ import pytest
 from helpers import CONFIGS, REPO, cli_env, run_cli
 
 SMOKE = os.path.join(CONFIGS, "smoke.yaml")
+SPACE = os.path.join(CONFIGS, "tune", "default-space.yaml")
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,22 @@ CASES = [
     Case("report-unreadable-config", ("report", "{dir}/run"), "cannot read", setup="bad-run"),
     Case("resume-bad-override", ("train", "--resume", "{dir}/run", "--set", "agent.gamma=2"), "agent.gamma",
          setup="run"),
+    # -- found by trying the product as a new user would (issue 18)
+    Case("report-non-numeric-csv", ("report", "{dir}/run"), "line 3, column average_return: 'abc' is not a number",
+         setup="bad-csv"),
+    Case("evaluate-policy-on-another-env", ("evaluate", "{dir}/policy", "--env", "Acrobot-v1"),
+         "takes observations of shape (4,) and chooses among 2 actions, but Acrobot-v1 has", setup="policy"),
+    Case("tune-storage-under-a-file", ("tune", "--config", SMOKE, "--space", SPACE, "--trials", "1", "--storage",
+                                       "{dir}/file/journal.log"), "is a file, not a folder", setup="file"),
+    Case("py-uniform-with-two-envs", ("train", "--config", SMOKE, "--set", "replay.backend=py_uniform", "--set",
+                                      "env.num_envs=2", "--set", "training.collect_steps_per_iteration=2",
+                                      "--output-dir", "{dir}/nested/run"), "py_uniform stores a single stream"),
+    Case("local-resume-of-a-tf-uniform-run", ("train", "--topology", "local", "--resume", "{dir}/run"),
+         "the run's replay is tf_uniform", setup="run"),
 ]
 
 
-def _prepare(case: Case, folder: str) -> list[str]:
+def _prepare(case: Case, folder: str, policy: str) -> list[str]:
     os.makedirs(folder)
     if case.config is not None:
         with open(os.path.join(folder, "c.yaml"), "w") as handle:
@@ -132,9 +145,14 @@ def _prepare(case: Case, folder: str) -> list[str]:
         os.makedirs(os.path.join(folder, "run"))
         with open(os.path.join(folder, "run", "config.yaml"), "w") as handle:
             handle.write("agent: [unclosed\n")
-    elif case.setup == "run":
+    elif case.setup in ("run", "bad-csv"):
         os.makedirs(os.path.join(folder, "run"))
         shutil.copyfile(SMOKE, os.path.join(folder, "run", "config.yaml"))  # a run folder, as --resume sees it
+        if case.setup == "bad-csv":  # e.g. edited by hand
+            with open(os.path.join(folder, "run", "eval_metrics.csv"), "w") as handle:
+                handle.write("train_step,env_steps,average_return\n0,64,9.5\n100,164,abc\n")
+    elif case.setup == "policy":  # the smoke run's CartPole policy
+        shutil.copytree(policy, os.path.join(folder, "policy"))
     return [a.replace("{dir}", folder).replace("{cfg}", os.path.join(folder, "c.yaml")) for a in case.args]
 
 
@@ -154,13 +172,14 @@ def _run(argv: list[str], cwd: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(tmp_path_factory, smoke_run):
     """Runs every case (a few at a time); maps case id -> (folder, before, after, process)."""
     base = tmp_path_factory.mktemp("bad_input")
+    policy = os.path.join(smoke_run[0], "policy", "best")
     prepared = {}
     for case in CASES:
         folder = str(base / case.id)
-        prepared[case.id] = (folder, _prepare(case, folder))
+        prepared[case.id] = (folder, _prepare(case, folder, policy))
     before = {cid: _snapshot(folder) for cid, (folder, _) in prepared.items()}
     with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2))) as pool:
         futures = {cid: pool.submit(_run, argv, folder) for cid, (folder, argv) in prepared.items()}

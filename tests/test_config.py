@@ -4,10 +4,18 @@ import os
 
 import pytest
 
-from dqn_cartpole.config import Config, describe, dump_yaml, load_config
+import dataclasses
+
+import gymnasium
+import yaml
+
+from dqn_cartpole import config as config_module
+from dqn_cartpole import config_docs
+from dqn_cartpole.cli.main import main
+from dqn_cartpole.config import Config, dump_yaml, load_config, locate_config, read_resolved, to_dict
 from dqn_cartpole.errors import ConfigError
 
-from helpers import CONFIGS, REPO, run_cli
+from helpers import CONFIGS, REPO
 
 
 def write(tmp_path, text: str) -> str:
@@ -17,8 +25,143 @@ def write(tmp_path, text: str) -> str:
 
 
 def test_repo_configs_load():
-    for name in ("default", "tutorial", "smoke"):
+    for name in ("default", "tutorial", "smoke", "acrobot", "mountaincar"):
         assert isinstance(load_config(os.path.join(CONFIGS, f"{name}.yaml")), Config)
+
+
+def test_the_lunarlander_preset_needs_only_the_box2d_extra():
+    try:
+        import Box2D  # noqa: F401  (the optional extra: pip install "dqn_cartpole[box2d]")
+    except ImportError:
+        with pytest.raises(ConfigError, match=r"env.id: cannot construct env 'LunarLander-v3': Box2D is not "
+                                              r"installed; install it with: pip install 'dqn_cartpole\[box2d\]'"):
+            load_config(os.path.join(CONFIGS, "lunarlander.yaml"))
+    else:
+        config = load_config(os.path.join(CONFIGS, "lunarlander.yaml"))
+        assert config.env.id == "LunarLander-v3" and config.evaluation.solve_return is None  # the registry's 200
+
+
+def test_the_code_defaults_are_default_yaml():
+    """One source: Config(), train without --config and configs/default.yaml are the same config."""
+    from_file = read_resolved(os.path.join(CONFIGS, "default.yaml"))
+    assert to_dict(Config()) == from_file
+    assert load_config(None) == load_config(os.path.join(CONFIGS, "default.yaml"))
+    with open(os.path.join(CONFIGS, "default.yaml")) as handle:
+        written = yaml.safe_load(handle)
+    assert {s: set(v) for s, v in written.items()} == {s: set(v) for s, v in to_dict(Config()).items()}
+    # A file that names a few keys keeps default.yaml's values for the others.
+    smoke = load_config(os.path.join(CONFIGS, "smoke.yaml"))
+    assert smoke.training.num_iterations == 300
+    assert smoke.training.keep_checkpoints == Config().training.keep_checkpoints
+
+
+def test_a_default_file_without_a_key_or_with_an_unknown_one_is_one_line(tmp_path, monkeypatch):
+    def section():
+        class Section:  # as the config's sections, before @dataclass turns it into one
+            a: int = config_module._f("a")
+            b: int = config_module._f("b")
+        return Section
+
+    source = tmp_path / "default.yaml"
+    monkeypatch.setattr(config_module, "default_config_path", lambda: str(source))
+    monkeypatch.setattr(config_module, "_default_values", lambda: config_module._read_yaml(str(source)))
+    source.write_text("s:\n  a: 1\n  b: 2\n")
+    assert dataclasses.dataclass(config_module._section_defaults("s")(section()))().b == 2
+    source.write_text("s:\n  a: 1\n")
+    with pytest.raises(ConfigError, match=r"s.b is missing; default.yaml gives every key's default"):
+        config_module._section_defaults("s")(section())
+    source.write_text("s:\n  a: 1\n  b: 2\n  c: 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key 's.c'"):
+        config_module._section_defaults("s")(section())
+
+
+def test_shipped_configs_are_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    expected = os.path.realpath(os.path.join(CONFIGS, "acrobot.yaml"))
+    for given in ("acrobot", "acrobot.yaml", "configs/acrobot.yaml"):
+        assert os.path.realpath(locate_config(given)) == expected
+    assert os.path.realpath(locate_config(None)) == os.path.realpath(os.path.join(CONFIGS, "default.yaml"))
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "acrobot.yaml").write_text("env:\n  id: CartPole-v0\n")  # a file there wins
+    assert load_config("configs/acrobot.yaml").env.id == "CartPole-v0"
+    with pytest.raises(ConfigError, match=r"acrobt: config file not found \(the shipped configs: acrobot, default"):
+        locate_config("acrobt")
+    space = os.path.realpath(os.path.join(CONFIGS, "tune", "acrobot-space.yaml"))
+    for given in ("acrobot-space", "configs/tune/acrobot-space.yaml"):
+        assert os.path.realpath(config_module.locate_space(given)) == space
+    with pytest.raises(ConfigError, match=r"--space nope: no such file \(the shipped search spaces: acrobot-space"):
+        config_module.locate_space("nope")
+
+
+def test_config_command_prints_a_documented_config_that_loads_back(tmp_path, capsys):
+    assert main(["config", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--set", "agent.gamma=0.9"]) == 0
+    text = capsys.readouterr().out
+    assert "  # float: discount factor, in [0, 1]. CHANGED from 0.99\n  gamma: 0.9\n" in text
+    assert "  # float: Adam learning rate. CHANGED from 0.0038192342563437075\n" in text
+    assert "# int: gradient steps per iteration.\n  train_steps_per_iteration: 1\n" in text  # unchanged: no mark
+    keys = [line for line in text.splitlines() if line.startswith("  ") and not line.startswith("  #")]
+    assert len(keys) == len(config_docs.keys())  # every key, each with its comment
+    path = tmp_path / "resolved.yaml"
+    path.write_text(text)
+    assert load_config(str(path)) == load_config(os.path.join(CONFIGS, "smoke.yaml"), ["agent.gamma=0.9"])
+
+
+def test_shortcuts_are_set_overrides_and_a_later_set_wins(capsys):
+    assert main(["config", "--plain", "--env", "Acrobot-v1", "--seed", "3", "-n", "50"]) == 0
+    resolved = yaml.safe_load(capsys.readouterr().out)
+    assert (resolved["env"]["id"], resolved["training"]["seed"], resolved["training"]["num_iterations"]) == (
+        "Acrobot-v1", 3, 50)
+    assert main(["config", "--plain", "--iterations", "50", "--set", "training.num_iterations=70"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["training"]["num_iterations"] == 70
+
+
+def test_the_configuration_reference_page_is_current():
+    with open(os.path.join(REPO, config_docs.REFERENCE_PAGE), encoding="utf-8") as handle:
+        page = handle.read()
+    assert page == config_docs.reference_markdown(), f"regenerate it: {config_docs.REGENERATE}"
+    for doc in config_docs.keys():
+        assert f"| `{doc.key}` |" in page
+
+
+def test_only_the_keys_that_apply_to_a_run_are_listed():
+    single = to_dict(load_config(None))
+    assert config_module.applies(single, "agent.gamma")
+    assert not config_module.applies(single, "distributed.samples_per_insert")
+    assert config_module.applies(single, "distributed.samples_per_insert", distributed=True)
+    assert not config_module.applies(single, "replay.reverb_port")
+    assert not config_module.applies(single, "replay.prefetch")  # tf_uniform reads directly
+    reverb = to_dict(load_config(None, ["replay.backend=reverb"]))
+    assert config_module.applies(reverb, "replay.reverb_port") and config_module.applies(reverb, "replay.prefetch")
+
+
+def test_an_auto_value_resolved_as_auto_means_is_not_a_difference():
+    default = read_resolved(os.path.join(CONFIGS, "default.yaml"))
+    run = to_dict(load_config(None))
+    assert run["replay"]["sampling"] == "direct" and default["replay"]["sampling"] == "auto"
+    assert not config_module.written_differs(run, default, "replay.sampling")
+    reverb = to_dict(load_config(None, ["replay.backend=reverb"]))
+    assert not config_module.written_differs(reverb, default, "replay.sampling")  # auto means dataset for Reverb
+    assert config_module.written_differs(reverb, default, "replay.backend")
+    direct_on_purpose = to_dict(load_config(None, ["replay.sampling=dataset"]))
+    assert config_module.written_differs(direct_on_purpose, default, "replay.sampling")
+
+
+def test_solve_return_comes_from_the_registry_or_the_config():
+    assert load_config(os.path.join(CONFIGS, "acrobot.yaml")).evaluation.solve_return is None  # the registry's -100
+    if "DqnCartpoleTest/NoThreshold-v0" not in gymnasium.registry:
+        gymnasium.register("DqnCartpoleTest/NoThreshold-v0",
+                           entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv", max_episode_steps=50)
+    with pytest.raises(ConfigError, match=r"evaluation.solve_return: DqnCartpoleTest/NoThreshold-v0 registers no "
+                                          r"reward threshold"):
+        load_config(None, ["env.id=DqnCartpoleTest/NoThreshold-v0"])
+    assert load_config(None, ["env.id=DqnCartpoleTest/NoThreshold-v0", "evaluation.solve_return=40"])
+    assert load_config(None, ["env.id=DqnCartpoleTest/NoThreshold-v0", "evaluation.stop_when_solved=false"])
+
+
+def test_py_uniform_with_several_envs_is_refused_when_the_config_loads():
+    with pytest.raises(ConfigError, match=r"replay.backend: py_uniform stores a single stream of steps; set "
+                                          r"env.num_envs: 1 \(got 2\)"):
+        load_config(None, ["replay.backend=py_uniform", "env.num_envs=2", "training.collect_steps_per_iteration=2"])
 
 
 def test_tutorial_config_is_the_tutorial():
@@ -70,9 +213,9 @@ def test_dump_round_trips(tmp_path):
 
 
 def test_every_field_is_documented():
-    text = describe()
-    assert text.count("#") >= 30
-    assert "learning_rate" in text
+    docs = config_docs.keys()
+    assert len(docs) >= 50 and all(doc.doc and doc.type for doc in docs)
+    assert {doc.key.split(".")[0] for doc in docs} == set(config_module.SECTIONS)
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -126,12 +269,13 @@ def test_bad_overrides(item, needle):
     ["plot", "no/such/run"],
     ["record"],
 ])
-def test_cli_bad_input_is_one_line_exit_2_and_leaves_no_run(tmp_path, args):
-    result = run_cli(*args, cwd=tmp_path)
-    assert result.returncode == 2, result.stderr
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
+def test_cli_bad_input_is_one_line_exit_2_and_leaves_no_run(tmp_path, monkeypatch, capsys, args):
+    """In-process (tests/test_bad_input.py runs the table of cases as subprocesses)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert not (tmp_path / "outputs").exists()
 
 

@@ -1,15 +1,23 @@
-"""Bad input to sweep, compare and tune: exit status 2, one `error:` line, no files created, no hang."""
+"""Bad input to sweep, compare and tune: exit status 2, one `error:` line, no files created, no hang.
+
+In-process through the CLI's `main` (none of these commands imports TensorFlow; tests/test_bad_input.py runs
+the single-process commands' table as subprocesses).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 
-from helpers import CONFIGS, run_cli
+from helpers import CONFIGS
+
+from dqn_cartpole.cli.main import main
 
 SMOKE = os.path.join(CONFIGS, "smoke.yaml")
 
@@ -68,17 +76,17 @@ def _run(case_id, args, space_text, folder):
             handle.write(f"config: {SMOKE}\nseeds: [0]\ngrid: ['agent.learning_rate=[1e-3,2e-3]']\nset: []\n")
     before = _snapshot(folder)
     start = time.time()
-    proc = run_cli(*(a.replace("{dir}", folder) for a in args), timeout=60)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        status = main([a.replace("{dir}", folder) for a in args])
+    proc = SimpleNamespace(returncode=status, stderr=err.getvalue())
     return proc, time.time() - start, before, _snapshot(folder)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     base = tmp_path_factory.mktemp("experiments_bad_input")
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {cid: pool.submit(_run, cid, args, space_text, str(base / cid))
-                   for cid, (args, space_text, _) in CASES.items()}
-        return {cid: f.result() for cid, f in futures.items()}
+    return {cid: _run(cid, args, space_text, str(base / cid)) for cid, (args, space_text, _) in CASES.items()}
 
 
 @pytest.mark.parametrize("case_id", list(CASES))

@@ -109,13 +109,47 @@ def test_storage_urls():
     assert storage.worker_alive("some-other-host:1:1") is None
 
 
-def test_groups_that_differ_in_many_keys_are_named_after_their_sweep_folder():
-    def run(folder, seed, lr):
-        config = {"agent": {"learning_rate": lr, "gamma": lr, "n_step": lr, "epsilon_end": lr},
-                  "training": {"seed": seed}}
-        return RunRecord(root=f"/sweeps/{folder}/s{seed}", version=1, config=config)
+def _many(folder, seed, lr, **extra):
+    config = {"agent": {"learning_rate": lr, "gamma": lr, "n_step": lr, "epsilon_end": lr},
+              "training": {"seed": seed}, **extra}
+    return RunRecord(root=f"/sweeps/{folder}/s{seed}", version=1, config=config)
 
-    groups = compare.group_runs([run("fast", 0, 1.0), run("fast", 1, 1.0), run("slow", 0, 0.5)])
-    assert [g.label for g in groups] == ["group fast", "group slow"]
+
+def test_groups_that_differ_in_many_keys_are_named_after_their_sweep_folder():
+    groups = compare.group_runs([_many("fast", 0, 1.0), _many("fast", 1, 1.0), _many("slow", 0, 0.5)])
+    assert [g.label for g in groups] == ["fast", "slow"]
     assert groups[0].settings == {"agent.epsilon_end": 1.0, "agent.gamma": 1.0, "agent.learning_rate": 1.0,
                                   "agent.n_step": 1.0}
+    table = compare.markdown_table([compare.group_row(g) for g in groups], groups)
+    assert "| key | fast | slow |" in table and "| agent.gamma | 1.0 | 0.5 |" in table
+
+
+def test_single_runs_in_one_folder_are_named_after_their_own_folders():
+    """Two runs side by side (e.g. outputs/default-run and outputs/tutorial-run) are not 'group outputs'."""
+    a = RunRecord(root="/work/outputs/default-run", version=1, config=_many("x", 0, 1.0).config)
+    b = RunRecord(root="/work/outputs/tutorial-run", version=1, config=_many("x", 0, 0.5).config)
+    assert [g.label for g in compare.group_runs([a, b])] == ["default-run", "tutorial-run"]
+    same_names = [RunRecord(root=f"/work/{where}/run", version=1, config=_many("x", 0, lr).config)
+                  for where, lr in (("a", 1.0), ("b", 0.5))]
+    assert [g.label for g in compare.group_runs(same_names)] == ["a", "b"]  # the folder that tells them apart
+
+
+def test_groups_side_by_side_in_one_folder_are_lettered_with_their_keys_listed():
+    runs = [RunRecord(root=f"/sweeps/grid/p{i}", version=1, config=_many("grid", 0, lr).config)
+            for i, lr in enumerate((1.0, 0.5))]
+    groups = compare.group_runs([runs[0], runs[1]])
+    assert [g.label for g in groups] == ["/sweeps/grid/p0".rsplit("/", 1)[1], "p1"]  # each its own folder
+    grid = [RunRecord(root=f"/sweeps/grid/s{seed}-{lr}", version=1, config=_many("grid", seed, lr).config)
+            for seed in (0, 1) for lr in (1.0, 0.5)]
+    groups = compare.group_runs(grid)
+    assert [g.label for g in groups] == ["A", "B"]
+    assert "| key | A | B |" in compare.markdown_table([compare.group_row(g) for g in groups], groups)
+
+
+def test_keys_that_do_not_apply_to_any_run_are_not_differences():
+    """Two single-process runs whose distributed sections differ are one group (the roles never ran)."""
+    runs = [_run(1e-3, 0), _run(1e-3, 1)]
+    runs[1].config["distributed"] = {"samples_per_insert": 64.0}
+    runs[1].config["replay"] = {"backend": "tf_uniform", "prefetch": 7}
+    runs[0].config["replay"] = {"backend": "tf_uniform", "prefetch": 2}
+    assert [g.label for g in compare.group_runs(runs)] == ["all runs"]

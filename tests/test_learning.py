@@ -36,8 +36,8 @@ def test_tutorial_settings_reach_195_on_cartpole_v0(tmp_path, backend, sampling)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tf_uniform", "py_uniform", "reverb"])
-def test_default_config_with_3_step_targets_solves_cartpole_v1_on_every_backend(tmp_path, backend):
-    # The default config (3-step double DQN) switched to each backend with one key: replay.sampling
+def test_default_config_with_n_step_targets_solves_cartpole_v1_on_every_backend(tmp_path, backend):
+    # The default config (2-step double DQN) switched to each backend with one key: replay.sampling
     # follows the backend. Solved means 475 averaged over 100 fresh greedy episodes.
     run_dir = str(tmp_path / "run")
     result = run_cli("train", "--output-dir", run_dir, "--quiet", "--set", f"replay.backend={backend}",

@@ -46,3 +46,25 @@ def test_eval_discounted_return_is_the_geometric_sum_of_cartpole_rewards():
     columns = result.spread_columns()
     assert columns["min_return"] == result.returns.min() and columns["max_return"] == result.returns.max()
     assert columns["std_return"] == np.std(result.returns)
+
+
+def test_the_evaluation_reports_its_first_states_and_max_q_there_is_their_estimate():
+    from dqn_cartpole.core.q_probe import MaxQ
+
+    env = make_batched_env("CartPole-v1", 5, seed=11)
+    try:
+        tf_env = tf_py_environment.TFPyEnvironment(env)
+        policy = random_tf_policy.RandomTFPolicy(tf_env.time_step_spec(), tf_env.action_spec())
+        run = make_episode_runner(policy, env, gamma=0.99)
+        result = run()
+    finally:
+        env.close()
+    reference = make_batched_env("CartPole-v1", 5, seed=11)  # the same seed resets to the same first states
+    try:
+        np.testing.assert_allclose(result.first_observations, reference.reset().observation, rtol=1e-6)
+    finally:
+        reference.close()
+    network = build_q_network((8,), num_actions=2)
+    network.create_variables(tf.TensorSpec([4], tf.float32))
+    q_values = network(tf.constant(result.first_observations))[0].numpy()
+    np.testing.assert_allclose(MaxQ(network)(result.first_observations), q_values.max(axis=1).mean(), rtol=1e-6)

@@ -162,3 +162,71 @@ def test_resolve_policy_prefers_best_then_final(tmp_path):
     assert resolve_policy(run.root) == (run.best_policy, run.root)
     assert resolve_policy(run.root, final=True) == (run.final_policy, run.root)
     assert resolve_policy(run.final_policy) == (run.final_policy, run.root)
+
+
+# ---------------------------------------------------------------------------- record's output, provenance
+
+
+def test_record_never_replaces_a_runs_own_video_unless_asked(tmp_path):
+    import argparse
+
+    from dqn_cartpole.cli.single_process import record_output
+
+    run = make_run(str(tmp_path / "run"))
+    os.makedirs(run.videos)
+
+    def output(**flags) -> str:
+        args = argparse.Namespace(**{"output": None, "random": False, "overwrite": False, **flags})
+        return record_output(args, run.root)
+
+    assert output() == run.trained_video  # none yet: the run's own name, which report.html shows
+    open(run.trained_video, "w").close()
+    assert output() == os.path.join(run.videos, "trained-agent-2.mp4")
+    open(os.path.join(run.videos, "trained-agent-2.mp4"), "w").close()
+    assert output() == os.path.join(run.videos, "trained-agent-3.mp4")
+    assert output(overwrite=True) == run.trained_video
+    assert output(output=run.trained_video) == run.trained_video  # -o to that path asks for it
+    assert output(random=True) == run.random_video
+    assert record_output(argparse.Namespace(output=None, random=True, overwrite=False), None) == "random-agent.mp4"
+
+
+def test_provenance_names_the_code_the_libraries_and_the_machine(tmp_path):
+    import subprocess
+
+    from dqn_cartpole.run_folder import provenance
+
+    found = provenance.provenance()
+    assert set(found) == {"package_version", "git_commit", "git_dirty", "python", "tensorflow", "tf_agents",
+                          "reverb", "gymnasium", "cpu_model", "cpu_cores", "os"}
+    assert found["tensorflow"] == "2.15.1" and found["tf_agents"] == "0.19.0" and found["reverb"] == "0.14.0"
+    assert found["cpu_cores"] == os.cpu_count() and found["cpu_model"] and found["os"]
+    repo = str(tmp_path / "repo")
+    os.makedirs(repo)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "repo" / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = git("rev-parse", "HEAD")
+    assert provenance.git_state(repo) == (head, False)
+    (tmp_path / "repo" / "new.py").write_text("untracked\n")  # not part of the code that ran
+    assert provenance.git_state(repo) == (head, False)
+    (tmp_path / "repo" / "a.py").write_text("x = 2\n")
+    assert provenance.git_state(repo) == (head, True)
+    assert provenance.git_state(None) == (None, None)
+    assert provenance.git_state(str(tmp_path)) == (None, None)  # not a repository
+
+
+def test_a_metrics_cell_that_is_not_a_number_is_one_line_naming_it(tmp_path):
+    layout = make_run(str(tmp_path / "run"))
+    with open(layout.train_metrics, "w") as handle:
+        handle.write("train_step,loss\n50,0.5\n100,nan\n150,lots\n")
+    with pytest.raises(UserError, match=r"train_metrics.csv: line 4, column loss: 'lots' is not a number"):
+        read_run(layout.root)
+    with open(layout.train_metrics, "w") as handle:
+        handle.write("train_step,loss\n50,0.5,7\n")
+    with pytest.raises(UserError, match=r"train_metrics.csv: line 2 has more cells than the header has columns"):
+        read_run(layout.root)

@@ -1,4 +1,5 @@
-"""No network port by surprise: the default run listens on nothing; a Reverb run says where it listens.
+"""No network port by surprise: a Reverb run says where it listens (the default run, which listens on nothing, is
+sampled by tests/test_packaging.py, as installed from a wheel).
 
 Sockets are read from /proc: a process's listening sockets are the LISTEN (TCP) or bound (UDP)
 entries of /proc/<pid>/net/{tcp,tcp6,udp,udp6} whose inode is one of its open file descriptors.
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from helpers import CONFIGS, REPO, run_cli, start_cli
+from helpers import CONFIGS, run_cli, start_cli
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/net/tcp"), reason="needs Linux /proc")
 
@@ -50,24 +51,6 @@ def listening(pid: int) -> set[tuple[str, str, int]]:
             if fields[3] == state and fields[9] in inodes and int(port, 16) != 0:
                 found.add((proto, address, int(port, 16)))
     return found
-
-
-def test_default_config_opens_no_listening_socket(tmp_path):
-    """Samples the sockets of a short training run on configs/default.yaml from start to end."""
-    run_dir = str(tmp_path / "run")
-    proc = start_cli("train", "--quiet", "--config", os.path.join(CONFIGS, "default.yaml"), "--output-dir", run_dir,
-                  "--set", "training.num_iterations=1500", "--set", "evaluation.stop_when_solved=false",
-                  "--set", "video.enabled=false", log_dir=tmp_path)
-    seen, samples = set(), 0
-    while proc.poll() is None:
-        seen |= listening(proc.pid)
-        samples += 1
-        time.sleep(0.02)
-    assert proc.returncode == 0, (tmp_path / "stderr").read_text()[-3000:]
-    assert samples > 20  # sampled throughout the run, training included
-    assert os.path.exists(os.path.join(run_dir, "checkpoints"))
-    assert seen == set(), f"the default run listened on {sorted(seen)}"
-    assert "Reverb" not in (tmp_path / "stderr").read_text()
 
 
 def test_reverb_run_prints_its_port_and_exposure_then_stops_and_resumes_with_its_table(tmp_path):
@@ -112,6 +95,10 @@ def test_reverb_run_prints_its_port_and_exposure_then_stops_and_resumes_with_its
     assert result.returncode == 0, result.stderr[-3000:]
     assert len([line for line in result.stderr.splitlines() if "Reverb replay server on port" in line]) == 1
     assert f"{state['replay_size']} transitions in replay" in result.stderr  # the table came back
+    with open(os.path.join(run_dir, "summary.json")) as handle:
+        assert json.load(handle)["iterations"] == state["iteration"] + 100
     with open(os.path.join(run_dir, "train_metrics.csv")) as handle:
         last = handle.read().splitlines()[-1].split(",")
-    assert int(last[0]) == state["iteration"] + 100 and int(last[4]) > state["replay_size"]
+    # Rows come every log_interval (50): a SIGTERM under load can land between two multiples of it.
+    last_row = (state["iteration"] + 100) // 50 * 50
+    assert int(last[0]) == last_row and int(last[4]) > state["replay_size"]

@@ -132,3 +132,65 @@ def test_a_study_in_postgresql_is_shared_through_the_database(tmp_path, postgres
     assert (tmp_path / "tune" / "t" / "best.yaml").exists() or all(t.state == TrialState.PRUNED for t in trials)
     assert not (tmp_path / "tune" / "t" / "journal.log").exists()  # the database, not the default journal
     storage.engine.dispose()
+
+
+# ---------------------------------------------------------------------------- objectives and seeds
+
+
+def record(solved: bool, config=None, **summary):
+    from dqn_cartpole.run_folder.record import RunRecord
+
+    config = config or {"training": {"initial_collect_steps": 1000, "num_iterations": 9000,
+                                     "collect_steps_per_iteration": 1}}
+    if solved:
+        summary.setdefault("solved_at_iteration", 100)
+    return RunRecord(root="r", version=1, config=config, summary=summary)
+
+
+def test_each_objective_scores_a_solve_by_its_figure_and_an_unsolved_run_by_twice_its_budget():
+    from dqn_cartpole.experiments.tune import score
+
+    solved = record(True, solved_env_steps=2500, solved_wall_s=7.5, solved_cpu_s=6.25, env_steps=2500,
+                    wall_s=11.0, cpu_s=9.0)
+    assert [score(solved, o) for o in ("env_steps", "wall_s", "cpu_s")] == [2500.0, 7.5, 6.25]
+    whole = record(False, env_steps=10_000, wall_s=30.0, cpu_s=20.0)  # ran its whole budget of 10,000 env steps
+    assert [score(whole, o) for o in ("env_steps", "wall_s", "cpu_s")] == [20_000.0, 60.0, 40.0]
+    diverged = record(False, env_steps=2_500, wall_s=5.0, cpu_s=4.0, diverged_at_iteration=1500)  # a quarter
+    assert [score(diverged, o) for o in ("env_steps", "wall_s", "cpu_s")] == [20_000.0, 40.0, 32.0]
+
+
+def test_seeds_and_objective_are_checked_and_kept_for_the_continue_command(tmp_path):
+    from dqn_cartpole.errors import UserError
+    from dqn_cartpole.experiments.tune import continue_command, plan_tune
+
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    common = dict(config_path=SMOKE, space_path=str(space), trials=2, jobs=1, storage_url=None, study_name="t",
+                  sampler_seed=0)
+    for seeds, overrides, objective, problem in (
+            ("0-", [], "cpu_s", "expected seeds like 0-4"),
+            ("0-4", ["training.seed=3"], "cpu_s", "give the seeds with --seeds"),
+            ("0-4", [], "seconds", "--objective seconds: expected one of env_steps, wall_s, cpu_s")):
+        with pytest.raises(UserError, match=problem):
+            plan_tune(overrides=[f"output.root={tmp_path}", *overrides], seeds_text=seeds, objective=objective,
+                      **common)
+    plan = plan_tune(overrides=[f"output.root={tmp_path}"], seeds_text="0-2,5", objective="wall_s", **common)
+    assert plan.seeds == (0, 1, 2, 5) and plan.objective == "wall_s"
+    assert "--seeds 0,1,2,5 --objective wall_s" in continue_command(plan)
+
+
+def test_a_trial_trains_every_seed_and_scores_their_mean(tmp_path):
+    from dqn_cartpole.experiments.tune import score
+
+    proc = run_cli(*tune_argv(tmp_path, 1, "--seeds", "3,4", "--objective", "cpu_s", "--seed", "0",
+                              "--set", "training.num_iterations=100"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (trial,) = load(journal(tmp_path)).trials
+    folder = tmp_path / "tune" / "t" / "trials" / "0000"
+    runs = [read_run(str(folder / f"s{seed}")) for seed in (3, 4)]
+    assert [run.config["training"]["seed"] for run in runs] == [3, 4]
+    assert all(run.get("solved_cpu_s") is None and run.get("cpu_s") > 0 for run in runs)  # smoke never solves
+    assert trial.value == pytest.approx((score(runs[0], "cpu_s") + score(runs[1], "cpu_s")) / 2)
+    assert [row["seed"] for row in trial.user_attrs["seeds"]] == [3, 4]
+    assert trial.user_attrs["solved_seeds"] == "0/2" and trial.user_attrs["objective"] == "cpu_s"
+    assert "s3 unsolved" in (tmp_path / "tune" / "t" / "trials.csv").read_text()

@@ -1,15 +1,11 @@
-"""What every command's arguments share: a parser whose errors are one line, the config flags."""
+"""What every command's arguments share: a parser whose errors are one line, the config flags and shortcuts."""
 
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Optional
 
 from dqn_cartpole.errors import UserError
-
-REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
-DEFAULT_CONFIG = os.path.join(REPO_CONFIGS, "default.yaml")
 
 
 class ArgParser(argparse.ArgumentParser):
@@ -19,16 +15,34 @@ class ArgParser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message} (see --help)")
 
 
-def add_config_args(parser: argparse.ArgumentParser, example: str = "agent.learning_rate=5e-4") -> None:
-    """`--config PATH` and repeatable `--set SECTION.KEY=VALUE` (into `overrides`)."""
-    parser.add_argument("--config", metavar="PATH", help="YAML config (default: configs/default.yaml)")
+def add_config_args(parser: argparse.ArgumentParser, example: str = "agent.learning_rate=5e-4",
+                    shortcuts: bool = False) -> None:
+    """`--config PATH`, repeatable `--set SECTION.KEY=VALUE` (into `overrides`) and, with `shortcuts`,
+    `--env ID`, `--seed N` and `-n/--iterations N` (read them all with `config_overrides`)."""
+    parser.add_argument("--config", metavar="PATH",
+                        help="YAML config, or the name of a shipped one (default, tutorial, smoke, acrobot, "
+                             "mountaincar, lunarlander); keys it does not name come from configs/default.yaml (the "
+                             "default)")
     parser.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                         help=f"override one config key, e.g. --set {example} (repeatable)")
+    if shortcuts:
+        from dqn_cartpole.config import add_shortcut_args
+
+        add_shortcut_args(parser)
 
 
-def config_path(given: Optional[str]) -> Optional[str]:
-    """`--config`, else the repo's configs/default.yaml (when installed from a clone), else the defaults."""
-    return given or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
+def config_overrides(args: argparse.Namespace) -> list[str]:
+    """The shortcuts given (as `section.key=value`), then every `--set`, in order: a later `--set` wins."""
+    from dqn_cartpole.config import shortcut_overrides
+
+    return shortcut_overrides(args) + list(args.overrides)
+
+
+def config_path(given: Optional[str]) -> str:
+    """The config file `--config` means (a path, or a shipped config's name); configs/default.yaml without it."""
+    from dqn_cartpole.config import locate_config
+
+    return locate_config(given)
 
 
 def check_positive(label: str, value: Optional[int]) -> None:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from dqn_cartpole.cli import single_process
+from dqn_cartpole.cli import config_command, single_process
 from dqn_cartpole.distributed import commands as distributed_commands
 from dqn_cartpole.experiments import commands as experiments
 from dqn_cartpole.cli.args import ArgParser
@@ -19,7 +19,7 @@ from dqn_cartpole.errors import UserError
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
-COMMAND_MODULES = (single_process, distributed_commands, experiments)
+COMMAND_MODULES = (single_process, config_command, distributed_commands, experiments)
 COMMANDS = {name: handler for module in COMMAND_MODULES for name, handler in module.COMMANDS.items()}
 
 

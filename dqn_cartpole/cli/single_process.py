@@ -1,7 +1,7 @@
-"""The single-process commands: train (and resume), evaluate, record, plot, report, specs.
+"""The single-process commands: train (and resume), evaluate, record, report (alias plot), specs.
 
 Each handler checks its input first (bad input: one line, exit status 2), then imports
-TensorFlow through `quiet.silence()` only if it needs it: `plot` and `report` never do.
+TensorFlow through `quiet.silence()` only if it needs it: `report` never does.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shutil
 import sys
 from typing import Any, Callable, Optional
 
-from dqn_cartpole.cli.args import add_config_args, check_positive, config_path
+from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
 from dqn_cartpole.cli.summary import resume_command, summary_lines, write_run_summary
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder import layout
@@ -30,7 +30,7 @@ def add_parsers(sub: Any) -> None:
     train = sub.add_parser("train", help="train an agent and write a run folder",
                            description="Train a DQN agent. Writes config, metrics, plots, videos, the policy, "
                                        "report.html and TensorBoard events to outputs/<run-name>/.")
-    add_config_args(train)
+    add_config_args(train, shortcuts=True)
     train.add_argument("--output-dir", metavar="DIR", help="run folder (default: outputs/<env>__s<seed>__<time>)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --output-dir")
     train.add_argument("--resume", metavar="RUN_DIR",
@@ -55,20 +55,21 @@ def add_parsers(sub: Any) -> None:
     record.add_argument("policy", metavar="RUN_DIR_OR_POLICY", nargs="?", help="a run folder or a policy folder")
     record.add_argument("--final", action="store_true", help="use the run's policy/final (default: policy/best)")
     record.add_argument("--random", action="store_true", help="record the uniformly random policy instead")
-    record.add_argument("--output", "-o", metavar="MP4", help="output file (default: videos/ of the run, or ./)")
+    record.add_argument("--output", "-o", metavar="MP4",
+                        help="output file, replaced if it exists (default: a new file in the run's videos/, or ./)")
+    record.add_argument("--overwrite", action="store_true",
+                        help="without -o: replace the run's own videos/trained-agent.mp4 (which report.html shows) "
+                             "instead of writing a new file next to it")
     record.add_argument("--episodes", type=int, default=1, help="episodes to record (default 1)")
     record.add_argument("--fps", type=int, default=50, help="frames per second (default 50)")
     record.add_argument("--env", help="gymnasium env id (default: the run's env, else CartPole-v1)")
     record.add_argument("--seed", type=int, default=0, help="env seed (default 0)")
 
-    plot = sub.add_parser("plot", help="redraw a run's plots (and its report.html) from its CSV metrics",
-                          description="Redraw plots/*.png and report.html from a run folder's CSVs and summary.")
-    plot.add_argument("run_dir", metavar="RUN_DIR")
-
-    report = sub.add_parser("report", help="write a run's report.html (plots, videos, evaluations, config)",
-                            description="Write RUN_DIR/report.html: the outcome, the plots (redrawn), the videos, "
-                                        "the evaluation table, the config and links, with relative paths only. "
-                                        "Needs no TensorFlow.")
+    report = sub.add_parser("report", aliases=["plot"], help="redraw a run's plots and write its report.html",
+                            description="Redraw RUN_DIR/plots/*.png from the run's CSVs and write RUN_DIR/report.html: "
+                                        "the outcome, the plots, the videos, the evaluation table, the config, the "
+                                        "files and the provenance, with relative paths only. Needs no TensorFlow. "
+                                        "'plot' is another name for this command.")
     report.add_argument("run_dir", metavar="RUN_DIR")
 
     specs = sub.add_parser("specs", help="show the env, agent and replay data specs and sample shapes",
@@ -76,7 +77,7 @@ def add_parsers(sub: Any) -> None:
                                        "time_step_spec and action_spec, the agent's collect_data_spec, and the "
                                        "shapes that get_next, as_dataset and a full pass of the configured "
                                        "replay backend return after a few random steps.")
-    add_config_args(specs, example="replay.backend=reverb")
+    add_config_args(specs, example="replay.backend=reverb", shortcuts=True)
     specs.add_argument("--steps", type=int, default=20, help="random env steps collected first (default 20)")
 
 
@@ -103,14 +104,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.output_dir:
             resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
         path = config_path(args.config)
-        config = load_config(path, args.overrides)
+        config = load_config(path, config_overrides(args))
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     created, _lock = create_run_dir(run_dir, args.overwrite)  # the lock lives as long as this call
     silence()
     from dqn_cartpole.console.progress import Progress
 
     progress = Progress(config.training.num_iterations, enabled=not args.quiet)
-    progress.message(f"Training {config.env.id} with {os.path.basename(path or 'defaults')} "
+    progress.message(f"Training {config.env.id} with {os.path.basename(path)} "
                      f"(seed {config.training.seed}, replay {config.replay.backend}) -> {run_dir}")
     return run_training(config, run_dir, progress, None, created)
 
@@ -128,16 +129,19 @@ def cmd_train_local(args: argparse.Namespace) -> int:
         else:
             if args.output_dir:
                 resolve_run_dir(None, args.output_dir, args.overwrite)
-            config, plan = load_config(config_path(args.config), args.overrides), None
+            config, plan = load_config(config_path(args.config), config_overrides(args)), None
             run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
+    if args.resume and config.replay.backend != "reverb":  # its replay is in the checkpoint, not in a server
+        raise UserError(f"--resume {run_dir}: the run's replay is {config.replay.backend}, and --topology local "
+                        f"shares a Reverb server; continue it in one process: {resume_command(run_dir)}")
+    if config.distributed.replay == "server" and plan is not None and plan.found is not None and not os.path.isdir(
+            os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
+        raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
     if config.replay.backend != "reverb":  # the roles share their replay through a Reverb server
         replay = dataclasses.replace(config.replay, backend="reverb", sampling="dataset")
         config = dataclasses.replace(config, replay=replay)
         print("note: --topology local shares the replay through a Reverb server: replay.backend: reverb",
               file=sys.stderr)
-    if config.distributed.replay == "server" and plan is not None and plan.found is not None and not os.path.isdir(
-            os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
-        raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
     if args.resume:
         created, _lock = False, lock_run(run_dir)  # noqa: F841 (held as long as this call; children inherit it)
     else:
@@ -241,7 +245,7 @@ def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
         raise UserError(f"--resume {run_dir}: not a run folder (no {layout.CONFIG_FILE}); give a folder that "
                         f"'train' wrote, e.g. outputs/<run-name>")
     original = load_config(config_file)
-    config = load_config(config_file, args.overrides)
+    config = load_config(config_file, config_overrides(args))
     plan = checkpointing.plan_resume(run_dir)
     for label, before in (("the run's", to_dict(original)),
                           ("its checkpoint's", plan.found.state.get("config", {}) if plan.found else {})):
@@ -273,6 +277,26 @@ def env_for(args: argparse.Namespace, run_dir: Optional[str]) -> tuple[str, Opti
     return "CartPole-v1", None
 
 
+def check_policy_fits(policy_dir: str, env_id: str) -> None:
+    """A policy runs only on an env with its observation shape and number of actions (PolicySaver's
+    policy_specs.pbtxt says what it was saved for); one line naming both otherwise."""
+    from tf_agents.specs import tensor_spec
+
+    from dqn_cartpole.core.env_ids import space_sizes
+
+    specs_file = os.path.join(policy_dir, "policy_specs.pbtxt")
+    if not os.path.isfile(specs_file):
+        return  # not written by PolicySaver: nothing to check against
+    saved = tensor_spec.from_pbtxt_file(specs_file)["collect_data_spec"]
+    shape = tuple(saved.observation.shape)
+    actions = int(saved.action.maximum) - int(saved.action.minimum) + 1
+    env_shape, env_actions = space_sizes(env_id)
+    if (shape, actions) != (env_shape, env_actions):
+        raise UserError(f"{policy_dir}: the policy takes observations of shape {shape} and chooses among {actions} "
+                        f"actions, but {env_id} has observations of shape {env_shape} and {env_actions} actions; "
+                        f"give --env the env it was trained on")
+
+
 def load_policy_or_fail(policy_dir: str) -> Any:
     """The saved policy, or one line saying why it cannot be loaded."""
     from dqn_cartpole.run_folder.export import load_policy
@@ -293,6 +317,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from dqn_cartpole.core.envs import make_batched_env
     from dqn_cartpole.core.evaluation import make_episode_runner
 
+    check_policy_fits(policy_dir, env_id)
     env = make_batched_env(env_id, args.episodes, seed=args.seed, max_episode_steps=max_steps)
     try:
         result = make_episode_runner(load_policy_or_fail(policy_dir), env)()
@@ -304,6 +329,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def record_output(args: argparse.Namespace, run_dir: Optional[str]) -> str:
+    """Where `record` writes: -o as given; else the run's videos/ (or ./) under the usual name, unless that file
+    exists: a run's own video (shown by its report.html) is replaced only with --overwrite, else the next free
+    name is used (trained-agent-2.mp4, ...)."""
+    if args.output:
+        return args.output
+    name = layout.RANDOM_VIDEO if args.random else layout.TRAINED_VIDEO
+    path = os.path.join(run_dir, layout.VIDEOS_DIR, name) if run_dir else name
+    if args.overwrite or not os.path.exists(path):
+        return path
+    stem, ext = os.path.splitext(path)
+    number = 2
+    while os.path.exists(f"{stem}-{number}{ext}"):
+        number += 1
+    return f"{stem}-{number}{ext}"
+
+
 def cmd_record(args: argparse.Namespace) -> int:
     check_positive("--episodes", args.episodes)
     check_positive("--fps", args.fps)
@@ -311,8 +353,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise UserError("record: give either a run folder / policy folder or --random")
     policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
     env_id, max_steps = env_for(args, run_dir)
-    name = layout.RANDOM_VIDEO if args.random else layout.TRAINED_VIDEO
-    output = args.output or (os.path.join(run_dir, layout.VIDEOS_DIR, name) if run_dir else name)
+    output = record_output(args, run_dir)
     if os.path.isdir(output):
         raise UserError(f"--output {output}: is a folder; give an .mp4 file name")
     silence()
@@ -329,6 +370,7 @@ def cmd_record(args: argparse.Namespace) -> int:
             act = random_act_fn(tensor_spec.from_spec(env.time_step_spec()), tensor_spec.from_spec(env.action_spec()),
                                 seed=args.seed)
         else:
+            check_policy_fits(policy_dir, env_id)
             act = compiled_act_fn(load_policy_or_fail(policy_dir), tensor_spec.from_spec(env.time_step_spec()))
     finally:
         env.close()
@@ -337,15 +379,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plot(args: argparse.Namespace) -> int:
-    from dqn_cartpole.report.command import redraw_run
-
-    for path in redraw_run(args.run_dir):
-        print(f"wrote {path}")
-    return 0
-
-
 def cmd_report(args: argparse.Namespace) -> int:
+    """`report RUN_DIR` (alias `plot`): redraws the plots, then report.html."""
     from dqn_cartpole.report.command import redraw_run
 
     print(f"wrote {redraw_run(args.run_dir)[-1]}")
@@ -355,7 +390,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_specs(args: argparse.Namespace) -> int:
     from dqn_cartpole.config import load_config
 
-    config = load_config(config_path(args.config), args.overrides)
+    config = load_config(config_path(args.config), config_overrides(args))
     # as_dataset(4, 2) needs 2 steps, and Reverb one whole item; an empty Reverb table blocks reads.
     needed = config.agent.n_step + 1
     if args.steps < needed:
@@ -370,5 +405,5 @@ def cmd_specs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "record": cmd_record, "plot": cmd_plot,
-            "report": cmd_report, "specs": cmd_specs}
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "record": cmd_record, "report": cmd_report,
+            "plot": cmd_report, "specs": cmd_specs}

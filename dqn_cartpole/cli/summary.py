@@ -7,6 +7,7 @@ import shlex
 from typing import Optional
 
 from dqn_cartpole.run_folder import write_summary
+from dqn_cartpole.run_folder.provenance import provenance
 
 
 def resume_command(run_dir: str) -> str:
@@ -14,9 +15,10 @@ def resume_command(run_dir: str) -> str:
 
 
 def write_run_summary(summary: dict, path: str) -> None:
-    """summary.json, with this process's peak memory, for scripts and tools that read a finished run."""
+    """summary.json, with this process's peak memory and what produced the run (code, libraries, machine), for
+    scripts and tools that read a finished run."""
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    write_summary(path, {**summary, "peak_rss_mb": peak_rss_mb})
+    write_summary(path, {**summary, "peak_rss_mb": peak_rss_mb, "provenance": provenance()})
 
 
 def summary_lines(summary: dict) -> list[str]:

@@ -1,18 +1,30 @@
-"""A one-line console progress bar with the latest loss and average return.
+"""The console's progress line: a tqdm bar on a terminal, one plain line per state elsewhere.
 
-On a terminal it redraws one line; otherwise (CI, pipes) it prints a plain line at most every
-few seconds, so logs stay readable.
+While training it shows the iterations, the latest loss and average return, and the speed. After
+training it follows the artifact phase: each stage (playing the video episodes, drawing the
+plots, waiting for the videos) and the videos' frames as the renderer reports them, so no second
+passes without the user seeing what the run does. On a terminal tqdm redraws one line; elsewhere
+(CI, pipes, log files) a line is printed when the state changes, at most every `plain_every_s`
+seconds for the training line, so logs stay readable.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 from typing import Optional, TextIO
 
+from tqdm import tqdm
+
+TRAIN_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} it [{elapsed}, {rate_fmt}{postfix}]"
+PLAIN_TRAIN_FORMAT = "{n_fmt}/{total_fmt} it [{elapsed}, {rate_fmt}{postfix}]"
+ARTIFACTS_FORMAT = "{desc} [{elapsed}]"
+
 
 class Progress:
-    """Progress of a run of `total` iterations."""
+    """Progress of a run of `total` iterations, then of its artifacts. `message` prints above the line."""
 
     def __init__(self, total: int, stream: Optional[TextIO] = None, enabled: bool = True,
                  plain_every_s: float = 5.0):
@@ -20,44 +32,101 @@ class Progress:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.time()
         self.plain_every_s, self._last_plain = plain_every_s, 0.0
-        self._drawn = False
         self._last_values: tuple = ()
+        self._bar: Optional[tqdm] = None  # the training bar, then the artifacts' (a terminal only)
+        self._stage: Optional[str] = None  # the artifact phase's current stage
+        self._frames = (0, 0)  # the videos' frames rendered, and in all
+        self._last_frames_line = 0.0
+        self._lock = threading.Lock()  # the renderer's progress arrives on another thread
 
+    # -- training
     def update(self, iteration: int, loss: Optional[float], average_return: Optional[float],
                force: bool = False) -> None:
-        if not self.enabled:
+        if not self.enabled or self._stage is not None:
             return
-        line = self._line(iteration, loss, average_return)
-        if self.tty:
-            self.stream.write("\r" + line + "\033[K")
-            self._drawn = True
-        elif (force or time.time() - self._last_plain >= self.plain_every_s or iteration >= self.total) \
-                and (iteration, loss, average_return) != self._last_values:
-            self.stream.write(line + "\n")
-            self._last_plain = time.time()
-            self._last_values = (iteration, loss, average_return)
-        self.stream.flush()
-
-    def _line(self, iteration: int, loss: Optional[float], average_return: Optional[float]) -> str:
-        fraction = min(iteration / self.total, 1.0) if self.total else 1.0
-        width = 24
-        bar = "#" * int(fraction * width) + "-" * (width - int(fraction * width))
-        elapsed = time.time() - self.start
-        rate = iteration / elapsed if elapsed > 0 else 0.0
         loss_text = f"{loss:.4g}" if loss is not None else "-"
         return_text = f"{average_return:.1f}" if average_return is not None else "-"
-        return (f"[{bar}] {iteration}/{self.total} it | loss {loss_text} | avg return {return_text} | "
-                f"{rate:.0f} it/s | {elapsed:.1f} s")
+        postfix = f"loss {loss_text}, avg return {return_text}"
+        with self._lock:
+            if self.tty:
+                bar = self._bar or self._new_bar(total=self.total, initial=iteration, unit="it",
+                                                 bar_format=TRAIN_FORMAT)
+                bar.n = iteration
+                bar.set_postfix_str(postfix, refresh=False)
+                bar.refresh()
+            elif (force or time.time() - self._last_plain >= self.plain_every_s or iteration >= self.total) \
+                    and (iteration, loss, average_return) != self._last_values:
+                self._write(tqdm.format_meter(iteration, self.total, time.time() - self.start, unit="it",
+                                              bar_format=PLAIN_TRAIN_FORMAT, postfix=postfix))
+                self._last_plain = time.time()
+                self._last_values = (iteration, loss, average_return)
 
+    # -- the artifact phase
+    def stage(self, text: str) -> None:
+        """A new stage of the artifact phase (the training line, if any, is left as it was)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._stage is None:
+                self._close_bar()
+                if self.tty:
+                    self._new_bar(total=None, bar_format=ARTIFACTS_FORMAT)
+            self._stage = text
+            if self.tty:
+                self._redraw_artifacts()
+            else:
+                self._write(f"{text} [{time.time() - self.start:.1f} s]")
+
+    def artifact_progress(self, done: int, total: int) -> None:
+        """The videos' frames: `done` of `total` rendered (called from the thread that follows the renderer)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._frames = (done, total)
+            if self.tty and self._bar is not None:
+                self._redraw_artifacts()
+            elif not self.tty and (done >= total or time.time() - self._last_frames_line >= self.plain_every_s):
+                self._write(f"  videos: {done}/{total} frames rendered [{time.time() - self.start:.1f} s]")
+                self._last_frames_line = time.time()
+
+    def _redraw_artifacts(self) -> None:
+        done, total = self._frames
+        frames = f" | videos {done}/{total} frames" if total else ""
+        self._bar.set_description_str(f"{self._stage}{frames}", refresh=True)
+
+    # -- both
     def message(self, text: str) -> None:
-        """Prints a line above the bar."""
-        if self._drawn:
-            self.stream.write("\r\033[K")
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        """Prints a line above the progress line."""
+        with self._lock:
+            if self._bar is not None:
+                self._bar.clear()
+            self._write(text)
+            if self._bar is not None:
+                self._bar.refresh()
 
     def close(self) -> None:
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._drawn = False
+        with self._lock:
+            self._close_bar()
+
+    def _new_bar(self, **kwargs) -> tqdm:
+        # A terminal that reports no width (a pty nobody sized) would get an empty line: 100 columns then.
+        width = {"dynamic_ncols": True} if terminal_columns(self.stream) else {"ncols": 100, "nrows": 20}
+        self._bar = tqdm(file=self.stream, mininterval=0, leave=True, **width, **kwargs)
+        return self._bar
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _write(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def terminal_columns(stream: TextIO) -> int:
+    """The width of the terminal `stream` writes to; 0 when it reports none."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0

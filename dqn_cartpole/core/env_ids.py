@@ -21,6 +21,10 @@ from gymnasium.envs.registration import EnvSpec  # noqa: E402
 # Maximum reward per step for env families whose max return is
 # max_episode_steps * per-step reward (CartPole pays +1 for every step alive).
 _MAX_REWARD_PER_STEP: dict[str, float] = {"CartPole": 1.0}
+# Minimum reward per step for env families whose worst return is max_episode_steps * it: Acrobot and
+# MountainCar pay -1 for every step until the goal, so an agent that never reaches it scores -500 / -200.
+_MIN_REWARD_PER_STEP: dict[str, float] = {"Acrobot": -1.0, "MountainCar": -1.0}
+BOX2D_EXTRA = "dqn_cartpole[box2d]"  # LunarLander's physics engine, an optional extra (see pyproject.toml)
 
 
 class EnvSpecError(ValueError):
@@ -77,9 +81,21 @@ def _env_id_spaces_problem(env_id: str) -> Optional[str]:
         env = make_gymnasium(env_id, render_mode=None, max_episode_steps=None)
     except gymnasium.error.DependencyNotInstalled as e:
         first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if first_line.startswith("Box2D is not installed"):
+            # gymnasium[box2d] would bring pygame-ce, which replaces the pinned pygame: the extra installs Box2D alone.
+            first_line = f"Box2D is not installed; install it with: pip install {BOX2D_EXTRA!r}"
         return f"cannot construct env {env_id!r}: {first_line}"
     try:
         return spaces_problem(env_id, env.observation_space, env.action_space)
+    finally:
+        env.close()
+
+
+def space_sizes(env_id: str, max_episode_steps: Optional[int] = None) -> tuple[tuple, int]:
+    """(observation shape, number of actions) of a supported env id (checked with `check_env_id` first)."""
+    env = make_gymnasium(env_id, render_mode=None, max_episode_steps=max_episode_steps)
+    try:
+        return tuple(env.observation_space.shape), int(env.action_space.n)
     finally:
         env.close()
 
@@ -126,9 +142,19 @@ def max_return(env_id: str, max_episode_steps: Optional[int] = None) -> Optional
     For CartPole-vX that is 500 (v1) or 200 (v0) with the registered time limit, or
     `max_episode_steps` when a run overrides it. None for envs whose reward varies.
     """
+    return _bound(env_id, max_episode_steps, _MAX_REWARD_PER_STEP)
+
+
+def min_return(env_id: str, max_episode_steps: Optional[int] = None) -> Optional[float]:
+    """The lowest episode return, where known: -500 for Acrobot-v1 and -200 for MountainCar-v0 (the time limit
+    times -1, an agent that never reaches the goal); None for other envs."""
+    return _bound(env_id, max_episode_steps, _MIN_REWARD_PER_STEP)
+
+
+def _bound(env_id: str, max_episode_steps: Optional[int], per_step_rewards: dict[str, float]) -> Optional[float]:
     spec = gymnasium.registry.get(env_id)
     if spec is None or spec.namespace is not None:
         return None
     steps = max_episode_steps or spec.max_episode_steps
-    per_step = _MAX_REWARD_PER_STEP.get(spec.name)
+    per_step = per_step_rewards.get(spec.name)
     return None if per_step is None or steps is None else steps * per_step

@@ -295,6 +295,7 @@ def make_batched_env(
     num_envs: int,
     seed: Optional[int] = None,
     max_episode_steps: Optional[int] = None,
+    seed_per_copy: bool = False,
 ) -> BatchedGymnasiumEnvironment:
     """Creates ``num_envs`` copies of an env as one batched PyEnvironment.
 
@@ -306,6 +307,9 @@ def make_batched_env(
       num_envs: Batch size.
       seed: Seed for the first reset.
       max_episode_steps: Overrides the registered time limit when given.
+      seed_per_copy: Always a ``SyncVectorEnv``, whose copy i is seeded with
+        ``seed + i``: each copy's first episode can then be replayed alone in
+        one env reset with that seed (a vectorised env shares one RNG).
 
     Raises:
       EnvSpecError: If the env id or its spaces are unsupported.
@@ -318,7 +322,7 @@ def make_batched_env(
     kwargs: dict[str, Any] = {}
     # Numpy-vectorised envs pay ~40 us of array overhead per step, which only pays off for
     # several copies; one or two plain envs step ~4x faster in a SyncVectorEnv.
-    if spec.vector_entry_point is not None and num_envs > SYNC_UP_TO:
+    if spec.vector_entry_point is not None and num_envs > SYNC_UP_TO and not seed_per_copy:
         mode = "vector_entry_point"
         # Vector entry points implement the time limit themselves; pass it
         # explicitly so it never silently falls back to the class default.

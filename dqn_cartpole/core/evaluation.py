@@ -14,11 +14,19 @@ from dqn_cartpole.core.envs import BatchedGymnasiumEnvironment
 
 @dataclass(frozen=True)
 class EvalResult:
-    """Per-episode returns and lengths of one evaluation (and discounted returns, sum of gamma^t r_t)."""
+    """Per-episode returns and lengths of one evaluation (and discounted returns, sum of gamma^t r_t, from each
+    episode's first observation, which `first_observations` holds).
+
+    With `keep_actions` (see `make_episode_runner`): each episode's actions, [episodes, steps] (row i
+    valid up to lengths[i]), and whether it ended by failure rather than by the time limit.
+    """
 
     returns: np.ndarray
     lengths: np.ndarray
     discounted_returns: Optional[np.ndarray] = None
+    first_observations: Optional[np.ndarray] = None
+    actions: Optional[np.ndarray] = None
+    terminated: Optional[np.ndarray] = None
 
     @property
     def average_return(self) -> float:
@@ -35,11 +43,19 @@ class EvalResult:
                 "std_return": float(np.std(self.returns)), "average_discounted_return": discounted}
 
 
-def make_episode_runner(policy, env: BatchedGymnasiumEnvironment, gamma: float = 1.0) -> Callable[[], EvalResult]:
+def make_episode_runner(policy, env: BatchedGymnasiumEnvironment, gamma: float = 1.0,
+                        keep_actions: bool = False, give_up_below: Optional[float] = None,
+                        max_return: Optional[float] = None) -> Callable[[], EvalResult]:
     """Returns run() -> EvalResult: exactly one episode in each of the env's `batch_size` copies.
 
     Each episode's discounted return uses `gamma` (the agent's discount, so it is comparable
-    with the Q-values).
+    with the Q-values). `keep_actions` also returns every action taken and how each episode
+    ended (what a video needs to replay the episodes).
+
+    With `give_up_below` and the env's `max_return`, the run stops as soon as the average can no
+    longer reach `give_up_below` (the finished episodes' returns, plus `max_return` for each
+    unfinished one, fall short): the episodes still running are then cut, and the average is
+    below `give_up_below` too.
 
     `policy` is an in-memory TFPolicy or one loaded with `tf.saved_model.load`. The episode
     loop (policy call, env step, bookkeeping) is compiled once, which makes a step ~3x cheaper
@@ -49,24 +65,39 @@ def make_episode_runner(policy, env: BatchedGymnasiumEnvironment, gamma: float =
     tf_env = tf_py_environment.TFPyEnvironment(env)
     n = env.batch_size
 
-    def step(time_step, returns, lengths, done, discounted, scale):
-        time_step = tf_env.step(policy.action(time_step).action)
+    def step(time_step, returns, lengths, done, discounted, scale, actions, terminated):
+        action = policy.action(time_step).action
+        time_step = tf_env.step(action)
         active = ~done
         returns += tf.where(active, time_step.reward, 0.0)
         discounted += tf.where(active, scale * time_step.reward, 0.0)  # G = sum_t gamma^t r_{t+1}
+        if keep_actions:
+            actions = actions.write(actions.size(), tf.cast(action, tf.int64))
+            terminated |= active & time_step.is_last() & tf.equal(time_step.discount, 0.0)
         lengths += tf.cast(active, tf.int32)
-        return time_step, returns, lengths, done | time_step.is_last(), discounted, scale * gamma
+        return (time_step, returns, lengths, done | time_step.is_last(), discounted, scale * gamma, actions,
+                terminated)
+
+    def going_on(time_step, returns, lengths, done, *_):
+        if give_up_below is None or max_return is None:
+            return ~tf.reduce_all(done)
+        best_case = tf.reduce_sum(tf.where(done, returns, max_return))  # the unfinished all reach max_return
+        return ~tf.reduce_all(done) & (best_case >= give_up_below * n)
 
     @tf.function(autograph=False)
     def episodes():
-        start = (tf_env.reset(), tf.zeros([n]), tf.zeros([n], tf.int32), tf.zeros([n], tf.bool), tf.zeros([n]),
-                 tf.ones([n]))
-        _, returns, lengths, _, discounted, _ = tf.while_loop(lambda *state: ~tf.reduce_all(state[3]), step, start)
-        return returns, lengths, discounted
+        first = tf_env.reset()
+        start = (first, tf.zeros([n]), tf.zeros([n], tf.int32), tf.zeros([n], tf.bool), tf.zeros([n]),
+                 tf.ones([n]), tf.TensorArray(tf.int64, size=0, dynamic_size=True, element_shape=[n]),
+                 tf.zeros([n], tf.bool))
+        _, returns, lengths, _, discounted, _, actions, terminated = tf.while_loop(going_on, step, start)
+        return returns, lengths, discounted, first.observation, tf.transpose(actions.stack()), terminated
 
     def run() -> EvalResult:
-        returns, lengths, discounted = episodes()
+        returns, lengths, discounted, first, actions, terminated = episodes()
+        kept = {"actions": actions.numpy(), "terminated": terminated.numpy()} if keep_actions else {}
         return EvalResult(returns=returns.numpy().astype(np.float64), lengths=lengths.numpy().astype(np.int64),
-                          discounted_returns=discounted.numpy().astype(np.float64))
+                          discounted_returns=discounted.numpy().astype(np.float64), first_observations=first.numpy(),
+                          **kept)
 
     return run

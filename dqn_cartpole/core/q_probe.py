@@ -1,9 +1,16 @@
-"""The online network's value estimate on a fixed set of states, logged with every train row.
+"""The online network's value estimate, mean max_a Q(s, a), on given states.
 
-The states are collected once, before training, by a seeded uniformly random policy in a fresh
-env, so every log row (and a resumed run) measures the same states. Their mean max_a Q(s, a) is
-what the agent believes the discounted return from such states is; the report plots it next to
-the discounted return the greedy policy actually gets, which shows over- or under-estimation.
+Two uses, both logged:
+
+- At each evaluation, on the states its greedy episodes start from (`MaxQ`): max_a Q(s0, a) is
+  what the agent believes the discounted return from s0 is, and the evaluation measures the
+  discounted return the greedy policy really gets from those same states. The report plots the
+  two together, so over- or under-estimation reads directly (eval_metrics.csv).
+- At each train row, on a fixed set of states collected once, before training, by a seeded
+  uniformly random policy (`QProbe`, as in the DQN paper's figure 2): the same states every row
+  (and after a resume), so the curve shows how the estimate moves (train_metrics.csv,
+  `mean_max_q`). Random-policy states are often close to failing, so their values sit below
+  those of a fresh start: this one is not compared with the returns.
 """
 
 from __future__ import annotations
@@ -37,22 +44,31 @@ def random_policy_states(env_id: str, num_states: int, seed: int,
     return np.asarray(states, dtype=np.float32)
 
 
-class QProbe:
-    """`probe()` -> mean over the fixed states of max_a Q(s, a), in one compiled call."""
+class MaxQ:
+    """`max_q(states)` -> mean over `states` of max_a Q(s, a) under `q_network`'s current weights, compiled once."""
 
-    def __init__(self, q_network, states: np.ndarray):
-        self.states = tf.constant(states)
-        self.num_states = len(states)
-
-        @tf.function(autograph=False)
-        def mean_max_q() -> tf.Tensor:
-            q_values, _ = q_network(self.states, training=False)
+    def __init__(self, q_network):
+        @tf.function(autograph=False, reduce_retracing=True)
+        def mean_max_q(states: tf.Tensor) -> tf.Tensor:
+            q_values, _ = q_network(states, training=False)
             return tf.reduce_mean(tf.reduce_max(q_values, axis=-1))
 
         self._mean_max_q = mean_max_q
 
+    def __call__(self, states: np.ndarray) -> float:
+        return float(self._mean_max_q(tf.constant(states, dtype=tf.float32)).numpy())
+
+
+class QProbe:
+    """`probe()` -> mean over the fixed states of max_a Q(s, a), in one compiled call."""
+
+    def __init__(self, q_network, states: np.ndarray):
+        self.states = np.asarray(states, dtype=np.float32)
+        self.num_states = len(states)
+        self.max_q = MaxQ(q_network)
+
     def __call__(self) -> float:
-        return float(self._mean_max_q().numpy())
+        return self.max_q(self.states)
 
     @classmethod
     def for_agent(cls, agent, env_id: str, seed: int, max_episode_steps: Optional[int] = None) -> "QProbe":

@@ -14,17 +14,21 @@ EXIT_OK, EXIT_FAILED = 0, 1
 
 def add_parsers(sub) -> None:
     """Adds `sweep`, `compare` and `tune` to the CLI's subparsers."""
+    from dqn_cartpole.config import add_shortcut_args
+
     sweep = sub.add_parser("sweep", help="train a grid of configs x seeds, several runs at a time",
                            description="Train every (grid point, seed) pair as its own run folder under "
                                        "<output.root>/sweeps/NAME/. Running the same command again continues the "
                                        "sweep: finished runs are skipped, stopped ones resume.")
-    sweep.add_argument("--config", metavar="PATH", required=True, help="YAML config every run starts from")
+    sweep.add_argument("--config", metavar="PATH", required=True,
+                       help="YAML config every run starts from (or a shipped config's name)")
     sweep.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2,7 (default 0)")
     sweep.add_argument("--grid", metavar="SECTION.KEY=[V1,V2]", action="append", default=[],
                        help="a key and the values to try, e.g. agent.learning_rate=[1e-3,2e-3] (repeatable; "
                             "every combination is run)")
     sweep.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                        help="override one config key for every run (repeatable)")
+    add_shortcut_args(sweep, seed=False)  # --seeds says the seeds
     sweep.add_argument("--jobs", type=int, help="runs at a time (default: cores, capped at ~700 MB of free "
                                                 "memory per run)")
     sweep.add_argument("--name", help="sweep folder name (default: <config>-<time>); reuse it to continue")
@@ -43,9 +47,12 @@ def add_parsers(sub) -> None:
 
     tune = sub.add_parser("tune", help="search hyperparameters with Optuna (TPE + median pruning)",
                           description="Run an Optuna study: each trial is a training run folder under "
-                                      "<output.root>/tune/NAME/trials/NNNN. The objective (minimised) is the env "
-                                      "steps to solve; an unsolved trial scores 2 x its env-step budget.")
-    tune.add_argument("--config", metavar="PATH", required=True, help="YAML config every trial starts from")
+                                      "<output.root>/tune/NAME/trials/NNNN (NNNN/sSEED with --seeds). The "
+                                      "objective (minimised, --objective) is the env steps, wall seconds or CPU "
+                                      "seconds to a confirmed solve, averaged over --seeds; an unsolved run scores "
+                                      "2 x its budget.")
+    tune.add_argument("--config", metavar="PATH", required=True,
+                      help="YAML config every trial starts from (or a shipped config's name)")
     tune.add_argument("--space", metavar="SPACE.yaml", required=True, help="search space, one entry per config key")
     tune.add_argument("--trials", type=int, required=True, help="trials the study should hold in total")
     tune.add_argument("--jobs", type=int, default=1, help="trials at a time in this process (default 1)")
@@ -56,12 +63,25 @@ def add_parsers(sub) -> None:
     tune.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                       help="override one config key for every trial (repeatable)")
     tune.add_argument("--seed", type=int, help="seed of the TPE sampler (default: random)")
+    tune.add_argument("--seeds", metavar="SEEDS",
+                      help="train every trial on these seeds, e.g. 0-4 or 0,2,7, one after another; the trial "
+                           "scores the mean of its seeds and may be pruned between them (default: the config's "
+                           "training.seed, once)")
+    tune.add_argument("--objective", choices=("env_steps", "wall_s", "cpu_s"), default="env_steps",
+                      help="what a trial minimises, to a confirmed solve: env_steps (default); wall_s, the run's "
+                           "wall seconds from process start (run --jobs 1 on a quiet machine); cpu_s, its CPU "
+                           "seconds (about the wall time of an idle machine, and steady when others share the "
+                           "cores). An unsolved run scores twice its budget")
+    add_shortcut_args(tune, seed=False)  # its --seed is the sampler's
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from dqn_cartpole.config import locate_config, shortcut_overrides
     from dqn_cartpole.experiments import sweep
 
-    plan = sweep.plan_sweep(args.config, args.seeds, args.grid, args.overrides, args.jobs, args.name)
+    args.config = locate_config(args.config)  # a shipped config's name works from any folder, as with train
+    overrides = shortcut_overrides(args) + args.overrides
+    plan = sweep.plan_sweep(args.config, args.seeds, args.grid, overrides, args.jobs, args.name)
     start = time.time()
     outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
     print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start)))
@@ -82,10 +102,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from dqn_cartpole.config import locate_config, locate_space, shortcut_overrides
     from dqn_cartpole.experiments import tune
 
+    args.config, args.space = locate_config(args.config), locate_space(args.space)
     plan = tune.plan_tune(args.config, args.space, args.trials, args.jobs, args.storage, args.study,
-                          args.overrides, args.seed)
+                          shortcut_overrides(args, seed=False) + args.overrides, args.seed, args.seeds, args.objective)
     return tune.run_tune(plan)
 
 

@@ -14,7 +14,7 @@ import io
 import os
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -30,7 +30,7 @@ IGNORED_SECTIONS = ("output",)
 OUTPUT_FILES = ("returns.png", "table.md", "table.csv", "report.html")
 PAGE_FILE = "report.html"
 CURVE_POINTS = 100
-MAX_LABEL_KEYS = 3  # more differing keys than this: groups are lettered, with their keys listed under the table
+MAX_LABEL_KEYS = 3  # more differing keys than this: groups are named by folder (or lettered), keys listed below
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class Group:
     label: str
     settings: dict  # differing key -> this group's value
     runs: tuple
+    named_by_keys: bool = True  # the label says the differing keys' values (else they are listed under the table)
 
 
 @dataclass(frozen=True)
@@ -109,39 +110,70 @@ def flat_config(run: RunRecord) -> dict:
     return flat
 
 
-def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
-    """Groups by the config keys whose values differ between runs; labels say those keys' values."""
-    flats = [flat_config(r) for r in runs]
+def differing_keys(runs: Sequence[RunRecord], flats: Sequence[dict]) -> list[str]:
+    """The config keys whose values differ between runs, among those that apply to at least one of them (a
+    single-process run ignores the distributed section, a uniform buffer the Reverb keys)."""
+    from dqn_cartpole.config import applies
+
     keys = sorted({k for f in flats for k in f})
-    differing = [k for k in keys if len({repr(f.get(k)) for f in flats}) > 1]
+    return [k for k in keys if len({repr(f.get(k)) for f in flats}) > 1
+            and any(applies(r.config, k, os.path.isdir(r.layout.roles)) for r in runs)]
+
+
+def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
+    """Groups by the config keys whose values differ between runs. Labels: those keys' values when there are
+    few; else each group's own folder (a sweep's name), else a letter; the keys are then listed under the table."""
+    flats = [flat_config(r) for r in runs]
+    differing = differing_keys(runs, flats)
     buckets: dict[tuple, list] = {}
     for run, flat in zip(runs, flats):
         buckets.setdefault(tuple(repr(flat.get(k)) for k in differing), []).append((run, flat))
-    folders = [_common_parent([run for run, _ in members]) for members in buckets.values()]
-    named_by_folder = None not in folders and len(set(folders)) == len(folders)
-    groups = []
-    for index, members in enumerate(buckets.values()):
-        settings = {k: members[0][1].get(k) for k in differing}
-        if not differing:
-            label = "all runs"
-        elif len(differing) <= MAX_LABEL_KEYS:
-            label = ", ".join(f"{k}={_show(v)}" for k, v in settings.items())
-        elif named_by_folder:  # e.g. two sweeps of different configs: each group is one sweep folder
-            label = f"group {folders[index]}"
-        else:
-            label = f"group {chr(ord('A') + index) if index < 26 else index}"
-        groups.append(Group(label, settings, tuple(run for run, _ in members)))
-    return groups
+    settings = [{k: members[0][1].get(k) for k in differing} for members in buckets.values()]
+    members = [tuple(run for run, _ in group) for group in buckets.values()]
+    if not differing:
+        labels, by_keys = ["all runs"] * len(members), True
+    elif len(differing) <= MAX_LABEL_KEYS:
+        labels, by_keys = [", ".join(f"{k}={_show(v)}" for k, v in s.items()) for s in settings], True
+    else:
+        labels = folder_labels(members) or [_letter(i) for i in range(len(members))]
+        by_keys = False
+    return [Group(label, setting, runs_of, by_keys) for label, setting, runs_of in zip(labels, settings, members)]
 
 
-def _common_parent(runs: Sequence[RunRecord]):
-    """The name of the folder that holds all of `runs` (a sweep's name), or None if they are spread out."""
-    parents = {os.path.dirname(os.path.abspath(r.root)) for r in runs}
-    return os.path.basename(parents.pop()) if len(parents) == 1 else None
+def folder_labels(groups: Sequence[Sequence[RunRecord]]) -> Optional[list[str]]:
+    """Each group named by its own folder: the highest one that holds all its runs and none of another group's
+    (a sweep's folder, or a lone run's), by basename, or by path below the groups' common folder where basenames
+    repeat. None when a group's runs sit side by side with another group's (e.g. in one grid sweep)."""
+    paths = [[os.path.abspath(r.root) for r in runs] for runs in groups]
+    folders = []
+    for index, own in enumerate(paths):
+        others = [p for j, group in enumerate(paths) if j != index for p in group]
+        folder = os.path.commonpath(own)
+        if any(_inside(p, folder) for p in others):
+            return None
+        while os.path.dirname(folder) != folder and not any(_inside(p, os.path.dirname(folder)) for p in others):
+            folder = os.path.dirname(folder)
+        folders.append(folder)
+    names = [os.path.basename(f) for f in folders]
+    if len(set(names)) < len(names) or not all(names):
+        common = os.path.commonpath(folders)
+        names = [os.path.relpath(f, common) for f in folders]
+    return names if len(set(names)) == len(names) and "." not in names else None
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _letter(index: int) -> str:
+    return chr(ord("A") + index) if index < 26 else str(index + 1)
 
 
 def _show(value) -> str:
-    return "[" + ", ".join(str(v) for v in value) + "]" if isinstance(value, tuple) else str(value)
+    """A config value as YAML writes it: null, true, [64, 64]."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 # ---------------------------------------------------------------------------- curves and table
@@ -189,10 +221,11 @@ def markdown_table(rows: Sequence[dict], groups: Sequence[Group]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("Medians and IQMs with [95% bootstrap CI] across runs; solve times over the solved runs only.")
-    if any(g.label.startswith("group ") for g in groups):
-        lines.append("")
-        for group in groups:
-            lines.append(f"- {group.label}: " + ", ".join(f"{k}={_show(v)}" for k, v in group.settings.items()))
+    if groups and not groups[0].named_by_keys:
+        lines += ["", "The config keys that differ between the groups (every other key that applies is the same):",
+                  "", "| key | " + " | ".join(g.label for g in groups) + " |", "|" + "---|" * (len(groups) + 1)]
+        for key in groups[0].settings:
+            lines.append(f"| {key} | " + " | ".join(_show(g.settings[key]) for g in groups) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -39,6 +39,13 @@ def check_url(url: str) -> None:
     if "://" in url and not is_rdb(url):
         raise UserError(f"--storage {describe(url)}: unsupported; use postgresql://, mysql://, sqlite:/// or a "
                         f"journal .log file path")
+    if not is_rdb(url):  # a journal file: it, and the folders above it, must be creatable
+        from dqn_cartpole.run_folder.resolve import check_can_create
+
+        if os.path.isdir(url):
+            example = os.path.join(url, "journal.log")
+            raise UserError(f"--storage {url}: is a folder; give a journal file, e.g. {example}")
+        check_can_create(url, "--storage ")
 
 
 def open_storage(url: str):

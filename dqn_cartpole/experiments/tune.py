@@ -1,21 +1,34 @@
 """`tune`: an Optuna study whose trials are ordinary training runs in child processes.
 
-Objective (minimised): the env steps the run took to solve (`solved_env_steps` in its summary).
-A run that never solves scores 2 x its env-step budget (initial_collect_steps + num_iterations x
-collect_steps_per_iteration), so any solving config beats any unsolved one.
+Objective (minimised, `--objective`), per run, read from its summary.json:
+  env_steps  the env steps to a confirmed solve (`solved_env_steps`), the default;
+  wall_s     the wall seconds from the run's process start to its confirmed, saved policy (`solved_wall_s`);
+  cpu_s      the CPU seconds that process used until then (`solved_cpu_s`): the compiled loop runs on one
+             thread, so on an idle machine this is about the wall time, and it barely moves when other
+             jobs share the cores, which the wall time does (a study of wall time on a shared machine
+             ranks the load more than the configs; run it with --jobs 1 at least).
+A run that never solves scores 2 x its budget: 2 x the env-step budget (initial_collect_steps +
+num_iterations x collect_steps_per_iteration), or 2 x the seconds that whole budget takes at the
+run's own speed. So any solving config beats any unsolved one, and a diverged run is not cheap.
+
+Seeds (`--seeds 0-4`): each trial trains every seed, one after another (so they never compete for
+the cores), and scores the mean of its seeds' objectives; after each seed it reports the running
+mean, and the median rule may prune it from the second seed on (compared with the other trials
+after the same seeds). Without `--seeds`, a trial trains the config's `training.seed` once.
 
 Sampler: TPE, multivariate, with few random start-up trials for small studies. Pruner: the median
-rule on the run's periodic evaluations. The parent tails the trial's eval_metrics.csv and reports
-each evaluation as the negated average return at its env step (the study minimises, so a higher
-return is a lower value); a trial the pruner stops gets SIGTERM and ends with its checkpoint.
-A run that diverges (exit 1) is pruned, any other failure fails the trial; the reason is the
-trial's `reason` user attribute.
+rule; with one seed, on the run's periodic evaluations: the parent tails the trial's eval_metrics.csv
+and reports each evaluation as the negated average return at its env step (the study minimises, so
+a higher return is a lower value); a trial the pruner stops gets SIGTERM and ends with its
+checkpoint. A run that diverges (exit 1) is pruned (with several seeds it is an unsolved seed), any
+other failure fails the trial; the reason is the trial's `reason` user attribute.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -28,6 +41,10 @@ JOURNAL_FILE = "journal.log"
 TRIALS_DIR = "trials"
 POLL_S = 0.5
 PENALTY_FACTOR = 2
+# --objective: (what it measures, the summary's key for a solved run, the key of the run's own total)
+OBJECTIVES = {"env_steps": ("env steps to a confirmed solve", "solved_env_steps", "env_steps"),
+              "wall_s": ("wall seconds to a confirmed solve", "solved_wall_s", "wall_s"),
+              "cpu_s": ("CPU seconds to a confirmed solve", "solved_cpu_s", "cpu_s")}
 
 
 class TrialFailed(Exception):
@@ -54,6 +71,8 @@ class TunePlan:
     sampler_seed: Optional[int]
     warmup_env_steps: int
     rdb: object = None  # the opened RDB storage (opened while checking, so a bad URL fails first and fast)
+    seeds: tuple = ()  # each trial trains these seeds (empty: the config's training.seed, once)
+    objective: str = "env_steps"
 
     @property
     def trials_dir(self) -> str:
@@ -61,11 +80,17 @@ class TunePlan:
 
 
 def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage_url: Optional[str],
-              study_name: Optional[str], overrides: Sequence[str], sampler_seed: Optional[int]) -> TunePlan:
-    """Checks every input (config, space, numbers, storage URL form); raises UserError on bad input."""
+              study_name: Optional[str], overrides: Sequence[str], sampler_seed: Optional[int],
+              seeds_text: Optional[str] = None, objective: str = "env_steps") -> TunePlan:
+    """Checks every input (config, space, numbers, seeds, storage URL form); raises UserError on bad input."""
     for flag, value in (("--trials", trials), ("--jobs", jobs)):
         if value <= 0:
             raise UserError(f"{flag}: must be positive, got {value}")
+    if objective not in OBJECTIVES:
+        raise UserError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
+    seeds = tuple(grid.parse_seeds(seeds_text)) if seeds_text is not None else ()
+    if seeds and any(item.split("=", 1)[0].strip() == "training.seed" for item in overrides):
+        raise UserError("--set training.seed: give the seeds with --seeds")
     rdb = None
     if storage_url is not None:
         storage.check_url(storage_url)
@@ -86,7 +111,7 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
     budget = env_step_budget(base)
     return TunePlan(name, folder, os.path.abspath(config_path), os.path.abspath(space_path), tuple(params), trials,
                     jobs, storage_url or os.path.join(folder, JOURNAL_FILE), tuple(overrides), sampler_seed,
-                    budget // 3, rdb)
+                    budget // 3, rdb, seeds, objective)
 
 
 def env_step_budget(config: dict) -> int:
@@ -95,11 +120,17 @@ def env_step_budget(config: dict) -> int:
     return int(training["initial_collect_steps"] + training["num_iterations"] * training["collect_steps_per_iteration"])
 
 
-def score(run) -> float:
-    """The objective of a finished run (a RunRecord): env steps to solve, or the penalty."""
-    if run.get("solved_env_steps") is not None:
-        return float(run.get("solved_env_steps"))
-    return float(PENALTY_FACTOR * env_step_budget(run.config))
+def score(run, objective: str = "env_steps") -> float:
+    """The objective of a finished run (a RunRecord): its env steps or seconds to solve, or the penalty."""
+    _, solved_key, total_key = OBJECTIVES[objective]
+    if run.solved and run.get(solved_key) is not None:
+        return float(run.get(solved_key))
+    budget = env_step_budget(run.config)
+    if objective == "env_steps":
+        return float(PENALTY_FACTOR * budget)
+    # The seconds the whole budget takes at this run's speed (a diverged or stopped run ended early).
+    done = max(1, int(run.get("env_steps") or 0))
+    return float(PENALTY_FACTOR * float(run.get(total_key) or 0.0) * max(1.0, budget / done))
 
 
 # ---------------------------------------------------------------------------- the study
@@ -110,8 +141,9 @@ def make_study(plan: TunePlan, opened_storage):
 
     startup = min(10, max(2, plan.trials // 4))  # random trials before TPE models the space
     sampler = optuna.samplers.TPESampler(multivariate=True, n_startup_trials=startup, seed=plan.sampler_seed)
+    # One seed: steps are env steps of its evaluations. Several: steps are seeds done (from the second).
     pruner = optuna.pruners.MedianPruner(n_startup_trials=max(1, startup // 2),
-                                         n_warmup_steps=plan.warmup_env_steps)
+                                         n_warmup_steps=1 if plan.seeds else plan.warmup_env_steps)
     return optuna.create_study(study_name=plan.study_name, storage=opened_storage, sampler=sampler, pruner=pruner,
                                direction="minimize", load_if_exists=True)
 
@@ -154,13 +186,17 @@ def continue_command(plan: TunePlan) -> str:
     argv = ["python", "-m", "dqn_cartpole", "tune", "--config", plan.config_path, "--space", plan.space_path,
             "--trials", str(plan.trials), "--jobs", str(plan.jobs), "--study", plan.study_name,
             "--storage", storage.describe(plan.storage_url)]
+    if plan.seeds:
+        argv += ["--seeds", ",".join(str(s) for s in plan.seeds)]
+    if plan.objective != "env_steps":
+        argv += ["--objective", plan.objective]
     for item in plan.overrides:
         argv += ["--set", item]
     return shlex.join(argv)
 
 
 class Objective:
-    """One trial: start the run, report its evaluations, prune or score it."""
+    """One trial: start its run (or one run per seed), report progress, prune or score it."""
 
     def __init__(self, plan: TunePlan, children: launcher.ChildSet, stop: launcher.StopFlag, study) -> None:
         self.plan, self.children, self.stop, self.study = plan, children, stop, study
@@ -171,23 +207,70 @@ class Objective:
             self.study.stop()
             raise TrialStopped("stopped before it started")
         overrides = space.suggest(trial, self.plan.params)
-        run_dir = os.path.join(self.plan.trials_dir, f"{trial.number:04d}")
-        for key, value in ((storage.WORKER_ATTR, self.worker), ("run_dir", os.path.abspath(run_dir)),
-                           ("overrides", list(overrides))):
+        folder = os.path.join(self.plan.trials_dir, f"{trial.number:04d}")
+        for key, value in ((storage.WORKER_ATTR, self.worker), ("run_dir", os.path.abspath(folder)),
+                           ("overrides", list(overrides)), ("objective", self.plan.objective)):
             trial.set_user_attr(key, value)
+        if self.plan.seeds:
+            return self._seeds(trial, overrides, folder)
+        child = self._start(trial, overrides, folder, f"{trial.number:04d}")
+        run = self._result(trial, child, self._run(child, trial, follow_evaluations=True))
+        value = score(run, self.plan.objective)
+        for key in ("solved_env_steps", "solved_wall_s", "solved_cpu_s", "best_return", "final_return", "env_steps",
+                    "wall_s"):
+            trial.set_user_attr(key, run.get(key))
+        verdict = f"solved, {OBJECTIVES[self.plan.objective][0]} {value:g}" if run.solved \
+            else f"not solved (scores {value:g})"
+        print(f"trial {trial.number}: {verdict}, best return {run.get('best_return') or 0:.1f}, "
+              f"{run.get('wall_s') or 0:.1f} s")
+        return value
+
+    def _seeds(self, trial, overrides: list[str], folder: str) -> float:
+        """Trains each seed in turn; the running mean of their scores is reported after each (and may be pruned)."""
+        import optuna
+
+        rows: list[dict] = []
+        for index, seed in enumerate(self.plan.seeds):
+            if self.stop.requested:  # between two seeds: no run is left to stop
+                self.study.stop()
+                trial.set_user_attr("reason", f"stopped by {signal.Signals(self.stop.signum).name} after "
+                                              f"{len(rows)} seeds")
+                raise TrialStopped("stopped by the user")
+            child = self._start(trial, [*overrides, f"training.seed={seed}"], os.path.join(folder, f"s{seed}"),
+                                f"{trial.number:04d}-s{seed}")
+            run = self._result(trial, child, self._run(child, trial, follow_evaluations=False), seeds=True)
+            rows.append(seed_row(seed, run, score(run, self.plan.objective)))
+            mean = statistics.mean(row["score"] for row in rows)
+            for key, value in (("seeds", rows), ("per_seed", per_seed_text(rows)),
+                               ("solved_seeds", f"{sum(r['solved'] for r in rows)}/{len(rows)}")):
+                trial.set_user_attr(key, value)
+            trial.report(mean, index)
+            if index + 1 < len(self.plan.seeds) and trial.should_prune():
+                reason = f"pruned by the median rule after {len(rows)} seeds (mean {mean:g})"
+                trial.set_user_attr("reason", reason)
+                print(f"trial {trial.number}: {reason}")
+                raise optuna.TrialPruned(reason)
+        print(f"trial {trial.number}: {trial.user_attrs['solved_seeds']} seeds solved, mean "
+              f"{OBJECTIVES[self.plan.objective][0]} {mean:g} ({per_seed_text(rows)})")
+        return mean
+
+    def _start(self, trial, overrides: Sequence[str], run_dir: str, log_name: str) -> launcher.Child:
         argv = launcher.train_argv(self.plan.config_path, [*self.plan.overrides, *overrides], run_dir)
-        child = launcher.start(argv, run_dir, os.path.join(self.plan.folder, "logs", f"{trial.number:04d}.log"))
+        child = launcher.start(argv, run_dir, os.path.join(self.plan.folder, "logs", f"{log_name}.log"))
         self.children.add(child)
+        return child
+
+    def _run(self, child: launcher.Child, trial, follow_evaluations: bool) -> Optional[str]:
+        """Waits for the run (reporting its evaluations, with one seed); returns why it was pruned, if it was."""
         try:
-            pruned_at = self._follow(child, trial)
+            return self._follow(child, trial, follow_evaluations)
         finally:
             if child.returncode is None:
                 child.process.terminate()
             child.process.wait()
             self.children.remove(child)
-        return self._result(trial, child, pruned_at)
 
-    def _follow(self, child: launcher.Child, trial) -> Optional[str]:
+    def _follow(self, child: launcher.Child, trial, follow_evaluations: bool) -> Optional[str]:
         """Reports each new evaluation until the run ends; SIGTERMs it if pruned (returns why) or stopped."""
         from dqn_cartpole.run_folder.layout import RunLayout
         from dqn_cartpole.run_folder.metrics import read_csv
@@ -202,6 +285,8 @@ class Objective:
                 trial.set_user_attr("reason", f"stopped by {signal.Signals(self.stop.signum).name}; the run folder "
                                               f"can be continued with train --resume")
                 raise TrialStopped("stopped by the user")
+            if not follow_evaluations:
+                continue
             rows = read_csv(eval_csv)
             for row in rows[reported:]:
                 if row.get("average_return") in (None, "") or row.get("env_steps") in (None, ""):
@@ -215,7 +300,8 @@ class Objective:
             reported = len(rows)
         return None
 
-    def _result(self, trial, child: launcher.Child, pruned_at: Optional[str]) -> float:
+    def _result(self, trial, child: launcher.Child, pruned_at: Optional[str], seeds: bool = False):
+        """The finished run's record; raises TrialPruned (pruned, or diverged with one seed) or TrialFailed."""
         import optuna
 
         from dqn_cartpole.run_folder import read_run
@@ -226,7 +312,10 @@ class Objective:
             raise optuna.TrialPruned(pruned_at)
         status = child.returncode
         run = read_run(child.run_dir) if os.path.isfile(os.path.join(child.run_dir, "config.yaml")) else None
-        if status == launcher.EXIT_FAILED and run is not None and run.get("diverged_at_iteration") is not None:
+        diverged = run is not None and run.get("diverged_at_iteration") is not None
+        if status == launcher.EXIT_FAILED and diverged and run.finished:
+            if seeds:  # one seed of several: an unsolved seed, scored with the penalty
+                return run
             reason = f"diverged (loss NaN/Inf) at iteration {run.get('diverged_at_iteration')}"
             trial.set_user_attr("reason", reason)
             print(f"trial {trial.number}: pruned, {reason}")
@@ -236,10 +325,17 @@ class Objective:
             trial.set_user_attr("reason", reason)
             print(f"trial {trial.number}: failed, {reason}", file=sys.stderr)
             raise TrialFailed(reason)
-        value = score(run)
-        for key in ("solved_env_steps", "best_return", "final_return", "env_steps", "wall_s"):
-            trial.set_user_attr(key, run.get(key))
-        verdict = f"solved in {value:.0f} env steps" if run.solved else f"not solved (scores {value:.0f})"
-        print(f"trial {trial.number}: {verdict}, best return {run.get('best_return') or 0:.1f}, "
-              f"{run.get('wall_s') or 0:.1f} s")
-        return value
+        return run
+
+
+def seed_row(seed: int, run, value: float) -> dict:
+    """One seed's figures, kept on the trial (JSON): its score and what it took."""
+    return {"seed": seed, "score": value, "solved": run.solved, "env_steps": run.get("solved_env_steps"),
+            "wall_s": run.get("solved_wall_s"), "cpu_s": run.get("solved_cpu_s"),
+            "solved_return": run.get("solved_return"), "run_dir": run.root}
+
+
+def per_seed_text(rows: list[dict]) -> str:
+    """'s0 8.1, s1 unsolved (40.2), ...': each seed's score, as the trials table shows it."""
+    return ", ".join(f"s{r['seed']} {r['score']:.4g}" if r["solved"] else f"s{r['seed']} unsolved ({r['score']:.4g})"
+                     for r in rows)

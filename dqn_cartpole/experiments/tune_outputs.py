@@ -21,7 +21,8 @@ TRIALS_MD = "trials.md"
 HISTORY_PLOT = "history.png"
 IMPORTANCE_PLOT = "importance.png"
 OUTPUTS_LOCK = ".outputs.lock"
-ATTR_COLUMNS = ("solved_env_steps", "best_return", "wall_s", "reason", "run_dir")
+ATTR_COLUMNS = ("objective", "solved_seeds", "per_seed", "solved_env_steps", "best_return", "wall_s", "reason",
+                "run_dir")
 
 
 def write_outputs(study, plan) -> list[str]:
@@ -90,8 +91,13 @@ def write_best(study, plan) -> str:
     overrides = [*plan.overrides, *best.user_attrs.get("overrides", [])]
     (config,) = grid.check_configs(plan.config_path, [[*overrides, "output.run_name=null"]])
     grid.first_error([config])
-    header = (f"# Best trial {best.number} of study {plan.study_name}: objective {best.value:g} "
-              f"({'env steps to solve' if best.user_attrs.get('solved_env_steps') is not None else 'unsolved penalty'}).\n"
+    from dqn_cartpole.experiments.tune import OBJECTIVES
+
+    what = OBJECTIVES[getattr(plan, "objective", "env_steps")][0]
+    seeds = f", mean over seeds {best.user_attrs['per_seed']}" if best.user_attrs.get("per_seed") else ""
+    if not seeds and "solved_env_steps" in best.user_attrs and best.user_attrs["solved_env_steps"] is None:
+        seeds = "; unsolved: the penalty"
+    header = (f"# Best trial {best.number} of study {plan.study_name}: objective {best.value:g} ({what}{seeds}).\n"
               f"# {os.path.basename(plan.config_path)} with: {', '.join(best.user_attrs.get('overrides', []))}\n")
     path = os.path.join(plan.folder, BEST_FILE)
     write_text_atomic(path, header + yaml.safe_dump(config, sort_keys=False, default_flow_style=None))

@@ -10,9 +10,10 @@ from typing import Optional
 
 import gymnasium
 
-from dqn_cartpole.core.env_ids import max_return, reward_threshold
+from dqn_cartpole.core.env_ids import max_return, min_return, reward_threshold
 from dqn_cartpole.run_folder import RunRecord
 from dqn_cartpole.run_folder.metrics import number
+
 
 @dataclass(frozen=True)
 class RunFacts:
@@ -22,18 +23,27 @@ class RunFacts:
     gamma: float
     max_episode_steps: Optional[int]
     solve_return: Optional[float]
-    max_return: Optional[float]
+    max_return: Optional[float]  # the best possible episode return, where known (CartPole: the time limit)
     train_steps_per_iteration: int
     num_eval_episodes: Optional[int]
+    min_return: Optional[float] = None  # the worst possible one, where known (Acrobot, MountainCar: -time limit)
 
     @property
     def max_discounted_return(self) -> Optional[float]:
-        """sum_{t<T} gamma^t r: (1 - gamma^T) / (1 - gamma) for CartPole's reward of 1 per step."""
-        if self.max_return is None or not self.max_episode_steps:
+        """sum_{t<T} gamma^t r for the best constant reward per step: (1 - gamma^T) / (1 - gamma) on CartPole."""
+        return self._discounted(self.max_return)
+
+    @property
+    def min_discounted_return(self) -> Optional[float]:
+        """The same for the worst return (Acrobot, MountainCar: -1 per step for the whole episode)."""
+        return self._discounted(self.min_return)
+
+    def _discounted(self, episode_return: Optional[float]) -> Optional[float]:
+        if episode_return is None or not self.max_episode_steps:
             return None
-        per_step = self.max_return / self.max_episode_steps
         if self.gamma == 1.0:
-            return self.max_return
+            return episode_return
+        per_step = episode_return / self.max_episode_steps
         return per_step * (1 - self.gamma ** self.max_episode_steps) / (1 - self.gamma)
 
 
@@ -49,7 +59,8 @@ def run_facts(record: RunRecord) -> RunFacts:
     return RunFacts(env_id=env_id, gamma=1.0 if gamma is None else float(gamma), max_episode_steps=steps,
                     solve_return=solve, max_return=max_return(env_id, steps),
                     train_steps_per_iteration=int(record.config_value("training.train_steps_per_iteration") or 1),
-                    num_eval_episodes=record.config_value("evaluation.num_eval_episodes"))
+                    num_eval_episodes=record.config_value("evaluation.num_eval_episodes"),
+                    min_return=min_return(env_id, steps))
 
 
 def best_eval_row(eval_rows: list[dict]) -> Optional[dict]:

@@ -1,20 +1,22 @@
 """The run's plots, drawn from its metrics CSVs (read with `read_run`) so they can be redrawn at any time.
 
-- returns.png: the greedy return against iterations and against env steps, the min-max band
-  across the evaluation's episodes, the solve threshold, the env's maximum and policy/best marked;
-- loss.png: the TD loss, raw and smoothed, on a log scale;
+- returns.png: the greedy return against iterations, env steps and wall-clock seconds, the
+  min-max band across the evaluation's episodes, the collect (epsilon-greedy) episodes' mean
+  return, the solve threshold, the env's best or worst possible return and policy/best marked;
+- loss.png: the TD loss's mean and max over each log interval, on a log scale;
 - epsilon.png: the exploration rate of the collect policy;
-- q_values.png: the online network's mean max-Q on fixed states against the discounted return
-  the greedy policy gets (over-estimation shows as the first line above the second);
+- q_values.png: max_a Q(s0, a) at the states the evaluation's greedy episodes start from, against
+  the discounted return those episodes get (over-estimation shows as the first line above the second);
 - collectors.png (a distributed run, when roles/collector-I.csv exist): each collector's env
   steps/s and the age of its weights over time, and the learner's policy lag when logged.
 
-No TensorFlow is imported here.
+Every value axis is scaled to the run's data and its env's thresholds (CartPole's returns run
+0..500, Acrobot's -500..-60, MountainCar's -200..-90). No TensorFlow is imported here.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import matplotlib
 
@@ -24,10 +26,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from dqn_cartpole.report.facts import RunFacts, best_eval_row, run_facts  # noqa: E402
 from dqn_cartpole.run_folder import RunLayout, RunRecord, read_run  # noqa: E402
 from dqn_cartpole.run_folder.atomic import replacing  # noqa: E402
-from dqn_cartpole.run_folder.metrics import number  # noqa: E402
 
-SMOOTHING = 0.8  # weight of the previous value in the loss's exponential moving average (as TensorBoard)
-BAND_COLOR, LINE_COLOR, BEST_COLOR = "tab:blue", "tab:blue", "tab:orange"
+BAND_COLOR, LINE_COLOR, BEST_COLOR, COLLECT_COLOR = "tab:blue", "tab:blue", "tab:orange", "tab:gray"
+MARGIN = 0.06  # of the data's range, above and below
+# (column, divisor or None for the run's train steps per iteration, axis label)
+X_AXES = (("train_step", None, "iterations"), ("env_steps", 1.0, "env steps"),
+          ("wall_s", 1.0, "wall-clock seconds (since the process started)"))
 
 
 def rows_with(rows: list[dict], *names: str) -> list[dict]:
@@ -39,62 +43,79 @@ def values(rows: list[dict], name: str, scale: float = 1.0) -> list[float]:
     return [float(r[name]) / scale for r in rows]
 
 
-def smooth(series: list[float], weight: float = SMOOTHING) -> list[float]:
-    """Exponential moving average, debiased at the start (so the first value is the first point)."""
-    out, average = [], 0.0
-    for i, value in enumerate(series, start=1):
-        average = weight * average + (1 - weight) * value
-        out.append(average / (1 - weight ** i))
-    return out
+def value_limits(data: Sequence[float], lines: Sequence[Optional[float]] = ()) -> tuple[float, float]:
+    """The (low, high) of a value axis that shows every data point and every reference line, with a margin.
+
+    Returns starting near zero keep zero in view (CartPole: 0..500); negative ones get their own range
+    (Acrobot: about -530..-40). An empty plot gets (0, 1).
+    """
+    points = [v for v in (*data, *lines) if v is not None]
+    if not points:
+        return 0.0, 1.0
+    low, high = min(points), max(points)
+    if 0 < low <= 0.25 * high:
+        low = 0.0
+    span = high - low or max(abs(high), 1.0)
+    return (low if low == 0.0 else low - MARGIN * span), high + MARGIN * span
 
 
 def plot_returns(record: RunRecord, facts: RunFacts, out_path: str) -> None:
-    """Greedy return against iterations (left) and env steps (right)."""
+    """Greedy (and collect) returns against iterations, env steps and wall-clock seconds."""
     rows = rows_with(record.eval_rows, "train_step", "env_steps", "average_return")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, x_name, x_label, scale in ((axes[0], "train_step", "iterations", facts.train_steps_per_iteration),
-                                       (axes[1], "env_steps", "env steps", 1)):
-        _returns_panel(ax, rows, record.eval_rows, facts, x_name, scale)
+    collect = rows_with(record.train_rows, "train_step", "env_steps", "collect_return")
+    fig, axes = plt.subplots(1, len(X_AXES), figsize=(15, 4.6), sharey=True)
+    for ax, (x_name, scale, x_label) in zip(axes, X_AXES):
+        _returns_panel(ax, rows, collect, record.eval_rows, facts, x_name, scale or facts.train_steps_per_iteration)
         ax.set_xlabel(x_label)
+    spread = rows_with(rows, "min_return", "max_return")
+    data = values(rows, "average_return") + values(spread, "min_return") + values(spread, "max_return") + values(
+        collect, "collect_return")
+    axes[0].set_ylim(*value_limits(data, (facts.solve_return, facts.max_return, facts.min_return)))
     axes[0].set_ylabel("return (sum of rewards in an episode)")
     episodes = f", {facts.num_eval_episodes} greedy episodes per evaluation" if facts.num_eval_episodes else ""
     fig.suptitle(f"{facts.env_id}: average return of the greedy policy{episodes}")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend under the panels, clear of the data
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))  # room for the legend under the panels, clear of the data
     _save(fig, out_path, layout=False)
 
 
-def _returns_panel(ax, rows: list[dict], all_rows: list[dict], facts: RunFacts, x_name: str, scale: float) -> None:
-    x = values(rows, x_name, scale)
-    ax.plot(x, values(rows, "average_return"), color=LINE_COLOR, marker="o", markersize=3, label="average return")
+def _returns_panel(ax, rows: list[dict], collect: list[dict], all_rows: list[dict], facts: RunFacts, x_name: str,
+                   scale: float) -> None:
+    rows, collect = rows_with(rows, x_name), rows_with(collect, x_name)
     spread = rows_with(rows, "min_return", "max_return")
     if spread:
         ax.fill_between(values(spread, x_name, scale), values(spread, "min_return"), values(spread, "max_return"),
-                        color=BAND_COLOR, alpha=0.2, linewidth=0, label="min-max over the episodes")
-    if facts.solve_return is not None:
-        ax.axhline(facts.solve_return, color="tab:green", linestyle="--", linewidth=1,
-                   label=f"solved ({facts.solve_return:g})")
-    if facts.max_return is not None:
-        ax.axhline(facts.max_return, color="grey", linestyle=":", linewidth=1,
-                   label=f"max return ({facts.max_return:g})")
+                        color=BAND_COLOR, alpha=0.2, linewidth=0, label="greedy: min-max over the episodes")
+    ax.plot(values(rows, x_name, scale), values(rows, "average_return"), color=LINE_COLOR, marker="o", markersize=3,
+            label="greedy: average return")
+    if collect:
+        ax.plot(values(collect, x_name, scale), values(collect, "collect_return"), color=COLLECT_COLOR,
+                linewidth=1, alpha=0.8, label="collect episodes (epsilon-greedy): mean return per log interval")
+    for level, style, label in ((facts.solve_return, "--", "solved"), (facts.max_return, ":", "max return"),
+                                (facts.min_return, ":", "min return")):
+        if level is not None:
+            ax.axhline(level, color="tab:green" if label == "solved" else "grey", linestyle=style, linewidth=1,
+                       label=f"{label} ({level:g})")
     best = best_eval_row(all_rows)
     if best is not None and best.get(x_name) not in (None, ""):
         bx, by = float(best[x_name]) / scale, float(best["average_return"])
         ax.plot([bx], [by], marker="*", markersize=14, color=BEST_COLOR, linestyle="none",
                 label=f"policy/best ({by:.1f})")
-    top = max([facts.max_return or 0.0] + values(spread, "max_return") + values(rows, "average_return"))
-    ax.set_ylim(0, top * 1.08 if top > 0 else 1)
     ax.grid(alpha=0.3)
 
 
 def plot_loss(record: RunRecord, facts: RunFacts, out_path: str) -> None:
-    """TD loss on a log scale: the logged values, and their moving average."""
+    """The TD loss on a log scale: its mean over each log interval, and its max."""
     rows = [r for r in rows_with(record.train_rows, "train_step", "loss") if float(r["loss"]) > 0]
+    peaks = [r for r in rows_with(rows, "loss_max") if float(r["loss_max"]) > 0]
     fig, ax = plt.subplots(figsize=(7, 4))
-    x, loss = values(rows, "train_step", facts.train_steps_per_iteration), values(rows, "loss")
-    ax.plot(x, loss, color="tab:blue", alpha=0.35, linewidth=1, label="loss at each log")
-    ax.plot(x, smooth(loss), color="tab:blue", linewidth=2, label=f"moving average (weight {SMOOTHING:g})")
+    scale = facts.train_steps_per_iteration
+    if peaks:
+        ax.plot(values(peaks, "train_step", scale), values(peaks, "loss_max"), color="tab:red", alpha=0.5,
+                linewidth=1, label="max over the log interval")
+    ax.plot(values(rows, "train_step", scale), values(rows, "loss"), color="tab:blue", linewidth=2,
+            label="mean over the log interval" if peaks else "loss at each log")
     ax.set_yscale("log")
     ax.set_xlabel("iterations")
     ax.set_ylabel("TD loss (log scale)")
@@ -119,25 +140,30 @@ def plot_epsilon(record: RunRecord, facts: RunFacts, out_path: str) -> None:
 
 
 def plot_q_values(record: RunRecord, facts: RunFacts, out_path: str) -> None:
-    """Mean max-Q on fixed states next to the greedy policy's discounted return (both with the agent's gamma)."""
-    q_rows = rows_with(record.train_rows, "train_step", "mean_max_q")
-    g_rows = rows_with(record.eval_rows, "train_step", "average_discounted_return")
+    """At each evaluation: max-Q at its episodes' first states next to the discounted return they get (gamma)."""
+    rows = rows_with(record.eval_rows, "train_step", "average_discounted_return")
+    q_rows = rows_with(rows, "average_max_q_at_reset")
     scale = facts.train_steps_per_iteration
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(values(q_rows, "train_step", scale), values(q_rows, "mean_max_q"), color="tab:red",
-            label="mean max-Q on fixed random-policy states (estimate)")
-    ax.plot(values(g_rows, "train_step", scale), values(g_rows, "average_discounted_return"), color="tab:blue",
-            marker="o", markersize=3, label="discounted return of the greedy policy (measured)")
-    if facts.max_discounted_return is not None:
-        ax.axhline(facts.max_discounted_return, color="grey", linestyle=":", linewidth=1,
-                   label=f"max discounted return ({facts.max_discounted_return:.1f})")
-    if not q_rows and not g_rows:
+    ax.plot(values(q_rows, "train_step", scale), values(q_rows, "average_max_q_at_reset"), color="tab:red",
+            marker="o", markersize=3, label="max-Q at the episodes' first states (estimate)")
+    ax.plot(values(rows, "train_step", scale), values(rows, "average_discounted_return"), color="tab:blue",
+            marker="o", markersize=3, label="discounted return from those states (measured)")
+    bounds = []
+    for bound, label in ((facts.max_discounted_return, "max"), (facts.min_discounted_return, "min")):
+        if bound is not None:
+            ax.axhline(bound, color="grey", linestyle=":", linewidth=1,
+                       label=f"{label} discounted return ({bound:.1f})")
+            bounds.append(bound)
+    data = values(q_rows, "average_max_q_at_reset") + values(rows, "average_discounted_return")
+    ax.set_ylim(*value_limits(data, bounds))
+    if not data:
         ax.text(0.5, 0.5, "no Q-value data in this run's CSVs", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("iterations")
     ax.set_ylabel(f"discounted return (gamma = {facts.gamma:g})")
     ax.set_title(f"{facts.env_id}: value estimate vs discounted return")
     ax.grid(alpha=0.3)
-    if q_rows or g_rows:
+    if data:
         ax.legend(loc="best", fontsize=8)
     _save(fig, out_path)
 

@@ -38,6 +38,7 @@ th { background: #f5f5f7; } td.key, th.key { text-align: left; }
 tr.changed td { background: #fff4ce; font-weight: 600; }
 code { background: #f5f5f7; padding: .05rem .3rem; border-radius: 3px; }
 .note { color: #555; font-size: .9rem; }
+.scroll { overflow-x: auto; max-width: 100%; }
 """
 
 

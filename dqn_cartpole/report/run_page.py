@@ -16,17 +16,28 @@ from dqn_cartpole.run_folder import RunRecord, read_run
 from dqn_cartpole.run_folder.layout import TENSORBOARD_DIR
 from dqn_cartpole.run_folder.metrics import number
 
-REPO_DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                   "configs", "default.yaml")
-EVAL_TABLE_COLUMNS = ("train_step", "env_steps", "average_return", "min_return", "max_return", "std_return",
-                      "average_discounted_return", "average_episode_length", "num_episodes", "wall_s")
+# eval_metrics.csv column -> (header, digits; None: a count with thousands separators). "train_step" is shown as
+# the iteration. Short headers keep the table within a 1280 px window.
+EVAL_TABLE = {"train_step": ("iteration", None), "env_steps": ("env steps", None),
+              "average_return": ("average return", 1), "min_return": ("min", 1), "max_return": ("max", 1),
+              "std_return": ("std", 1), "average_discounted_return": ("discounted return", 2),
+              "average_max_q_at_reset": ("max-Q at start", 2), "average_episode_length": ("episode length", 1),
+              "num_episodes": ("episodes", None), "wall_s": ("wall s", 1)}
+PROVENANCE_LABELS = {"package_version": "dqn_cartpole", "git_commit": "git commit", "python": "Python",
+                     "tensorflow": "TensorFlow", "tf_agents": "TF-Agents", "reverb": "Reverb",
+                     "gymnasium": "gymnasium", "cpu_model": "CPU", "cpu_cores": "cores", "os": "OS"}
 PLOT_CAPTIONS = {
-    "loss": "The TD loss is not a score: it often grows while the agent improves, because the targets grow with "
-            "the values. Watch for sudden jumps or NaN.",
+    "returns": "The greedy policy's average return at each evaluation, against iterations, env steps and "
+               "wall-clock seconds; the band spans the worst and best episode; grey: the mean return of the "
+               "collect policy's (epsilon-greedy) episodes in each log interval; the star is the policy saved as "
+               "policy/best.",
+    "loss": "The TD loss's mean (blue) and max (red) over each log interval. It is not a score: it often grows "
+            "while the agent improves, because the targets grow with the values. Watch for sudden jumps or NaN.",
     "epsilon": "How often the collect policy acts at random: exploration early, mostly greedy later.",
-    "q_values": "What the network believes (red) against what the greedy policy gets (blue), both discounted "
-                "with the agent's gamma. Red far above blue is over-estimation; both level off at most at the "
-                "grey line. The red states come from a random policy, so the two differ in where they start.",
+    "q_values": "At each evaluation: what the network believes the discounted return from its episodes' first "
+                "states is (red, max over actions of Q) against what the greedy policy then gets from those same "
+                "states (blue), both with the agent's gamma. Red above blue is over-estimation, below it "
+                "under-estimation.",
     "collectors": "A distributed run: each collector's env steps/s and how long ago it pulled its weights; right, "
                   "the policy lag, how many train steps older than the learner the weights that collected its "
                   "sampled items were.",
@@ -62,15 +73,16 @@ def header(record: RunRecord, facts: RunFacts) -> str:
     best = best_eval_row(record.eval_rows)
     best_at = ""
     if best is not None:
-        best_at = f" (train step {best['train_step']}, {int(float(best['env_steps'])):,} env steps)"
+        iteration = number(best["train_step"]) / facts.train_steps_per_iteration
+        best_at = f" (iteration {fmt(iteration, 0)}, {fmt(number(best['env_steps']), 0)} env steps)"
     peak = record.get("peak_rss_mb")
     facts_html = "".join(f"<div><span>{html.esc(k)}</span>{html.esc(v)}</div>" for k, v in (
         ("best average return", fmt(record.get("best_return", number(best["average_return"]) if best else None))
          + best_at),
         ("final average return", fmt(record.get("final_return"))),
         ("wall time", f"{fmt(record.get('wall_s'))} s"),
-        ("iterations", f"{record.get('iterations', '-')}"),
-        ("env steps", f"{record.get('env_steps', '-')}"),
+        ("iterations", fmt(record.get("iterations"), 0)),
+        ("env steps", fmt(record.get("env_steps"), 0)),
         ("peak memory", f"{fmt(peak, 0)} MB" if peak is not None else "-"),
     ))
     cls = "solved" if solved else "unsolved"
@@ -79,9 +91,7 @@ def header(record: RunRecord, facts: RunFacts) -> str:
 
 def plots_section(record: RunRecord, page_dir: str) -> str:
     layout = record.layout
-    wide = html.images([layout.returns_plot], page_dir, [
-        "The greedy policy's average return at each evaluation, against iterations and env steps; the band spans "
-        "the worst and best episode; the star is the policy saved as policy/best."], wide=True)
+    wide = html.images([layout.returns_plot], page_dir, [PLOT_CAPTIONS["returns"]], wide=True)
     others = html.images([layout.loss_plot, layout.epsilon_plot, layout.q_values_plot], page_dir,
                          [PLOT_CAPTIONS["loss"], PLOT_CAPTIONS["epsilon"], PLOT_CAPTIONS["q_values"]])
     collectors = html.images([layout.collectors_plot], page_dir, [PLOT_CAPTIONS["collectors"]], wide=True) \
@@ -99,26 +109,67 @@ def videos_section(record: RunRecord, page_dir: str) -> str:
     ], page_dir)
 
 
-def default_config() -> tuple[dict, str]:
-    """The config every run is compared with: configs/default.yaml when present, else the built-in defaults."""
-    from dqn_cartpole.config import Config, read_resolved, to_dict
+def eval_table(record: RunRecord, facts: RunFacts) -> str:
+    """The evaluations, one row each, formatted (thousands separators, one or two decimals)."""
+    if not record.eval_rows:
+        return '<p class="note">No evaluations yet.</p>'
+    columns = [c for c in EVAL_TABLE if any(row.get(c) not in (None, "") for row in record.eval_rows)]
+    rows = []
+    for row in record.eval_rows:
+        cells = []
+        for column in columns:
+            value = number(row.get(column))
+            if value is not None and column == "train_step":
+                value /= facts.train_steps_per_iteration
+            digits = EVAL_TABLE[column][1]
+            cells.append(fmt(value, 0 if digits is None else digits))
+        rows.append(cells)
+    return '<div class="scroll">' + html.table([EVAL_TABLE[c][0] for c in columns], rows, key_columns=0) + "</div>"
 
-    if os.path.isfile(REPO_DEFAULT_CONFIG):
-        return read_resolved(REPO_DEFAULT_CONFIG), "configs/default.yaml"
-    return to_dict(Config()), "the built-in defaults"
+
+def default_config() -> tuple[dict, str]:
+    """The config every run is compared with: the shipped configs/default.yaml (every key's default)."""
+    from dqn_cartpole.config import default_config_path, read_resolved
+
+    return read_resolved(default_config_path()), "configs/default.yaml"
 
 
 def config_section(record: RunRecord) -> str:
+    """The keys that apply to this kind of run, with the default; a key the user changed is highlighted."""
+    from dqn_cartpole.config import applies, written_differs
+
     defaults, source = default_config()
-    rows, changed = [], []
+    distributed = os.path.isdir(record.layout.roles)
+    rows, changed, hidden = [], [], 0
     for section, keys in record.config.items():
         for key, value in (keys or {}).items():
+            dotted = f"{section}.{key}"
+            if not applies(record.config, dotted, distributed):
+                hidden += 1
+                continue
             default = defaults.get(section, {}).get(key, "(not in defaults)")
-            rows.append((f"{section}.{key}", _show(value), _show(default)))
-            changed.append(value != default)
-    note = (f'<p class="note">The resolved config of this run (config.yaml). Highlighted: {sum(changed)} keys that '
+            rows.append((dotted, _show(value), _show(default)))
+            changed.append(written_differs(record.config, defaults, dotted))
+    kind = "a distributed run" if distributed else "a single-process run"
+    note = (f'<p class="note">The resolved config of this run (config.yaml): {len(rows)} keys that apply to {kind}'
+            f"{f' ({hidden} that do not are left out)' if hidden else ''}. Highlighted: the {sum(changed)} that "
             f"differ from {html.esc(source)}.</p>")
     return note + html.table(("key", "this run", source), rows, highlight=changed)
+
+
+def provenance_section(record: RunRecord) -> str:
+    """What produced the run: the package and its commit, the libraries, the machine (summary.json)."""
+    found = record.get("provenance") or {}
+    if not found:
+        return '<p class="note">This run\'s summary.json records no provenance (written by an older version).</p>'
+    rows = []
+    for key, label in PROVENANCE_LABELS.items():
+        value = found.get(key)
+        if key == "git_commit":
+            value = "not a git checkout" if value is None else value + (" (with uncommitted changes)"
+                                                                        if found.get("git_dirty") else "")
+        rows.append((label, "-" if value is None else value))
+    return html.table(("", "version or value"), rows)
 
 
 def _show(value: object) -> str:
@@ -153,9 +204,10 @@ def write_run_report(run_dir: str, record: Optional[RunRecord] = None) -> str:
     sections = [
         html.Section("Plots", plots_section(record, page_dir)),
         html.Section("Videos", videos_section(record, page_dir)),
-        html.Section("Evaluations", html.csv_table(record.layout.eval_metrics, EVAL_TABLE_COLUMNS)),
+        html.Section("Evaluations", eval_table(record, facts)),
         html.Section("Config", config_section(record)),
         html.Section("Files", links_section(record, page_dir)),
+        html.Section("Provenance", provenance_section(record)),
     ]
     title = f"DQN on {facts.env_id}: {os.path.basename(os.path.abspath(run_dir))}"
     return html.write_page(record.layout.report, title, sections, intro=header(record, facts))

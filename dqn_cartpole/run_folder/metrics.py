@@ -7,16 +7,23 @@ import os
 from typing import Mapping, Optional, Sequence
 
 # New columns go at the end: a run resumed from files with an older header gets them added (see CsvLog).
-TRAIN_COLUMNS = ("train_step", "env_steps", "loss", "epsilon", "replay_size", "replay_inserts",
+TRAIN_COLUMNS = ("train_step", "env_steps",
+                 "loss",  # the mean over the log interval's iterations (each iteration's last gradient step)
+                 "epsilon", "replay_size", "replay_inserts",
                  "replay_samples", "samples_per_insert", "wall_s",
                  "mean_max_q",  # the online network's mean max_a Q(s, a) over a fixed set of states
                  "train_steps_per_s",  # since the previous row of this process (empty in its first)
                  # A learner's: its train step minus the train step of the weights that collected the
                  # sampled items, mean and max over the log interval's batches (empty in one process).
-                 "policy_lag", "policy_lag_max")
+                 "policy_lag", "policy_lag_max",
+                 "loss_max",  # the largest loss of the interval
+                 # The collect (epsilon-greedy) policy's episodes that ended in the interval: their mean return
+                 # and how many (empty for a learner, whose collectors are other processes).
+                 "collect_return", "collect_episodes")
 EVAL_COLUMNS = ("train_step", "env_steps", "average_return", "average_episode_length", "num_episodes", "wall_s",
                 "min_return", "max_return", "std_return",  # the spread across the evaluation's episodes
-                "average_discounted_return")  # sum of gamma^t r_t, the quantity Q-values estimate
+                "average_discounted_return",  # sum of gamma^t r_t from each episode's first state
+                "average_max_q_at_reset")  # mean of max_a Q(s0, a) over those first states: its estimate
 
 
 class CsvLog:
@@ -77,6 +84,28 @@ def read_csv(path: str) -> list[dict[str, str]]:
         return []
     with open(path, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
+
+
+def read_numbers(path: str) -> list[dict[str, str]]:
+    """`read_csv`, checking that every cell is a number or empty (the metrics CSVs hold nothing else).
+
+    Raises UserError (one line: the file, the line, the column) for a cell that is not, e.g. a hand-edited
+    or truncated file, so readers can convert any cell with float().
+    """
+    from dqn_cartpole.errors import UserError
+
+    rows = read_csv(path)
+    for line, row in enumerate(rows, start=2):  # line 1 is the header
+        for name, cell in row.items():
+            if name is None or isinstance(cell, list):
+                raise UserError(f"{path}: line {line} has more cells than the header has columns")
+            if cell in (None, ""):
+                continue
+            try:
+                float(cell)
+            except ValueError:
+                raise UserError(f"{path}: line {line}, column {name}: {cell!r} is not a number") from None
+    return rows
 
 
 def column(rows: list[dict[str, str]], name: str) -> list[float]:

@@ -19,7 +19,7 @@ import yaml
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder.atomic import write_json_atomic
 from dqn_cartpole.run_folder.layout import COLLECTOR_METRICS, CONFIG_FILE, RunLayout
-from dqn_cartpole.run_folder.metrics import read_csv
+from dqn_cartpole.run_folder.metrics import read_numbers
 
 SUMMARY_VERSION = 1
 
@@ -65,7 +65,8 @@ def write_summary(path: str, summary: dict) -> None:
 
 
 def read_run(path: str) -> RunRecord:
-    """Reads a run folder. Raises UserError (one line) when `path` is not a readable run folder."""
+    """Reads a run folder. Raises UserError (one line) when `path` is not a readable run folder, or one of its
+    metrics CSVs holds a cell that is not a number."""
     layout = RunLayout(path)
     if not os.path.isdir(path):
         raise UserError(f"{path}: no such run folder")
@@ -88,7 +89,7 @@ def read_run(path: str) -> RunRecord:
         raise UserError(f"{layout.summary}: written by a newer dqn_cartpole (summary version {version}, this one "
                         f"reads up to {SUMMARY_VERSION}); upgrade to read it")
     return RunRecord(root=path, version=version, config=config, summary=summary,
-                     train_rows=read_csv(layout.train_metrics), eval_rows=read_csv(layout.eval_metrics),
+                     train_rows=read_numbers(layout.train_metrics), eval_rows=read_numbers(layout.eval_metrics),
                      collector_rows=read_collectors(layout))
 
 
@@ -99,7 +100,7 @@ def read_collectors(layout: RunLayout) -> dict[int, list]:
     for path in glob.glob(os.path.join(layout.roles, COLLECTOR_METRICS.format(id="*"))):
         match = pattern.search(os.path.basename(path))
         if match:
-            found[int(match.group(1))] = read_csv(path)
+            found[int(match.group(1))] = read_numbers(path)
     return dict(sorted(found.items()))
 
 

@@ -46,14 +46,20 @@ def resolve_run_dir(config: Any, output_dir: Optional[str], overwrite: bool) -> 
         if not is_run_folder(path):
             raise UserError(f"{path}: holds files but is not a run folder (no {layout.CONFIG_FILE}); refusing to "
                             f"delete it, even with --overwrite")
+    check_can_create(path)
+    return path
+
+
+def check_can_create(path: str, label: str = "") -> None:
+    """Checks, without creating anything, that `path`'s missing folders can be made: the nearest existing
+    ancestor is a folder this process may write in. `label` (e.g. "--storage ") prefixes the one-line error."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise UserError(f"{path}: {probe} is a file, not a folder")
-    if not os.access(probe, os.W_OK):
-        raise UserError(f"{path}: cannot write there (no permission on {probe})")
-    return path
+    if probe != os.path.abspath(path) and not os.path.isdir(probe):
+        raise UserError(f"{label}{path}: {probe} is a file, not a folder")
+    if not os.access(probe if os.path.isdir(probe) else os.path.dirname(probe), os.W_OK):
+        raise UserError(f"{label}{path}: cannot write there (no permission on {probe})")
 
 
 def create_run_dir(path: str, overwrite: bool) -> tuple[bool, IO]:

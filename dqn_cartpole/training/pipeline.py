@@ -11,6 +11,7 @@ from tf_agents.metrics import tf_metrics
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.core import build
+from dqn_cartpole.core.episode_returns import EpisodeReturns
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.core.policies import compiled_act_fn
 from dqn_cartpole.replay.base import Replay
@@ -29,6 +30,7 @@ class Pipeline:
     greedy_act: Callable
     evaluate_greedy: Callable[[], EvalResult]  # one episode per evaluation env copy
     stack: contextlib.ExitStack
+    collect_returns: Optional[EpisodeReturns] = None  # the collect episodes' returns (None: a learner collects none)
 
     def env_step_count(self) -> int:
         return int(self.env_steps.result().numpy())
@@ -47,7 +49,9 @@ def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callab
     agent = build.make_agent(config, envs.tf_env)
     replay = build.make_replay(config, agent.collect_data_spec, stack, replay_checkpoint_dir, announce)
     env_steps = tf_metrics.EnvironmentSteps()
-    observers = [replay.add_batch, env_steps]
+    # The random fill's driver watches the returns too, so the first collect episode's return is whole.
+    collect_returns = EpisodeReturns(config.env.num_envs)
+    observers = [replay.add_batch, env_steps, collect_returns]
     initial_driver = build.make_random_driver(envs.tf_env, observers, config.training.initial_collect_steps)
     if config.collection.driver == "py":
         steps = config.training.collect_steps_per_iteration
@@ -55,7 +59,8 @@ def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callab
     else:
         collect_driver = make_collect_driver(config, envs, agent, observers)
     return Pipeline(envs, agent, replay, env_steps, initial_driver, collect_driver, compiled_act_fn(agent.policy),
-                    make_episode_runner(agent.policy, envs.evaluate, gamma=config.agent.gamma), stack)
+                    make_episode_runner(agent.policy, envs.evaluate, gamma=config.agent.gamma), stack,
+                    collect_returns)
 
 
 def make_collect_driver(config: Config, envs: build.Envs, agent: Any, observers: list) -> Any:

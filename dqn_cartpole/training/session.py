@@ -8,16 +8,16 @@ the run's state (`state`). Everything the run opens is closed by one ExitStack, 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from dqn_cartpole.config import Config, dump_yaml
+from dqn_cartpole.config import Config, dump_yaml, sampling_mode
 from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core import build, env_ids
-from dqn_cartpole.core.policies import random_act_fn
 from dqn_cartpole.core.q_probe import QProbe
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.replay.base import sequence_length_for
@@ -26,10 +26,24 @@ from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import resume, triggers
-from dqn_cartpole.training.loop import Chunk, ChunkedLoop, compile_iterations, make_train_step, python_iterations
+from dqn_cartpole.training import phases as phase, resume, triggers
+from dqn_cartpole.training.artifacts import ArtifactWorkers
+from dqn_cartpole.training.loop import (Chunk, ChunkedLoop, compile_iterations, make_train_step, python_iterations,
+                                        run_ops_on_one_thread)
+from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
+
+
+def freeze_heap() -> None:
+    """Takes every object alive now out of the garbage collector's reach (`gc.freeze`).
+
+    TensorFlow, TF-Agents and a traced graph leave ~0.5 million long-lived objects. Python's full
+    collections walk all of them, during the run and once more when the interpreter exits, which
+    took 2-6 s after the summary was printed. Frozen, they are skipped: the exit takes ~0.2 s.
+    They live as long as the process anyway; garbage among them is kept, which costs a few MB.
+    """
+    gc.freeze()
 
 
 def process_start_time() -> float:
@@ -54,6 +68,8 @@ class TrainingSession:
                  plan: Optional[checkpointing.ResumePlan] = None):
         self.config, self.layout, self.progress, self.plan = config, layout, progress, plan
         self.clock = triggers.Clock(process_start_time())  # wall times count from process start, as a user sees them
+        self.phases = Phases(started_s_ago=self.clock.wall())  # summary.json's `phases`: where the seconds went
+        freeze_heap()  # the imports' objects; the traced graph's follow after the first chunk
         self.state = RunState()
         self.stop_request = signals.StopRequest()
         self.stack = contextlib.ExitStack()
@@ -62,11 +78,14 @@ class TrainingSession:
         self.exporter: Optional[triggers.PolicyExport] = None
         self.evaluate: Optional[triggers.Evaluate] = None
         self.log_train: Optional[triggers.LogTrain] = None
+        self.workers: Optional[ArtifactWorkers] = None  # the plotter and the video renderer (child processes)
 
     def run(self) -> dict:
         with self.stop_request, self.stack:
             try:
                 found = resume.prepare_folder(self.layout, self.plan)
+                # The plotter and the renderer start now: their imports overlap the training.
+                self.workers = ArtifactWorkers(self.config, self.layout, self.progress, self.phases)
                 time_step, policy_state = self.build(found)
                 if found is None or not resume.already_done(found, self.config):
                     self.iterate(time_step, policy_state)
@@ -79,19 +98,26 @@ class TrainingSession:
                     raise checkpointing.DiskFullError(
                         f"disk full while writing {where} (no space left on device)") from None
                 raise
+            finally:
+                if self.workers is not None:
+                    self.workers.close()  # their work done, or never coming
 
     # -- phases
     def build(self, found: Optional[checkpointing.Found]) -> tuple[Any, Any]:
         """Builds the pipeline, logs and triggers; restores `found` or fills replay. Returns where collection starts."""
         cfg, layout = self.config, self.layout
-        seed_everything(cfg.training.seed)
-        pipeline = self.pipeline = self.make_pipeline(self.stage_replay(found))
-        self.checkpoints = resume.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
-        if found is not None:
-            time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
-        self.open_logs()
+        with self.phases(phase.BUILD):
+            if cfg.collection.driver == "compiled" and sampling_mode(cfg.replay) == "direct":
+                run_ops_on_one_thread()  # a chain of small ops: see there (tf.data and Reverb keep their threads)
+            seed_everything(cfg.training.seed)
+            pipeline = self.pipeline = self.make_pipeline(self.stage_replay(found))
+            self.checkpoints = resume.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
+            if found is not None:
+                time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
+            self.open_logs()
         if found is None:
-            time_step, policy_state = self.fill_replay()
+            with self.phases(phase.INITIAL_COLLECT):
+                time_step, policy_state = self.fill_replay()
         return time_step, policy_state
 
     def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
@@ -111,32 +137,38 @@ class TrainingSession:
         scalars = self.stack.enter_context(contextlib.closing(
             Scalars(layout.tensorboard if cfg.output.tensorboard else None)))
         q_probe = QProbe.for_agent(pipeline.agent, cfg.env.id, cfg.training.seed, cfg.env.max_episode_steps)
-        self.exporter = triggers.PolicyExport(pipeline, cfg, state)
+        self.exporter = triggers.PolicyExport(pipeline, cfg, state, self.phases)
         self.evaluate = self.make_evaluation(scalars)
         self.log_train = triggers.LogTrain(pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
 
     def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
         """The periodic evaluation: here, in this process (a learner follows a separate evaluator instead)."""
         return make_evaluation(self.pipeline, self.config, self.state, self.exporter, self.layout, scalars,
-                               self.clock, self.progress, self.stack)
+                               self.clock, self.progress, self.stack, self.phases)
 
     def fill_replay(self) -> tuple[Any, Any]:
         """Fills the buffer with a random policy, so the first samples have data."""
         tf_env = self.pipeline.envs.tf_env
         tf.function(self.pipeline.initial_driver.run, autograph=False)(tf_env.reset(), ())
+        self.pipeline.collect_returns.take()  # the random policy's episodes are not the collect policy's
         self.checkpoints.time_step = tf_env.current_time_step()
         return self.checkpoints.time_step, self.pipeline.agent.collect_policy.get_initial_state(tf_env.batch_size)
 
     def iterate(self, time_step: Any, policy_state: Any) -> None:
         """Runs compiled chunks of iterations, stopping at every due trigger and at a stop request."""
-        cfg, state, pipeline = self.config, self.state, self.pipeline
+        with self.phases(phase.LOOP):
+            self.run_loop(time_step, policy_state)
+
+    def run_loop(self, time_step: Any, policy_state: Any) -> None:
+        cfg, state, pipeline, timed = self.config, self.state, self.pipeline, self.phases.timed
         train = self.make_train()
         total = cfg.training.num_iterations
         periodic = [*self.extra_triggers(),
-                    (cfg.training.log_interval, self.log_train), (cfg.evaluation.eval_interval, self.evaluate),
+                    (cfg.training.log_interval, timed(phase.TRAIN_ROWS, self.log_train)),
+                    (cfg.evaluation.eval_interval, timed(phase.EVALUATIONS, self.evaluate)),
                     # last: after the rows it keeps
                     (cfg.training.checkpoint_interval,
-                     triggers.PeriodicCheckpoint(self.checkpoints.save, state, total))]
+                     timed(phase.CHECKPOINTS, triggers.PeriodicCheckpoint(self.checkpoints.save, state, total)))]
         intervals = [interval for interval, _ in periodic]
         if pipeline.collect_driver is None:  # a learner: the collectors are other processes
             loop = ChunkedLoop(compile_iterations(train, driver=None), intervals)
@@ -147,9 +179,14 @@ class TrainingSession:
             loop = ChunkedLoop(compile_iterations(train, pipeline.collect_driver), intervals)
         due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
         if self.checkpoints.restored is None:
-            self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
+            with self.phases(phase.FIRST_EVALUATION):
+                self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
         while state.iteration < total and not state.stop and not self.stop_request.requested:
-            chunk = loop.run(state.iteration, total, time_step, policy_state)
+            first = not loop.traced
+            with self.phases(phase.FIRST_CHUNK if first else phase.LOOP):
+                chunk = loop.run(state.iteration, total, time_step, policy_state)
+                if first:
+                    freeze_heap()
             state.loop_s, state.loop_iterations = loop.loop_s, loop.loop_iterations
             bad = chunk.first_bad_loss()
             if bad is not None:
@@ -157,7 +194,7 @@ class TrainingSession:
                 return
             time_step, policy_state = chunk.time_step, chunk.policy_state
             state.iteration += chunk.size
-            state.loss = float(chunk.losses[-1])
+            state.add_losses(chunk.losses)  # the train row logs their mean and max over its interval
             self.checkpoints.time_step = time_step
             self.after_chunk(chunk)
             for trigger in due:
@@ -167,12 +204,14 @@ class TrainingSession:
             state.stopped_by = signals.signal_name(self.stop_request.signum)
         if not self.stop_request.requested:
             self.final_evaluation()
-        self.checkpoints.save()
+        with self.phases(phase.CHECKPOINTS):
+            self.checkpoints.save()
 
     def final_evaluation(self) -> None:
         """The final policy always has a measured return (unless its iteration was just evaluated)."""
         if self.state.iteration % self.config.evaluation.eval_interval != 0:
-            self.evaluate()
+            with self.phases(phase.EVALUATIONS):
+                self.evaluate()
 
     def make_train(self) -> Callable:
         """One iteration's gradient step(s) on batches from the replay's sampler (a learner's hook)."""
@@ -199,7 +238,8 @@ class TrainingSession:
             f"policy/best is the best evaluated policy.")
 
     def finish(self) -> dict:
-        """Exports policy/final, closes the logs, draws the plots, records the videos; returns the summary."""
+        """Exports policy/final, then the videos and the plots (child processes: see `artifacts`); returns the
+        summary."""
         layout, state, checkpoints = self.layout, self.state, self.checkpoints
         artifacts = state.artifacts
         artifacts.update({"config": layout.config, "train metrics": layout.train_metrics,
@@ -218,45 +258,29 @@ class TrainingSession:
         if newest is not None:
             artifacts["checkpoint"] = newest
         summary_inputs = (self.pipeline.train_step_count(), self.pipeline.env_step_count())
-        self.stack.close()  # the logs are complete before they are plotted; envs and servers are released
-        from dqn_cartpole.report import figures  # matplotlib costs ~1 s to import: not before the policy is saved
-
-        for path in figures.plot_run(layout):
-            artifacts[os.path.basename(path)] = path
-        if self.config.video.enabled and trained:
-            artifacts.update(self.record_videos())
+        # The logs are closed (complete, to be plotted) and the envs and servers released in there.
+        artifacts.update(self.workers.make(self.pipeline.agent.policy, self.pipeline.envs.tf_env, trained,
+                                           close_logs=self.stack.close))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
         signum = self.stop_request.signum
         diverged = state.diverged_at_iteration is not None
         state.exit_status = signals.exit_status(signum) if signum else (1 if diverged else 0)
-        return state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
+        summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
+        return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb}
 
     def keeps_solved_policy(self) -> bool:
         """policy/final is the policy the solve check just confirmed (so it is not exported again)."""
         return self.state.solved_at_iteration == self.state.iteration and os.path.exists(self.layout.final_policy)
 
-    def record_videos(self) -> dict[str, str]:
-        cfg, layout = self.config, self.layout
-        seed = cfg.training.seed + build.VIDEO_SEED_OFFSET
-        from dqn_cartpole.report import video  # imageio/ffmpeg: only once training is over
-
-        video.record_video(self.pipeline.greedy_act, cfg.env.id, layout.trained_video, cfg.video.num_episodes,
-                           cfg.video.fps, seed, cfg.env.max_episode_steps, label="trained agent")
-        tf_env = self.pipeline.envs.tf_env
-        random_act = random_act_fn(tf_env.time_step_spec(), tf_env.action_spec(), seed=seed)
-        video.record_video(random_act, cfg.env.id, layout.random_video, cfg.video.random_episodes,
-                           cfg.video.fps, seed, cfg.env.max_episode_steps, label="random agent")
-        return {"trained video": layout.trained_video, "random video": layout.random_video}
-
 
 def make_evaluation(pipeline: Pipeline, config: Config, state: RunState, exporter: triggers.PolicyExport,
                     layout: RunLayout, scalars: Scalars, clock: triggers.Clock, progress: Progress,
-                    stack: contextlib.ExitStack) -> triggers.Evaluate:
+                    stack: contextlib.ExitStack, phases: Optional[Phases] = None) -> triggers.Evaluate:
     """The Evaluate trigger (eval_metrics.csv, policy/best) with its solve check (policy/final), on `pipeline`."""
     eval_log = stack.enter_context(contextlib.closing(CsvLog(layout.eval_metrics, EVAL_COLUMNS)))
     solve_check = triggers.SolveCheck(pipeline, config, state, exporter, layout.final_policy, solve_return(config),
-                                      clock, progress)
+                                      clock, progress, phases)
     return triggers.Evaluate(pipeline, config, state, exporter, layout.best_policy, eval_log, scalars, clock,
                              progress, solve_check)
 

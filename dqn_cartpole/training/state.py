@@ -11,7 +11,7 @@ import numpy as np
 
 # The fields a checkpoint carries over to a resumed run; the rest are per process or per outcome.
 RESUMED_FIELDS = ("loss", "last_return", "best_return", "best_iteration", "solved_at_iteration", "solved_return",
-                  "solved_wall_s", "solved_env_steps")
+                  "solved_wall_s", "solved_env_steps", "solved_cpu_s")
 
 
 @dataclass
@@ -27,6 +27,7 @@ class RunState:
     solved_return: Optional[float] = None
     solved_wall_s: Optional[float] = None
     solved_env_steps: Optional[int] = None
+    solved_cpu_s: Optional[float] = None  # CPU seconds of the process that confirmed the solve, until then
     stop: bool = False  # solved: stop early
     # per process
     loop_s: float = 0.0  # inside compiled chunks, excluding the first (which traces)
@@ -34,12 +35,27 @@ class RunState:
     eval_s: float = 0.0
     policy_lag: Optional[float] = None  # a learner's, over the current log interval (see distributed.policy_lag)
     policy_lag_max: Optional[float] = None
+    interval_losses: list = field(default_factory=list)  # each iteration's loss since the last train row
     # how it ended
     diverged_at_iteration: Optional[int] = None
     stopped_by: Optional[str] = None  # "SIGINT" / "SIGTERM": stopped early, resumable
     exit_status: int = 0  # 130 / 143 after a signal, 1 after a divergence
     resumed_from: Optional[str] = None
     artifacts: dict = field(default_factory=dict)
+
+    def add_losses(self, losses: np.ndarray) -> None:
+        """Keeps a chunk's per-iteration losses for the next train row, and the last one as `loss`."""
+        self.interval_losses.append(np.asarray(losses, dtype=np.float64))
+        self.loss = float(losses[-1])
+
+    def take_interval_loss(self) -> tuple[Optional[float], Optional[float]]:
+        """(mean, max) of the losses since the previous call, which starts the next interval; (loss, loss) when
+        no iteration ran in between."""
+        if not self.interval_losses:
+            return self.loss, self.loss
+        losses = np.concatenate(self.interval_losses)
+        self.interval_losses = []
+        return float(np.mean(losses)), float(np.max(losses))
 
     def resumed_fields(self) -> dict:
         return {name: getattr(self, name) for name in RESUMED_FIELDS}
@@ -58,7 +74,8 @@ class RunState:
             "run_dir": run_dir, "iterations": self.iteration, "train_steps": train_steps, "env_steps": env_steps,
             "best_return": self.best_return, "final_return": self.last_return,
             "solved_at_iteration": self.solved_at_iteration, "solved_wall_s": self.solved_wall_s,
-            "solved_env_steps": self.solved_env_steps, "solved_return": self.solved_return, "wall_s": wall_s,
+            "solved_env_steps": self.solved_env_steps, "solved_return": self.solved_return,
+            "solved_cpu_s": self.solved_cpu_s, "wall_s": wall_s, "cpu_s": time.process_time(),
             "iterations_per_s": self.loop_iterations / self.loop_s if self.loop_s else None, "eval_s": self.eval_s,
             "artifacts": dict(self.artifacts), "stopped_by": self.stopped_by, "exit_status": self.exit_status,
             "diverged_at_iteration": self.diverged_at_iteration, "resumed_from": self.resumed_from,

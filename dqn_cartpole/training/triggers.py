@@ -14,11 +14,14 @@ from tf_agents.train import interval_trigger
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core import build
+from dqn_cartpole.core import build, env_ids
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
+from dqn_cartpole.core.q_probe import MaxQ
 from dqn_cartpole.run_folder import export
 from dqn_cartpole.run_folder.metrics import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
+from dqn_cartpole.training import phases as phase_names
+from dqn_cartpole.training.phases import Phases, measure
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
 
@@ -46,13 +49,17 @@ class Clock:
 class PolicyExport:
     """Exports the greedy policy with its step, iteration, env steps and measured return."""
 
-    def __init__(self, pipeline: Pipeline, config: Config, state: RunState):
-        self.pipeline, self.config, self.state = pipeline, config, state
+    def __init__(self, pipeline: Pipeline, config: Config, state: RunState, phases: Optional[Phases] = None):
+        self.pipeline, self.config, self.state, self.phases = pipeline, config, state, phases
         self.saver: Optional[export.PolicyExporter] = None  # made at the first export
 
     def save(self, path: str, average_return: Optional[float], episodes: Optional[int] = None, **where: int) -> str:
         """`where` overrides the iteration and env steps (after a divergence the weights are the last
         good checkpoint's, not the current iteration's)."""
+        with measure(self.phases, phase_names.EXPORT):
+            return self._save(path, average_return, episodes, **where)
+
+    def _save(self, path: str, average_return: Optional[float], episodes: Optional[int], **where: int) -> str:
         if self.saver is None:
             self.saver = export.PolicyExporter(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
         info = {"train_step": self.pipeline.train_step_count(), "iteration": self.state.iteration,
@@ -63,8 +70,8 @@ class PolicyExport:
 
 
 class LogTrain:
-    """A train row: loss, epsilon, replay counts, speed, the Q-value probe, a learner's policy lag; to the CSV
-    and TensorBoard."""
+    """A train row: the loss's mean and max over the interval, epsilon, replay counts, speed, the Q-value probe,
+    the collect episodes' returns, a learner's policy lag; to the CSV and TensorBoard."""
 
     def __init__(self, pipeline: Pipeline, config: Config, state: RunState, log: CsvLog, scalars: Scalars,
                  q_probe: Callable[[], float], clock: Clock):
@@ -78,19 +85,23 @@ class LogTrain:
         if samples is None:  # the uniform buffers count nothing: each train step samples one batch
             samples = train_step * self.config.training.batch_size
         inserts = replay.inserts()
+        loss, loss_max = self.state.take_interval_loss()
+        collect_return, collect_episodes = (None, None) if self.pipeline.collect_returns is None \
+            else self.pipeline.collect_returns.take()
         row = {
-            "train_step": train_step, "env_steps": self.pipeline.env_step_count(), "loss": self.state.loss,
+            "train_step": train_step, "env_steps": self.pipeline.env_step_count(), "loss": loss, "loss_max": loss_max,
             "epsilon": self.pipeline.epsilon(), "replay_size": replay.size(), "replay_inserts": inserts,
             "replay_samples": samples, "samples_per_insert": samples / inserts if inserts else None,
             "wall_s": wall_s, "mean_max_q": self.q_probe(),
             "train_steps_per_s": self.train_steps_per_s(train_step, wall_s),
             "policy_lag": self.state.policy_lag, "policy_lag_max": self.state.policy_lag_max,
+            "collect_return": collect_return, "collect_episodes": collect_episodes,
         }
         self.previous = (train_step, wall_s)
         self.log.write(row)
         self.scalars.write("train", train_step, {k: row[k] for k in (
-            "loss", "epsilon", "replay_size", "samples_per_insert", "mean_max_q", "train_steps_per_s", "policy_lag",
-            "policy_lag_max")})
+            "loss", "loss_max", "epsilon", "replay_size", "samples_per_insert", "mean_max_q", "train_steps_per_s",
+            "policy_lag", "policy_lag_max", "collect_return")})
 
     def train_steps_per_s(self, train_step: int, wall_s: float) -> Optional[float]:
         """Train steps per wall second since this process's previous row (evaluations included)."""
@@ -103,18 +114,26 @@ class SolveCheck:
     """Confirms a good evaluation on `evaluation.solve_episodes` fresh episodes; on success, stops the run."""
 
     def __init__(self, pipeline: Pipeline, config: Config, state: RunState, exporter: PolicyExport,
-                 final_policy: str, solve_return: float, clock: Clock, progress: Progress):
+                 final_policy: str, solve_return: float, clock: Clock, progress: Progress,
+                 phases: Optional[Phases] = None):
         self.pipeline, self.config, self.state, self.exporter = pipeline, config, state, exporter
         self.final_policy, self.solve_return, self.clock, self.progress = final_policy, solve_return, clock, progress
+        self.phases = phases
         self.run_episodes: Optional[Callable[[], EvalResult]] = None  # built once; later checks continue its stream
 
     def __call__(self) -> None:
+        with measure(self.phases, phase_names.SOLVE_CHECK):
+            self.check()
+
+    def check(self) -> None:
         cfg = self.config
         if self.run_episodes is None:
             env = build.make_env_copies(cfg, cfg.evaluation.solve_episodes,
                                         cfg.training.seed + build.SOLVE_SEED_OFFSET + self.state.iteration,
                                         self.pipeline.stack)
-            self.run_episodes = make_episode_runner(self.pipeline.agent.policy, env)
+            # A check whose average can no longer reach the target stops early (a failed check costs less).
+            self.run_episodes = make_episode_runner(self.pipeline.agent.policy, env, give_up_below=self.solve_return,
+                                                    max_return=env_ids.max_return(cfg.env.id, cfg.env.max_episode_steps))
         result = self.run_episodes()
         if result.average_return < self.solve_return:
             return
@@ -123,7 +142,7 @@ class SolveCheck:
         state.solved_at_iteration, state.solved_return = state.iteration, result.average_return
         state.solved_env_steps = self.pipeline.env_step_count()
         self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns))
-        state.solved_wall_s = self.clock.wall()
+        state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), time.process_time()
         self.progress.message(
             f"Solved at iteration {state.iteration}: average return {result.average_return:.1f} over "
             f"{len(result.returns)} greedy episodes (target {self.solve_return:g}); stopping early.")
@@ -138,6 +157,7 @@ class Evaluate:
         self.pipeline, self.config, self.state, self.exporter = pipeline, config, state, exporter
         self.best_policy, self.log, self.scalars = best_policy, log, scalars
         self.clock, self.progress, self.solve_check = clock, progress, solve_check
+        self.max_q = MaxQ(pipeline.agent.q_network)  # the estimate at the evaluation's own first states
 
     def __call__(self) -> None:
         started = time.perf_counter()
@@ -154,6 +174,8 @@ class Evaluate:
             state.best_return, state.best_iteration = result.average_return, state.iteration
             self.exporter.save(self.best_policy, result.average_return)
         spread = result.spread_columns()
+        if result.first_observations is not None:
+            spread["average_max_q_at_reset"] = self.max_q(result.first_observations)
         self.log.write({"train_step": train_step, "env_steps": self.pipeline.env_step_count(),
                         "average_return": result.average_return, "average_episode_length": result.average_length,
                         "num_episodes": len(result.returns), "wall_s": self.clock.wall(), **spread})

@@ -1,0 +1,42 @@
+"""The returns of the collect policy's episodes, as a driver observer: what the epsilon-greedy agent gets while it
+trains, next to the greedy evaluation's.
+
+Each env copy's running return is kept in a variable; when an episode ends, its return is added
+to a total and counted. `take()` reads the mean of the episodes that ended since the previous
+call (one log interval) and starts the next interval. A few graph ops per step and no loop, so it
+adds little to the compiled collect loop; the Python driver calls the same compiled update.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import tensorflow as tf
+
+
+class EpisodeReturns:
+    """Observer of a driver's trajectories ([num_envs] batches); see the module docstring."""
+
+    def __init__(self, num_envs: int):
+        self.running = tf.Variable(tf.zeros([num_envs], tf.float64), trainable=False)
+        self.total = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        self.count = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._observe = tf.function(self._update, autograph=False)
+
+    def _update(self, is_first: tf.Tensor, is_last: tf.Tensor, reward: tf.Tensor) -> None:
+        running = tf.where(is_first, tf.zeros_like(self.running), self.running) + tf.cast(reward, tf.float64)
+        self.running.assign(running)
+        self.total.assign_add(tf.reduce_sum(tf.where(is_last, running, tf.zeros_like(running))))
+        self.count.assign_add(tf.reduce_sum(tf.cast(is_last, tf.int64)))
+
+    def __call__(self, trajectory: Any) -> Any:
+        self._observe(trajectory.is_first(), trajectory.is_last(), trajectory.reward)
+        return trajectory
+
+    def take(self) -> tuple[Optional[float], int]:
+        """(mean return, episodes) of the episodes that ended since the last call; (None, 0) if none did."""
+        count = int(self.count.numpy())
+        mean = float(self.total.numpy()) / count if count else None
+        self.total.assign(0.0)
+        self.count.assign(0)
+        return mean, count

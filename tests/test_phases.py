@@ -1,0 +1,41 @@
+"""summary.json's `phases`: exclusive seconds per phase, which add up to the process's time."""
+
+from __future__ import annotations
+
+import pytest
+
+from dqn_cartpole.training import phases as phases_module
+from dqn_cartpole.training.phases import BUILD, EXPORT, LOOP, STARTUP, Phases
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(phases_module.time, "perf_counter", fake)
+    return fake
+
+
+def test_an_inner_phase_pauses_the_outer_one_and_the_phases_add_up(clock):
+    phases = Phases(started_s_ago=2.5)
+    with phases(BUILD):
+        clock.now += 1.0
+    with phases(LOOP):
+        clock.now += 3.0
+        with phases(EXPORT):
+            clock.now += 0.5
+        clock.now += 1.0
+        phases.timed(EXPORT, lambda: setattr(clock, "now", clock.now + 0.25))()
+    clock.now += 7.0  # outside every phase: charged to none
+    phases.add_parallel("encoder", 1.5)
+    result = phases.as_dict()
+    assert result["phases"] == {STARTUP: 2.5, BUILD: 1.0, LOOP: 4.0, EXPORT: 0.75}
+    assert list(result["phases"]) == [STARTUP, BUILD, LOOP, EXPORT]  # the order of a run
+    assert result["parallel"] == {"encoder": 1.5}

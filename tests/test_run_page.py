@@ -1,0 +1,96 @@
+"""report.html's tables, in-process on a hand-made run folder: what applies, what the user changed, readable numbers."""
+
+import os
+import re
+
+import pytest
+import yaml
+
+from browser import find_chromium, run_chromium
+
+from dqn_cartpole.config import load_config, to_dict
+from dqn_cartpole.report.run_page import write_run_report
+from dqn_cartpole.run_folder import RunLayout, write_summary
+from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, CsvLog
+
+
+def make_run(root: str, overrides=(), distributed: bool = False) -> RunLayout:
+    layout = RunLayout(root)
+    os.makedirs(root)
+    write_text_atomic(layout.config, yaml.safe_dump(to_dict(load_config(None, list(overrides)))))  # as train writes
+    log = CsvLog(layout.eval_metrics, EVAL_COLUMNS)
+    log.write({"train_step": 0, "env_steps": 1000, "average_return": 9.4, "min_return": 8.0, "max_return": 11.0,
+               "std_return": 0.912345, "average_discounted_return": 9.01234, "average_max_q_at_reset": 0.123456,
+               "average_episode_length": 9.4, "num_episodes": 10, "wall_s": 12.3456})
+    log.write({"train_step": 12500, "env_steps": 13500, "average_return": 500.0, "wall_s": 61.25})
+    log.close()
+    write_summary(layout.summary, {"iterations": 12500, "env_steps": 13500, "best_return": 500.0, "wall_s": 61.2,
+                                   "final_return": 500.0, "solved_at_iteration": None,
+                                   "provenance": {"package_version": "0.1.0", "git_commit": "abc123",
+                                                  "git_dirty": True, "tensorflow": "2.15.1"}})
+    if distributed:
+        os.makedirs(layout.roles)
+    return layout
+
+
+def section(page: str, heading: str) -> str:
+    return page.split(f"<h2>{heading}</h2>", 1)[1].split("</section>", 1)[0]
+
+
+def keys_listed(page: str) -> list[str]:
+    return re.findall(r'<td class="key">([a-z_]+\.[a-z_]+)</td>', section(page, "Config"))
+
+
+def test_a_plain_default_run_differs_in_nothing_and_lists_only_what_applies(tmp_path):
+    page = open(write_run_report(make_run(str(tmp_path / "run")).root), encoding="utf-8").read()
+    config = section(page, "Config")
+    assert "Highlighted: the 0 that differ" in config and 'class="changed"' not in config
+    listed = keys_listed(page)
+    assert "replay.sampling" in listed and "agent.gamma" in listed
+    assert not [k for k in listed if k.startswith("distributed.") or k.startswith("replay.reverb_")]
+    assert "replay.prefetch" not in listed  # tf_uniform is read directly, not through tf.data
+
+
+def test_a_changed_key_is_highlighted_and_a_distributed_run_lists_its_section(tmp_path):
+    layout = make_run(str(tmp_path / "run"), ["agent.learning_rate=5e-4", "replay.backend=reverb"], distributed=True)
+    page = open(write_run_report(layout.root), encoding="utf-8").read()
+    changed = re.findall(r'<tr class="changed"><td class="key">([^<]+)</td>', page)
+    assert sorted(changed) == ["agent.learning_rate", "replay.backend"]  # sampling: auto -> dataset is no change
+    assert {"distributed.samples_per_insert", "replay.reverb_port", "replay.prefetch"} <= set(keys_listed(page))
+
+
+def test_evaluations_are_formatted_and_the_provenance_is_shown(tmp_path):
+    page = open(write_run_report(make_run(str(tmp_path / "run")).root), encoding="utf-8").read()
+    table = section(page, "Evaluations")
+    assert "<th>iteration</th><th>env steps</th><th>average return</th>" in table
+    assert "<td>12,500</td><td>13,500</td><td>500.0</td>" in table
+    assert "<td>0.9</td><td>9.01</td><td>0.12</td>" in table  # std, discounted return, max-Q at the first states
+    assert "0.912345" not in table and "12.3456" not in table
+    assert '<div class="scroll">' in table  # a wide table scrolls instead of widening the page
+    provenance = section(page, "Provenance")
+    assert "abc123 (with uncommitted changes)" in provenance and "2.15.1" in provenance
+
+
+@pytest.mark.skipif(find_chromium() is None, reason="no chromium or chromium-browser on PATH")
+def test_the_page_fits_a_1280_px_window(tmp_path):
+    """No horizontal scroll bar at 1280 px: the widest things are the tables (the plots and videos scale down)."""
+    layout = make_run(str(tmp_path / "run"))
+    log = CsvLog(layout.eval_metrics, EVAL_COLUMNS)
+    for i in range(3):  # large numbers, as a long run logs
+        log.write({"train_step": 1_234_567 + i, "env_steps": 9_876_543, "average_return": -123456.789,
+                   "min_return": -123456.789, "max_return": -123456.789, "std_return": 12345.6789,
+                   "average_discounted_return": -98765.4321, "average_max_q_at_reset": -98765.4321,
+                   "average_episode_length": 123456.7, "num_episodes": 100, "wall_s": 123456.789})
+    log.close()
+    page = write_run_report(layout.root)
+    probe = os.path.join(layout.root, "probe.html")
+    script = ('<script>window.addEventListener("load", function () { var p = document.createElement("pre"); '
+              'p.id = "width"; p.textContent = document.documentElement.scrollWidth + " " + '
+              'document.documentElement.clientWidth; document.body.appendChild(p); });</script>')
+    with open(page, encoding="utf-8") as source, open(probe, "w", encoding="utf-8") as target:
+        target.write(source.read().replace("</body>", script + "</body>"))
+    dom, _ = run_chromium(find_chromium(), ["--window-size=1280,900", "--virtual-time-budget=3000", "--dump-dom",
+                                            f"file://{probe}"], str(tmp_path / "profile"))
+    scroll_width, client_width = map(int, re.search(r'<pre id="width">(\d+) (\d+)</pre>', dom).groups())
+    assert scroll_width <= client_width, f"the page is {scroll_width} px wide in a {client_width} px window"
