@@ -334,6 +334,36 @@ def test_the_learner_side_replay_reads_what_the_ratio_asks_with_the_tags_and_the
         np.testing.assert_array_equal(np.asarray(replay.single_pass().observation)[:, 0, 0], np.arange(8))
 
 
+def test_the_learner_side_replay_reads_the_queue_in_whole_batches_in_order_and_never_below_the_ratio():
+    import contextlib
+
+    import numpy as np
+    import tensorflow as tf
+
+    from dqn_cartpole.replay.learner_side import LearnerRatio, LearnerSideReplay, QueueReader
+
+    with contextlib.ExitStack() as stack:
+        _, spec, config, server, writers = queue_and_writers(stack, max_size=100)
+        writers.tag_items(3)
+        for batch in mid_steps(41):  # 40 windows of 2 steps
+            writers.add_batch(batch)
+        writers.flush()
+        train_step = tf.Variable(0, dtype=tf.int64)
+        reader = QueueReader(server.address, spec, 2, rate_limiter_timeout_ms=5_000, read_batch=4)
+        replay = LearnerSideReplay(spec, config, 2, reader, LearnerRatio(64.0, 5, 64), train_step)
+        stack.callback(replay.close)
+        assert replay.fill(lambda: False) and replay.inserts() == 8  # 5 due: two whole reads of 4
+        sample = replay.sampler(64, 2, with_tags=True)
+        held = []
+        for step in range(8):  # due(step + 1) = 5 + step + 1
+            train_step.assign(step)
+            _, tags = sample()
+            held.append(replay.inserts())
+            np.testing.assert_array_equal(np.asarray(tags), 3.0)
+        assert held == [8, 8, 8, 12, 12, 12, 12, 16], held  # >= due (6, 7, ..., 13), in reads of 4, none skipped
+        np.testing.assert_array_equal(np.asarray(replay.single_pass().observation)[:, 0, 0], np.arange(16))
+
+
 def test_the_learner_side_replay_is_in_the_learners_checkpoint(tmp_path):
     import contextlib
 

@@ -148,10 +148,10 @@ def make_learner_replay(config: Config, data_spec: Any, address: str, train_step
                         rate_limiter_timeout_ms: int = -1) -> Replay:
     """The replay a learner keeps itself (`distributed.replay: learner`), fed from the queue of the server at
     `address` at the run's samples per insert."""
-    from dqn_cartpole.replay.learner_side import LearnerRatio, LearnerSideReplay, QueueReader
+    from dqn_cartpole.replay.learner_side import LEARNER_READ_BATCH, LearnerRatio, LearnerSideReplay, QueueReader
 
     length = sequence_length_for(config.agent.n_step)
-    reader = QueueReader(address, data_spec, length, rate_limiter_timeout_ms)
+    reader = QueueReader(address, data_spec, length, rate_limiter_timeout_ms, read_batch=LEARNER_READ_BATCH)
     ratio = LearnerRatio(samples_per_insert(config), config.training.initial_collect_steps, config.training.batch_size)
     replay = LearnerSideReplay(data_spec, config.replay, length, reader, ratio, train_step)
     stack.callback(replay.close)
