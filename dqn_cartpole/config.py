@@ -271,9 +271,10 @@ class ReplayConfig:
     prefetch: int = _f("batches the tf.data pipeline prepares ahead", _dataset, "sampling is dataset")
     reverb_port: Optional[int] = _f("port of the embedded Reverb server (null = a free port)", _reverb,
                                     "backend is reverb")
-    reverb_max_cycle_length: int = _f("Reverb streams per batch (tf-agents: 32; 8 is as fast with 1/3 the threads)",
+    reverb_max_cycle_length: int = _f("Reverb streams read in parallel, each yielding whole batches (Acme's "
+                                      "make_reverb_dataset; 4 was the fastest of 1-8 on 2 cores)",
                                       _reverb, "backend is reverb")
-    reverb_dataset_buffer_size: Optional[int] = _f("samples in flight per Reverb stream (null = 3 x its share)",
+    reverb_dataset_buffer_size: Optional[int] = _f("samples in flight per Reverb stream (null = 2 x the batch)",
                                                    _reverb, "backend is reverb")
     reverb_num_workers_per_iterator: int = _f("threads sampling for each Reverb stream (-1 = Reverb picks)",
                                               _reverb, "backend is reverb")
@@ -311,8 +312,13 @@ class DistributedConfig:
     """Roles as separate processes (train --topology local, replay-server, collect, learn); a single-process run
     ignores this section."""
 
-    weight_refresh_steps: int = _f("env steps a collector takes between pulls of the learner's weights")
-    weight_push_interval: int = _f("learner train steps between pushes of its weights to the variables table")
+    replay: str = _f("where the replay lives: 'learner' keeps it in the learner's own in-graph buffer (fast), fed "
+                     "through a queue on the server; 'server' keeps one shared replay table on the server "
+                     "(checkpointed there, for several learners), which the learner samples over the network")
+    weight_refresh_steps: int = _f("env steps a collector takes between pulls of the learner's weights (about 1 ms "
+                                   "each)")
+    weight_push_interval: int = _f("learner train steps between pushes of its weights to the variables table (a "
+                                   "background thread pushes them while the learner trains)")
     server_checkpoint_s: Optional[float] = _f("seconds between the replay server's own table checkpoints (null = "
                                               "only when it stops and with each learner checkpoint; a timer races "
                                               "a learner's checkpoint, which moves the newest)")
@@ -320,10 +326,13 @@ class DistributedConfig:
     rate_limiter_timeout_ms: int = _f("a learner's sample waits this long for data, then fails (no freeze)")
     final_evaluation_timeout_s: float = _f("seconds a learner that trained all its iterations waits for the "
                                            "evaluate-live role's evaluation of its final weights")
-    samples_per_insert: Optional[float] = _f("replay-server: hold sampled items / inserted items near this (Reverb "
-                                             "SampleToInsertRatio; null = no ratio, MinSize(1))")
-    samples_per_insert_tolerance: float = _f("how far (in sampled items; a batch of 64 counts 64, prefetched ones "
-                                             "too) the ratio may drift before one side waits")
+    samples_per_insert: Optional[float] = _f("sampled items per inserted item (a batch of 128 counts 128). replay "
+                                             "learner: the learner reads exactly this (null = as one process: "
+                                             "batch_size x train_steps / collect_steps per iteration); server: "
+                                             "Reverb's SampleToInsertRatio (null = no ratio, MinSize(1))")
+    samples_per_insert_tolerance: float = _f("how far (in sampled items) the ratio may drift before one side waits; "
+                                             "learner: the queue holds tolerance / samples_per_insert items; "
+                                             "server: prefetched samples count too")
 
 
 @dataclass(frozen=True)
@@ -379,7 +388,8 @@ class Config:
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)
 CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
-           ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py")}
+           ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py"),
+           ("distributed", "replay"): ("learner", "server")}
 ROLES_ONLY_SECTIONS = ("distributed",)  # read only when the roles run as processes
 _UNKNOWN_DEFAULT_SECTIONS = sorted(set(_default_values()) - set(SECTIONS))
 if _UNKNOWN_DEFAULT_SECTIONS:  # the sections' own keys are checked as each section takes its defaults
@@ -435,6 +445,20 @@ def sampling_mode(replay: "ReplayConfig") -> str:
     if replay.sampling != "auto":
         return replay.sampling
     return "dataset" if replay.backend == "reverb" else "direct"
+
+
+def samples_per_insert(config: Config) -> Optional[float]:
+    """The ratio a distributed run keeps: the configured one, or (replay on the learner) a single process's."""
+    spi = config.distributed.samples_per_insert
+    if spi is None and config.distributed.replay == "learner":
+        training = config.training
+        return training.batch_size * training.train_steps_per_iteration / training.collect_steps_per_iteration
+    return spi
+
+
+def queue_size(config: Config) -> int:
+    """Items the learner's queue holds before the collectors wait: the tolerance, in inserted items."""
+    return max(1, round(config.distributed.samples_per_insert_tolerance / samples_per_insert(config)))
 
 
 def resolve_auto(config: Config) -> Config:

@@ -44,7 +44,7 @@ from dqn_cartpole.replay.base import Replay  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, NUM_STEPS, N_STEP = 64, 2, 1
-# What ReverbReplayBuffer does when given nothing: 32 interleaved streams, 3 x 2 samples in flight each.
+# The stream count TF-Agents' ReverbReplayBuffer used (32); the project's reader batches inside each stream.
 TF_AGENTS_REVERB = dict(reverb_max_cycle_length=32, reverb_dataset_buffer_size=None, reverb_num_workers_per_iterator=-1)
 
 
@@ -85,7 +85,7 @@ def variants(sweep: bool) -> list[Variant]:
         Variant("py_uniform, tf-agents sampler", "py_uniform", library_py_sampling=True),
         Variant("py_uniform", "py_uniform"),
         Variant("py_uniform, direct", "py_uniform", sampling="direct"),
-        Variant("reverb, tf-agents defaults", "reverb", settings=TF_AGENTS_REVERB),
+        Variant("reverb, 32 streams (tf-agents' count)", "reverb", settings=TF_AGENTS_REVERB),
         Variant("reverb, project defaults", "reverb"),
     ]
     if sweep:  # one knob at a time, then the two that matter together

@@ -1,6 +1,9 @@
-"""The roles as real processes over loopback: train --topology local end to end, a collector killed,
-a solve that stops every role, Ctrl-C, and the one-line errors (wrong address, port in use). Every test is bounded in time and
-checks that no child process and no port is left behind."""
+"""The roles as real processes over loopback: train --topology local end to end (the replay on the learner,
+the default), a collector killed, the learner killed and resumed with its buffer, a solve that stops every role,
+Ctrl-C, and the one-line errors (wrong address, port in use). Every test is bounded in time and checks that no
+child process and no port is left behind. Then, in this process, the learner's parts: its replay read from a
+queue at the run's ratio, in its checkpoint, and its background weight pushes and evaluator watch.
+(tests/test_netns.py runs the shared replay on the server, across network namespaces.)"""
 
 from __future__ import annotations
 
@@ -101,7 +104,11 @@ def test_local_topology_two_collectors_trains_the_smoke_config(tmp_path):
         assert max(int(r["weights_train_step"]) for r in log) > 0
         events = os.path.join(run_dir, "tensorboard", f"collector-{collector}")
         assert any(name.startswith("events.out.tfevents") for name in os.listdir(events))
-    assert "Stored checkpoint" in open(os.path.join(run_dir, "roles", "replay-server.log")).read()
+    # The replay lives on the learner: it read exactly what the ratio asks (32 sampled items per insert: one
+    # window per train step after the 64 of the fill), and its checkpoint holds that buffer.
+    assert [int(r["replay_inserts"]) for r in train] == [64 + int(r["train_step"]) for r in train]
+    state = json.load(open(os.path.join(run_dir, "checkpoints", "ckpt-0000000300", "state.json")))
+    assert state["replay_size"] == state["replay_inserts"] == 364
     # Policy lag: every item carries the train step of the weights that collected it; the learner's
     # train step minus that is at least 0, and below the train steps taken so far.
     for row in train:
@@ -109,7 +116,7 @@ def test_local_topology_two_collectors_trains_the_smoke_config(tmp_path):
         assert 0 <= lag <= lag_max < step, row
     assert float(train[-1]["samples_per_insert"]) == pytest.approx(
         int(train[-1]["replay_samples"]) / int(train[-1]["replay_inserts"]), rel=1e-4)
-    assert int(train[-1]["replay_samples"]) >= 300 * 32  # the server's count: prefetched items too
+    assert int(train[-1]["replay_samples"]) == 300 * 32  # the learner's own count
     assert all(float(r["train_steps_per_s"]) > 0 for r in train[1:])
     assert os.path.getsize(os.path.join(run_dir, "plots", "collectors.png")) > 0
     assert "collectors.png" in open(os.path.join(run_dir, "report.html")).read()
@@ -206,12 +213,16 @@ def test_a_killed_learner_stops_everything_then_resume_continues_with_the_replay
         assert_all_gone(run_dir, server_port(first))
     finally:
         kill_tree(process, run_dir)
+    newest = checkpoint_iterations(run_dir)[-1]  # what the resumed learner starts from
+    saved = json.load(open(os.path.join(run_dir, "checkpoints", f"ckpt-{newest:010d}", "state.json")))
     resumed = run_cli("train", "--resume", run_dir, "--topology", "local", "--collectors", "2", "--quiet",
                       timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     match = re.search(r"Resumed from ckpt-(\d+): iteration \d+ of 600, train step \d+, (\d+) transitions", resumed.stdout
                       + resumed.stderr)
-    assert match and int(match.group(1)) >= 200 and int(match.group(2)) > 0, resumed.stdout + resumed.stderr
+    assert match and int(match.group(1)) == newest >= 200, resumed.stdout + resumed.stderr
+    # The learner keeps the replay: the SIGKILLed learner's buffer comes back whole from its checkpoint.
+    assert int(match.group(2)) == saved["replay_size"] == 64 + newest, (match.group(0), saved["replay_size"])
     assert json.load(open(os.path.join(run_dir, "summary.json")))["train_steps"] == 600
     train_steps = [int(r["train_step"]) for r in rows(os.path.join(run_dir, "train_metrics.csv"))]
     assert train_steps == list(range(50, 601, 50))  # no row lost or repeated across the crash
@@ -232,3 +243,204 @@ def test_a_solve_confirmed_by_the_evaluator_stops_every_role(tmp_path):
     final = json.load(open(os.path.join(run_dir, "policy", "final", "policy_info.json")))
     assert final["train_step"] == 0 and final["episodes"] == 5  # the policy the evaluator confirmed
     assert "Solved at iteration 0" in open(os.path.join(run_dir, "roles", "evaluator.log")).read()
+
+
+# ---------------------------------------------------------------------------- in-process: the learner's parts
+
+
+def cartpole_agent(stack):
+    """The default config's agent on CartPole (its data spec and its weights), built in this process."""
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.distributed import parts
+
+    config = load_config(None, ["replay.backend=reverb"])
+    _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
+    return config, agent
+
+
+def mid_steps(count: int, first: int = 0):
+    """`count` MID Trajectory steps of CartPole's spec (one env), observation[0] = the step's number."""
+    import numpy as np
+    from tf_agents.trajectories import trajectory as trajectory_lib
+
+    for i in range(first, first + count):
+        yield trajectory_lib.mid(observation=np.full([1, 4], i, np.float32), action=np.zeros([1], np.int64),
+                                 policy_info=(), reward=np.ones([1], np.float32), discount=np.ones([1], np.float32))
+
+
+def queue_and_writers(stack, max_size: int) -> tuple:
+    """An embedded server with a queue of `max_size` 2-step windows, and a collector's writers into it:
+    (agent, data spec, replay config, server, writers)."""
+    import reverb
+
+    from dqn_cartpole.config import ReplayConfig
+    from dqn_cartpole.core import build
+    from dqn_cartpole.replay import reverb_tables
+    from dqn_cartpole.replay.reverb_writers import StreamWriters
+
+    _, agent = cartpole_agent(stack)
+    spec, config = agent.collect_data_spec, ReplayConfig(backend="reverb", capacity=100)
+    server = build.start_replay_server(config, spec, 1, stack, replay_tables=[
+        reverb_tables.make_queue_table(spec, 2, max_size=max_size)])
+    writers = StreamWriters(reverb.Client(server.address), spec, 1, 2, (reverb_tables.QUEUE_TABLE_NAME,))
+    stack.callback(writers.close)
+    return agent, spec, config, server, writers
+
+
+def test_the_learner_side_replay_reads_what_the_ratio_asks_with_the_tags_and_the_collector_waits_when_full():
+    import contextlib
+    import threading
+
+    import numpy as np
+    import reverb
+    import tensorflow as tf
+
+    from dqn_cartpole.replay import reverb_tables
+    from dqn_cartpole.replay.learner_side import LearnerRatio, LearnerSideReplay, QueueReader
+    from dqn_cartpole.replay.reverb_writers import WriterInterrupted
+
+    with contextlib.ExitStack() as stack:
+        _, spec, config, server, writers = queue_and_writers(stack, max_size=8)
+        # The collector: items of the weights of train step 7, then of step 9, until the queue is full.
+        asked = threading.Event()
+        writers.give_up_waiting_when(asked.is_set)
+        writers.tag_items(7)
+        for batch in mid_steps(6):  # 5 windows of 2 steps
+            writers.add_batch(batch)
+        writers.tag_items(9)
+        for batch in mid_steps(20, first=6):  # 20 more: the queue takes 3, then the writer waits
+            writers.add_batch(batch)
+        threading.Timer(1.0, asked.set).start()
+        with pytest.raises(WriterInterrupted):
+            writers.flush()
+        queued = reverb.Client(server.address).server_info()[reverb_tables.QUEUE_TABLE_NAME].current_size
+        assert queued == 8
+
+        # The learner: 4 items first, then one per 32 sampled items (a batch of 64 asks for 2 more).
+        train_step = tf.Variable(0, dtype=tf.int64)
+        reader = QueueReader(server.address, spec, 2, rate_limiter_timeout_ms=5_000)
+        replay = LearnerSideReplay(spec, config, 2, reader, LearnerRatio(32.0, 4, 64), train_step)
+        stack.callback(replay.close)
+        assert replay.fill(lambda: False) and replay.inserts() == 4
+        sample = replay.sampler(64, 2, with_tags=True)
+        windows, tags = sample()
+        assert replay.inserts() == 6 == replay.size()  # due(1) = 4 + 64 / 32
+        first = np.asarray(windows.observation)[:, 0, 0]
+        assert set(first.tolist()) <= set(range(6)) and np.all(np.asarray(windows.observation)[:, 1, 0] == first + 1)
+        np.testing.assert_array_equal(np.asarray(tags), np.where(first < 5, 7.0, 9.0))  # the tags came along
+        train_step.assign(1)
+        sample()
+        assert replay.inserts() == 8  # due(2) = 4 + 128 / 32: the FIFO order kept
+        np.testing.assert_array_equal(np.asarray(replay.single_pass().observation)[:, 0, 0], np.arange(8))
+
+
+def test_the_learner_side_replay_reads_the_queue_in_whole_batches_in_order_and_never_below_the_ratio():
+    import contextlib
+
+    import numpy as np
+    import tensorflow as tf
+
+    from dqn_cartpole.replay.learner_side import LearnerRatio, LearnerSideReplay, QueueReader
+
+    with contextlib.ExitStack() as stack:
+        _, spec, config, server, writers = queue_and_writers(stack, max_size=100)
+        writers.tag_items(3)
+        for batch in mid_steps(41):  # 40 windows of 2 steps
+            writers.add_batch(batch)
+        writers.flush()
+        train_step = tf.Variable(0, dtype=tf.int64)
+        reader = QueueReader(server.address, spec, 2, rate_limiter_timeout_ms=5_000, read_batch=4)
+        replay = LearnerSideReplay(spec, config, 2, reader, LearnerRatio(64.0, 5, 64), train_step)
+        stack.callback(replay.close)
+        assert replay.fill(lambda: False) and replay.inserts() == 8  # 5 due: two whole reads of 4
+        sample = replay.sampler(64, 2, with_tags=True)
+        held = []
+        for step in range(8):  # due(step + 1) = 5 + step + 1
+            train_step.assign(step)
+            _, tags = sample()
+            held.append(replay.inserts())
+            np.testing.assert_array_equal(np.asarray(tags), 3.0)
+        assert held == [8, 8, 8, 12, 12, 12, 12, 16], held  # >= due (6, 7, ..., 13), in reads of 4, none skipped
+        np.testing.assert_array_equal(np.asarray(replay.single_pass().observation)[:, 0, 0], np.arange(16))
+
+
+def test_the_learner_side_replay_is_in_the_learners_checkpoint(tmp_path):
+    import contextlib
+
+    import numpy as np
+    from tf_agents.metrics import tf_metrics
+
+    from dqn_cartpole.replay.learner_side import READ_AHEAD, LearnerRatio, LearnerSideReplay, QueueReader
+    from dqn_cartpole.run_folder import checkpointing
+
+    with contextlib.ExitStack() as stack:
+        agent, spec, config, server, writers = queue_and_writers(stack, max_size=100)
+        for batch in mid_steps(31):
+            writers.add_batch(batch)
+        writers.flush()
+
+        def learner_replay() -> LearnerSideReplay:
+            reader = QueueReader(server.address, spec, 2, rate_limiter_timeout_ms=5_000)
+            replay = LearnerSideReplay(spec, config, 2, reader, LearnerRatio(64.0, 12, 64), agent.train_step_counter)
+            stack.callback(replay.close)
+            return replay
+
+        replay = learner_replay()
+        assert replay.fill(lambda: False) and replay.inserts() == 12
+        root = str(tmp_path / "checkpoints")
+        os.makedirs(root)
+        agent.build_optimizer()  # as a learner's, which has trained: a restore expects the optimizer's slots
+        writer = checkpointing.CheckpointWriter(root, agent, tf_metrics.EnvironmentSteps(), replay, keep=2)
+        saved = writer.save(12, {"replay_size": replay.size()}, {})
+        restored = learner_replay()  # a new learner: an empty buffer until the checkpoint is read
+        assert restored.size() == 0
+        checkpointing.CheckpointWriter(root, agent, tf_metrics.EnvironmentSteps(), restored, keep=2).restore(
+            checkpointing.Found(saved.path, 12, {}))
+        assert restored.size() == 12 and restored.inserts() == 12
+        np.testing.assert_array_equal(np.asarray(restored.single_pass().observation)[:, 0, 0], np.arange(12))
+        # It reads on from the queue, after the items the first learner's reader had in flight (lost with it).
+        restored.read(3)
+        read_on = np.asarray(restored.single_pass().observation)[-3:, 0, 0]
+        assert 12 <= read_on[0] <= 12 + READ_AHEAD and np.all(np.diff(read_on) == 1), read_on
+
+
+def test_the_learner_pushes_its_weights_in_the_background_and_watches_the_evaluator():
+    import contextlib
+    import time
+
+    import numpy as np
+    import reverb
+
+    from dqn_cartpole.distributed import status
+    from dqn_cartpole.distributed.variables import WeightPusher, WeightSync, make_variables_table
+
+    with contextlib.ExitStack() as stack:
+        config, learner = cartpole_agent(stack)
+        _, collector = cartpole_agent(stack)
+        server = reverb.Server([make_variables_table(learner), *status.make_tables()])
+        stack.callback(server.stop)
+        address = f"localhost:{server.port}"
+        pusher = WeightPusher(WeightSync(address, learner), every_steps=5, poll_s=0.005)
+        stack.callback(pusher.close)
+        assert pusher.push_now() == 0
+        pull = WeightSync(address, collector)
+        variable = learner.collect_policy.variables()[0]
+        variable.assign(variable + 1.0)
+        learner.train_step_counter.assign(3)  # fewer than 5 steps since the last push: nothing goes out
+        time.sleep(0.3)
+        assert pusher.pushes == 1 and pull.pull() == 0
+        learner.train_step_counter.assign(5)
+        wait_for(lambda: pusher.pushes == 2, 10, "the background push")
+        assert pull.pull() == 5
+        np.testing.assert_array_equal(collector.collect_policy.variables()[0].numpy(), variable.numpy())
+        learner.train_step_counter.assign(6)
+        pusher.request()  # an evaluation is due: pushed at once, whatever the interval
+        wait_for(lambda: pusher.pushes == 3, 10, "the requested push")
+
+        watch = status.StatusWatch(reverb.Client(address), poll_s=0.05)
+        stack.callback(watch.close)
+        assert watch.evaluation is None
+        status.publish_evaluation(reverb.Client(address), status.Evaluation(500, 600, 123.0, 130.0, 400))
+        wait_for(lambda: watch.evaluation is not None, 10, "the watch to read the evaluation")
+        assert watch.evaluation.average_return == 123.0 and watch.evaluation.train_step == 500
+        assert watch.server_info["variables"].current_size == 1

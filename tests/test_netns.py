@@ -1,5 +1,6 @@
 """Across machines, simulated: the replay server, the learner and the evaluator in one network namespace, a
-collector in another, joined by a veth pair on private test addresses that the test creates and removes."""
+collector in another, joined by a veth pair on private test addresses that the test creates and removes. The replay
+is the server's shared table (`distributed.replay: server`), which the server checkpoints."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 from helpers import SMOKE, cli_command, cli_env
 
 SUBNET = f"10.231.{os.getpid() % 250}"  # private test addresses, one /24 per test process
-ROLE = ("--config", SMOKE, "--set", "replay.backend=reverb", "--set", "video.enabled=false")
+ROLE = ("--config", SMOKE, "--set", "replay.backend=reverb", "--set", "video.enabled=false",
+        "--set", "distributed.replay=server")
 
 
 def ip(*args: str) -> subprocess.CompletedProcess:

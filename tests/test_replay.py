@@ -198,12 +198,12 @@ def test_reverb_items_carry_the_collecting_train_step_to_the_learners_sampler():
         replay.tag_items(7)
         for batch in steps:  # 10 more with those of step 7
             replay.add_batch(batch)
-        sample = replay.sampler(64, 2, with_info=True)
-        experience, info = sample()
+        sample = replay.sampler(64, 2, with_tags=True)
+        experience, priority = sample()
         first = np.asarray(experience.observation)[:, 0, 0]  # the window's first step
-        priority = np.asarray(info.priority)  # [batch, time]: the item's priority at each of its steps
-        np.testing.assert_array_equal(priority, np.repeat(np.where(first < 10, 0.0, 7.0)[:, None], 2, axis=1))
-        assert set(priority.ravel().tolist()) == {0.0, 7.0}
+        priority = np.asarray(priority)  # [batch]: the item's priority
+        np.testing.assert_array_equal(priority, np.where(first < 10, 0.0, 7.0))
+        assert set(priority.tolist()) == {0.0, 7.0}
         np.testing.assert_array_equal(np.asarray(replay.single_pass().observation)[:, 0, 0], np.arange(20))
 
 
@@ -290,7 +290,7 @@ def test_a_write_held_back_by_the_ratio_is_given_up_on_when_asked():
     from tf_agents.specs import tensor_spec
     from tf_agents.trajectories import policy_step, time_step as ts, trajectory as trajectory_lib
 
-    from dqn_cartpole.replay.reverb_client import WriterInterrupted
+    from dqn_cartpole.replay.reverb_writers import WriterInterrupted
     from dqn_cartpole.replay.reverb_tables import SampleRatio
 
     observation = ts.time_step_spec(tf.TensorSpec([4], tf.float32))
@@ -302,12 +302,40 @@ def test_a_write_held_back_by_the_ratio_is_given_up_on_when_asked():
         replay = build.make_replay_client(config, spec, 1, 1, f"localhost:{server.port}", stack)
         asked = threading.Event()
         replay.give_up_waiting_when(asked.is_set)
-        for batch in cartpole_steps(1, 50):  # far more windows than the ratio lets in without a sample
-            replay.add_batch(batch)
         threading.Timer(1.0, asked.set).start()
         started = time.monotonic()
         with pytest.raises(WriterInterrupted):
+            # Far more windows than the ratio lets in without a sample: the writer waits once 32 are pending.
+            for batch in cartpole_steps(1, 50):
+                replay.add_batch(batch)
             replay.flush()
         assert 0.9 < time.monotonic() - started < 5
         assert replay.client.server_info()["uniform_table"].current_size < 49  # it was really held back
     # The ExitStack closed the writers and stopped the server without waiting on the held items.
+
+
+def test_packed_steps_come_back_exactly_whatever_their_dtypes():
+    """Reverb stores each step as one row of bytes (replay.packing): every dtype and shape round-trips, in the graph
+    and in numpy, for a batch of windows."""
+    from dqn_cartpole.replay.packing import StepPacker
+
+    spec = {"flag": tf.TensorSpec([], tf.bool), "pixels": tf.TensorSpec([2, 3], tf.uint8),
+            "step": tf.TensorSpec([], tf.int64), "nested": (tf.TensorSpec([4], tf.float32),
+                                                            tf.TensorSpec([1], tf.float64), tf.TensorSpec([], tf.int32))}
+    rng = np.random.default_rng(0)
+
+    def step(i: int) -> list:  # the fields in tf.nest.flatten order, as the writers hand them over
+        return tf.nest.flatten({"flag": np.bool_(i % 2), "pixels": rng.integers(0, 256, (2, 3)).astype(np.uint8),
+                                "step": np.int64(2**40 + i), "nested": (rng.normal(size=4).astype(np.float32),
+                                                                        rng.normal(size=1), np.int32(-i))})
+
+    packer = StepPacker(spec)
+    steps = [step(i) for i in range(6)]
+    rows = np.stack([packer.pack(s) for s in steps]).reshape(2, 3, packer.nbytes)  # 2 windows of 3 steps
+    assert rows.dtype == np.uint8 and packer.nbytes == 1 + 6 + 8 + 16 + 8 + 4
+    for unpacked in (packer.unpack(tf.constant(rows)), packer.unpack_numpy(rows)):
+        flat = [np.asarray(leaf) for leaf in tf.nest.flatten(unpacked)]
+        for field, leaf in enumerate(flat):
+            expected = np.stack([s[field] for s in steps]).reshape((2, 3) + np.shape(steps[0][field]))
+            assert leaf.dtype == expected.dtype
+            np.testing.assert_array_equal(leaf, expected)

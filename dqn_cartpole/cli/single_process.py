@@ -134,7 +134,7 @@ def cmd_train_local(args: argparse.Namespace) -> int:
     if args.resume and config.replay.backend != "reverb":  # its replay is in the checkpoint, not in a server
         raise UserError(f"--resume {run_dir}: the run's replay is {config.replay.backend}, and --topology local "
                         f"shares a Reverb server; continue it in one process: {resume_command(run_dir)}")
-    if plan is not None and plan.found is not None and not os.path.isdir(
+    if config.distributed.replay == "server" and plan is not None and plan.found is not None and not os.path.isdir(
             os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
         raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
     if config.replay.backend != "reverb":  # the roles share their replay through a Reverb server

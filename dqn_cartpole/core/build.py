@@ -17,12 +17,13 @@ from typing import Any, Callable, Optional, Sequence
 
 from tf_agents.drivers import dynamic_step_driver, py_driver
 from tf_agents.environments import tf_py_environment
-from tf_agents.policies import py_tf_eager_policy, random_tf_policy
+from tf_agents.policies import random_tf_policy
 
-from dqn_cartpole.config import Config, ReplayConfig
+from dqn_cartpole.config import Config, ReplayConfig, queue_size, samples_per_insert
 from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.core import envs
 from dqn_cartpole.core.agents import build_agent
+from dqn_cartpole.core.py_collect import CompiledPyPolicy, StepCounter, StepStash
 from dqn_cartpole.replay import reverb_tables
 from dqn_cartpole.replay.base import Replay, sequence_length_for
 from dqn_cartpole.replay.uniform import PyUniformReplay, TFUniformReplay
@@ -80,34 +81,79 @@ def sample_ratio(config: Config) -> Optional[reverb_tables.SampleRatio]:
                                      config.distributed.samples_per_insert_tolerance)
 
 
+def distributed_replay_tables(config: Config, data_spec: Any) -> list:
+    """A standalone server's replay tables: the queue to a learner that keeps the replay (`distributed.replay:
+    learner`), or the shared replay tables with the run's ratio (`server`)."""
+    if config.distributed.replay == "learner":
+        return [reverb_tables.make_queue_table(data_spec, sequence_length_for(config.agent.n_step),
+                                               queue_size(config))]
+    return make_replay_tables(config.replay, data_spec, config.agent.n_step, sample_ratio(config))
+
+
+def distributed_writer_tables(config: Config) -> tuple:
+    """The tables a collector writes its windows into (the first one carries the collecting train step)."""
+    if config.distributed.replay == "learner":
+        return (reverb_tables.QUEUE_TABLE_NAME,)
+    return (reverb_tables.TABLE_NAME, reverb_tables.PASS_TABLE_NAME)
+
+
 def start_replay_server(replay_config: ReplayConfig, data_spec: Any, n_step: int, stack: contextlib.ExitStack,
                         checkpoint_dir: Optional[str] = None,
                         announce: Callable[[str], None] = lambda line: None,
                         extra_tables: Sequence[Any] = (), port: Optional[int] = None,
-                        ratio: Optional[reverb_tables.SampleRatio] = None) -> reverb_tables.ReplayServer:
+                        ratio: Optional[reverb_tables.SampleRatio] = None,
+                        replay_tables: Optional[list] = None) -> reverb_tables.ReplayServer:
     """Starts a Reverb server with the DQN tables (loading `checkpoint_dir`'s newest checkpoint, if any).
 
-    A standalone server adds the learner's `variables` table (`extra_tables`) and listens on `port`
-    (else `replay.reverb_port`).
+    A standalone server gives its own `replay_tables` (see `distributed_replay_tables`), adds the
+    learner's `variables` table (`extra_tables`) and listens on `port` (else `replay.reverb_port`).
     """
-    server = reverb_tables.ReplayServer(make_replay_tables(replay_config, data_spec, n_step, ratio) + list(extra_tables),
-                                        port=port or replay_config.reverb_port, checkpoint_dir=checkpoint_dir)
+    if replay_tables is None:
+        replay_tables = make_replay_tables(replay_config, data_spec, n_step, ratio)
+    server = reverb_tables.ReplayServer(replay_tables + list(extra_tables), port=port or replay_config.reverb_port,
+                                        checkpoint_dir=checkpoint_dir)
     stack.callback(server.stop)
     announce(reverb_tables.exposure_line(server.port))
     return server
 
 
 def make_replay_client(replay_config: ReplayConfig, data_spec: Any, num_envs: int, n_step: int, address: str,
-                       stack: contextlib.ExitStack, local_server: Any = None,
-                       rate_limiter_timeout_ms: int = -1) -> Replay:
+                       stack: contextlib.ExitStack, rate_limiter_timeout_ms: int = -1) -> Replay:
     """A Reverb client (reader and one writer per env) of the server at `address`.
 
     A remote reader sets `rate_limiter_timeout_ms`, so a sample fails instead of waiting forever.
     """
     from dqn_cartpole.replay.reverb_client import ReverbReplay  # imports Reverb: only this backend pays
 
-    replay = ReverbReplay(data_spec, num_envs, replay_config, sequence_length_for(n_step), address, local_server,
+    replay = ReverbReplay(data_spec, num_envs, replay_config, sequence_length_for(n_step), address,
                           rate_limiter_timeout_ms)
+    stack.callback(replay.close)
+    return replay
+
+
+def make_stream_writers(config: Config, data_spec: Any, address: str, stack: contextlib.ExitStack) -> Any:
+    """A collector's writers: one per env, windows into the server's queue or replay tables (see
+    `distributed_writer_tables`)."""
+    import reverb
+
+    from dqn_cartpole.replay.reverb_writers import StreamWriters  # imports Reverb: only this backend pays
+
+    writers = StreamWriters(reverb.Client(address), data_spec, config.env.num_envs,
+                            sequence_length_for(config.agent.n_step), distributed_writer_tables(config))
+    stack.callback(writers.close)
+    return writers
+
+
+def make_learner_replay(config: Config, data_spec: Any, address: str, train_step: Any, stack: contextlib.ExitStack,
+                        rate_limiter_timeout_ms: int = -1) -> Replay:
+    """The replay a learner keeps itself (`distributed.replay: learner`), fed from the queue of the server at
+    `address` at the run's samples per insert."""
+    from dqn_cartpole.replay.learner_side import LEARNER_READ_BATCH, LearnerRatio, LearnerSideReplay, QueueReader
+
+    length = sequence_length_for(config.agent.n_step)
+    reader = QueueReader(address, data_spec, length, rate_limiter_timeout_ms, read_batch=LEARNER_READ_BATCH)
+    ratio = LearnerRatio(samples_per_insert(config), config.training.initial_collect_steps, config.training.batch_size)
+    replay = LearnerSideReplay(data_spec, config.replay, length, reader, ratio, train_step)
     stack.callback(replay.close)
     return replay
 
@@ -119,8 +165,7 @@ def make_replay_buffer(replay_config: ReplayConfig, data_spec: Any, num_envs: in
     if replay_config.backend == "reverb":
         stack.enter_context(NativeStderrFilter())  # Reverb's info lines, while its server lives here
         server = start_replay_server(replay_config, data_spec, n_step, stack, checkpoint_dir, announce)
-        return make_replay_client(replay_config, data_spec, num_envs, n_step, server.address, stack,
-                                  local_server=server.server)
+        return make_replay_client(replay_config, data_spec, num_envs, n_step, server.address, stack)
     buffer_class = TFUniformReplay if replay_config.backend == "tf_uniform" else PyUniformReplay
     replay = buffer_class(data_spec, num_envs, replay_config)
     stack.callback(replay.close)
@@ -152,9 +197,35 @@ def make_random_driver(tf_env: tf_py_environment.TFPyEnvironment, observers: Seq
 
 def make_py_collect_driver(env: envs.BatchedGymnasiumEnvironment, policy: Any, observers: Sequence[Callable],
                            num_steps: int) -> py_driver.PyDriver:
-    """The tutorial's driver: `policy` (a TF policy, run eagerly through a tf.function) steps the Python `env`.
+    """The tutorial's driver: `policy` (a TF policy, one compiled call per step) steps the Python `env`.
 
     The observers get numpy Trajectory batches ([envs, ...]), as a TF driver's observers get tensors.
     """
-    eager_policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
-    return py_driver.PyDriver(env, eager_policy, list(observers), max_steps=num_steps)
+    return py_driver.PyDriver(env, CompiledPyPolicy(policy), list(observers), max_steps=num_steps)
+
+
+@dataclass
+class PyCollection:
+    """Collection in Python (`collection.driver: py`): the PyDriver, its numpy step counter and, for a buffer
+    that lives in the graph, the stash that hands each iteration's steps to the compiled train call."""
+
+    driver: py_driver.PyDriver
+    counter: StepCounter
+    stash: Optional[StepStash]
+    env_steps: Any  # the run's EnvironmentSteps metric
+    counted: int = 0
+
+    def count(self) -> None:
+        """Adds the env steps taken since the last call to the run's metric (once per chunk, not per step)."""
+        self.env_steps.environment_steps.assign_add(self.counter.steps - self.counted)
+        self.counted = self.counter.steps
+
+
+def make_py_collection(env: envs.BatchedGymnasiumEnvironment, policy: Any, replay: Replay, env_steps: Any,
+                       num_steps: int) -> PyCollection:
+    """A PyDriver that writes `replay` the cheapest way: directly in numpy (Reverb's writers, the numpy buffer),
+    or through a stash written inside the compiled train call (a buffer in the graph)."""
+    counter = StepCounter()
+    stash = StepStash(replay.data_spec, env.batch_size, replay.add_batch) if replay.writes_in_graph else None
+    driver = make_py_collect_driver(env, policy, [stash or replay.add_batch, counter], num_steps)
+    return PyCollection(driver, counter, stash, env_steps)

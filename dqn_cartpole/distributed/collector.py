@@ -1,9 +1,14 @@
 """The `collect` role: the tutorial's PyDriver with the agent's collect policy, writing to a remote Reverb.
 
-Every `distributed.weight_refresh_steps` env steps it pulls the learner's weights and train
-step (the train step sets epsilon), then steps on; the items it writes carry that train step
-as their priority, so the learner can measure its policy lag. Each collector has its own seed
-and its own metrics CSV (env steps/s, episodes, the train step and age of its weights).
+It writes (n_step + 1)-step windows into the server's queue to the learner (`distributed.replay:
+learner`) or into its shared replay table (`server`). It steps its envs as `collection.driver`
+says: a TF-Agents `DynamicStepDriver` compiled into one call per weight refresh (`compiled`,
+about twice as many env steps per second), or the tutorial's `PyDriver` (`py`). Every
+`distributed.weight_refresh_steps`
+env steps it pulls the learner's weights and train step (the train step sets epsilon), then
+steps on; the items it writes carry that train step as their priority, so the learner can
+measure its policy lag. Each collector has its own seed and its own metrics CSV (env steps/s,
+episodes, the train step and age of its weights).
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ import os
 import time
 from typing import Any, Callable
 
-import numpy as np
+import tensorflow as tf
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.console import signals
 from dqn_cartpole.core import build
+from dqn_cartpole.core.py_collect import StepCounter
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts
 from dqn_cartpole.distributed.variables import WeightSync, check_server
@@ -29,39 +35,26 @@ COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weig
                      "unix_s")  # puts collectors (and a restarted one) on one time axis
 
 
-class StepCounter:
-    """A PyDriver observer: env steps (boundaries excluded) and finished episodes of a batched env."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.episodes = 0
-
-    def __call__(self, trajectory: Any) -> None:
-        self.steps += int(np.sum(~trajectory.is_boundary()))
-        self.episodes += int(np.sum(trajectory.is_last()))
-
-
 def collect(config: Config, address: str, collector_id: int, run_dir: str) -> int:
     """Collects until SIGINT/SIGTERM (exit status 128 + the signal) or the run's stop (0)."""
-    check_server(address, config.distributed.connect_timeout_s)
     seed = config.training.seed + parts.COLLECTOR_SEED_OFFSET * (collector_id + 1)
     seed_everything(seed)
     os.makedirs(RunLayout(run_dir).roles, exist_ok=True)
     with signals.StopRequest() as stop, contextlib.ExitStack() as stack:
-        env, _, agent = parts.agent_with_envs(config, config.env.num_envs, seed, stack)
-        replay = build.make_replay_client(config.replay, agent.collect_data_spec, config.env.num_envs,
-                                          config.agent.n_step, address, stack)
+        env, tf_env, agent = parts.agent_with_envs(config, config.env.num_envs, seed, stack)
+        check_server(address, config.distributed.connect_timeout_s)  # after the agent: it overlaps the server's start
+        replay = build.make_stream_writers(config, agent.collect_data_spec, address, stack)
         sync = WeightSync(address, agent)
-        counter = StepCounter()
-        driver = build.make_py_collect_driver(env, agent.collect_policy, [replay.add_batch, counter],
-                                              config.distributed.weight_refresh_steps)
+        driver_class = PyCollectorDriver if config.collection.driver == "py" else CompiledCollectorDriver
+        driver = driver_class(env, tf_env, agent.collect_policy, replay.add_batch,
+                              config.distributed.weight_refresh_steps)
         csv_log = stack.enter_context(contextlib.closing(CsvLog(RunLayout(run_dir).collector_metrics(collector_id),
                                                                 COLLECTOR_COLUMNS)))
         # Its own TensorBoard run next to the learner's, so the collectors' curves can be compared.
         tensorboard = os.path.join(RunLayout(run_dir).tensorboard, f"collector-{collector_id}")
         scalars = stack.enter_context(contextlib.closing(Scalars(tensorboard if config.output.tensorboard else None)))
         if sync.wait_for_first(lambda: stop.requested):
-            run_driver(driver, sync, counter, lambda row: log_row(row, csv_log, scalars), stop, replay)
+            run_driver(driver, sync, lambda row: log_row(row, csv_log, scalars), stop, replay)
     return signals.exit_status(stop.signum) if stop.signum else 0
 
 
@@ -71,8 +64,56 @@ def log_row(row: dict, csv_log: CsvLog, scalars: Scalars) -> None:
                   {k: v for k, v in row.items() if k not in ("env_steps", "unix_s")})
 
 
-def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callable[[dict], None],
-               stop: signals.StopRequest, replay: Any, log_every_s: float = 5.0) -> None:
+class PyCollectorDriver:
+    """The tutorial's PyDriver with the collect policy (one compiled call per step), counting in numpy."""
+
+    def __init__(self, env: Any, tf_env: Any, policy: Any, write: Callable, steps: int):
+        del tf_env
+        self.counter = StepCounter()
+        self.driver = build.make_py_collect_driver(env, policy, [write, self.counter], steps)
+
+    def reset(self) -> Any:
+        return self.driver.env.reset()
+
+    def run(self, time_step: Any) -> Any:
+        return self.driver.run(time_step, ())[0]
+
+    def counts(self) -> tuple[int, int]:
+        """(env steps, finished episodes) so far."""
+        return self.counter.steps, self.counter.episodes
+
+
+class CompiledCollectorDriver:
+    """A TF-Agents DynamicStepDriver compiled into one call of `steps` env steps, counting with TF metrics."""
+
+    def __init__(self, env: Any, tf_env: Any, policy: Any, write: Callable, steps: int):
+        from tf_agents.metrics import tf_metrics
+
+        del env
+        self.tf_env = tf_env
+        self.env_steps, self.episodes = tf_metrics.EnvironmentSteps(), tf_metrics.NumberOfEpisodes()
+        driver = build.make_collect_driver(tf_env, policy, [write, self.env_steps, self.episodes], steps)
+        self._run = tf.function(lambda time_step: driver.run(time_step, ())[0], autograph=False)
+
+    def reset(self) -> Any:
+        return self.tf_env.reset()
+
+    def run(self, time_step: Any) -> Any:
+        from dqn_cartpole.replay.reverb_writers import WriterInterrupted
+
+        try:
+            return self._run(time_step)
+        except tf.errors.OpError as exc:  # the writers run in a numpy_function, which wraps their exceptions
+            if WriterInterrupted.__name__ in str(exc):
+                raise WriterInterrupted(str(exc).splitlines()[0]) from None
+            raise
+
+    def counts(self) -> tuple[int, int]:
+        return int(self.env_steps.result().numpy()), int(self.episodes.result().numpy())
+
+
+def run_driver(driver: Any, sync: WeightSync, log: Callable[[dict], None], stop: signals.StopRequest, replay: Any,
+               log_every_s: float = 5.0) -> None:
     """Pull weights (and tag the items with their train step), collect `weight_refresh_steps` env steps,
     flush the writers, repeat until a signal or the run's stop (the learner finished, or the evaluator
     confirmed a solve); a metrics row every `log_every_s`, and one when it stops.
@@ -80,29 +121,45 @@ def run_driver(driver: Any, sync: WeightSync, counter: StepCounter, log: Callabl
     A write held back by a samples-per-insert ratio (the learner has stopped sampling) is given up
     on as soon as either stop comes, so a collector never has to be killed.
     """
-    from dqn_cartpole.replay.reverb_client import WriterInterrupted
+    from dqn_cartpole.replay.reverb_writers import WriterInterrupted
 
-    replay.give_up_waiting_when(lambda: stop.requested or sync.stopped())
+    run_stopped = RunStop(sync)
+    replay.give_up_waiting_when(lambda: stop.requested or run_stopped())
     started = last_log = pulled_at = time.monotonic()
     weights_step = 0
-    time_step, policy_state = driver.env.reset(), ()
+    time_step = driver.reset()
     try:
-        while not stop.requested and not sync.stopped():
+        while not stop.requested and not run_stopped():
             weights_step, pulled_at = sync.pull(), time.monotonic()
             replay.tag_items(weights_step)
-            time_step, policy_state = driver.run(time_step, policy_state)
+            time_step = driver.run(time_step)
             replay.flush()  # unconfirmed items pile up in the writers otherwise
             if time.monotonic() - last_log >= log_every_s:
                 last_log = time.monotonic()
-                log(metrics_row(counter, started, weights_step, pulled_at))
+                log(metrics_row(driver.counts(), started, weights_step, pulled_at))
     except WriterInterrupted:
         pass  # stopped while the server held a write back: those items are dropped
-    log(metrics_row(counter, started, weights_step, pulled_at))
+    log(metrics_row(driver.counts(), started, weights_step, pulled_at))
 
 
-def metrics_row(counter: StepCounter, started: float, weights_step: int, pulled_at: float) -> dict:
+class RunStop:
+    """Whether the run's `stop` table has its item, asked of the server at most every `every_s` (a look costs about
+    2 ms; the weights are pulled far more often)."""
+
+    def __init__(self, sync: WeightSync, every_s: float = 0.5):
+        self.sync, self.every_s = sync, every_s
+        self.stopped, self.asked_at = False, float("-inf")
+
+    def __call__(self) -> bool:
+        if not self.stopped and time.monotonic() - self.asked_at >= self.every_s:
+            self.stopped, self.asked_at = self.sync.stopped(), time.monotonic()
+        return self.stopped
+
+
+def metrics_row(counts: tuple[int, int], started: float, weights_step: int, pulled_at: float) -> dict:
     now = time.monotonic()
-    return {"wall_s": now - started, "env_steps": counter.steps, "episodes": counter.episodes,
-            "env_steps_per_s": counter.steps / max(now - started, 1e-9),
+    steps, episodes = counts
+    return {"wall_s": now - started, "env_steps": steps, "episodes": episodes,
+            "env_steps_per_s": steps / max(now - started, 1e-9),
             "weights_train_step": weights_step, "weights_age_s": now - pulled_at,
             "unix_s": f"{time.time():.1f}"}  # a string: the CSV writes floats with 6 digits

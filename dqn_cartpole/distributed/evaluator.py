@@ -33,7 +33,7 @@ from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import make_evaluation, process_start_time
 from dqn_cartpole.training.state import RunState
 
-POLL_S = 0.1
+POLL_S = 0.25  # between looks at the newest weights while no evaluation is due
 
 
 def next_due(train_step: int, every: int) -> int:
@@ -67,6 +67,7 @@ class LiveEvaluator:
         self.every = config.evaluation.eval_interval * self.per_iteration  # in train steps
         self.pipeline: Optional[Pipeline] = None
         self.client: Any = None
+        self.collected: Optional[parts.CollectedSteps] = None
         self.evaluate: Optional[triggers.Evaluate] = None
         self.progress = Progress(config.training.num_iterations, enabled=False)  # messages only, to the role's log
 
@@ -78,6 +79,7 @@ class LiveEvaluator:
         with contextlib.ExitStack() as stack:
             self.pipeline = parts.remote_pipeline(cfg, self.address, stack)
             self.client = reverb.Client(self.address)
+            self.collected = parts.CollectedSteps(cfg, self.address)
             sync = WeightSync(self.address, self.pipeline.agent)
             if not sync.wait_for_first(lambda: self.stop.requested):
                 return signals.exit_status(self.stop.signum)
@@ -111,7 +113,7 @@ class LiveEvaluator:
         """Evaluates the pulled weights and publishes the result; True once a solve is confirmed."""
         state = self.state
         state.iteration = train_step // self.per_iteration
-        parts.count_env_steps(self.pipeline)
+        parts.count_env_steps(self.pipeline, self.collected)
         self.evaluate()
         self.progress.message(f"train step {train_step}: average return {state.last_return:.1f} "
                               f"(best {state.best_return:.1f})")

@@ -109,6 +109,9 @@ class LocalTopology:
         python = [sys.executable, "-m", "dqn_cartpole"]
         self.server = Child("replay server", python + ["replay-server", *common],
                             os.path.join(roles, "replay-server.log"))
+        # The roles start while the server does (TensorFlow's import is most of each start-up): they wait
+        # for it as long as the launcher does.
+        common += ["--set", f"distributed.connect_timeout_s={SERVER_START_S:g}"]
         learn = ["learn", *common, "--supervised"] + (["--resume"] if resume else []) + (["--quiet"] if quiet else [])
         self.learner = Child("learner", python + learn, None)
         self.evaluator = Child("evaluator", python + ["evaluate-live", *common], os.path.join(roles, "evaluator.log"))
@@ -122,24 +125,28 @@ class LocalTopology:
         """The roles that are started again when they die (the run's state is the learner's and the server's)."""
         return [self.evaluator, *self.collectors]
 
-    def start_server(self) -> None:
-        self.server.start()
+    def wait_for_server(self, stop: signals.StopRequest) -> None:
+        """Waits for the server's ready line (or a stop request); a one-line UserError if it exits or does not
+        come up in time."""
         deadline = time.monotonic() + SERVER_START_S
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stop.requested:
             if self.server.exited() is not None:
                 raise UserError(f"the replay server did not start: {last_line(self.server.log_path)}")
             if READY_LINE in read_text(self.server.log_path):
                 return
             time.sleep(POLL_S)
+        if stop.requested:
+            return
         raise UserError(f"the replay server did not start within {SERVER_START_S:.0f} s")
 
     def run(self, stop: signals.StopRequest) -> int:
         """Starts every role and supervises them; returns the launcher's exit status."""
         try:
-            self.start_server()
+            self.server.start()
             self.learner.start()
             for child in self.restartable():
                 child.start()
+            self.wait_for_server(stop)
             return self.supervise(stop)
         finally:
             self.stop_all()
@@ -220,7 +227,9 @@ def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpo
     layout = RunLayout(run_dir)
     write_text_atomic(layout.config, dump_yaml(config))
     os.makedirs(layout.checkpoints, exist_ok=True)
-    checkpointing.stage_reverb(layout.checkpoints, plan.found if plan else None)
+    # The server loads the shared replay's table from here; a queue to a learner-side replay starts empty.
+    shared = config.distributed.replay == "server"
+    checkpointing.stage_reverb(layout.checkpoints, plan.found if plan and shared else None)
     print(f"Local topology: a replay server on port {port}, a learner, an evaluator and {collectors} collector(s) -> "
           f"{run_dir} "
           f"(logs in {layout.roles})", flush=True)

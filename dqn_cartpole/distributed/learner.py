@@ -1,15 +1,21 @@
-"""The `learn` role: the single-process training session, minus collection and evaluation, reading a remote Reverb.
+"""The `learn` role: the single-process training session, minus collection and evaluation, fed by collectors.
 
-It is `training.session.TrainingSession` with its parts swapped: the pipeline (a Reverb client of
-the server at `--replay-address`, with `rate_limiter_timeout_ms`, and no drivers), the replay
-fill (wait until the collectors have written `initial_collect_steps` items), a weight push every
-`distributed.weight_push_interval` train steps, and the evaluation: the `evaluate-live` role
-evaluates the pushed weights, and the learner follows its published results between chunks
-(returns, best, a confirmed solve, which stops the run). When it stops (solved, or all iterations
-done) it writes the run's `stop`, which the collectors and the evaluator watch; only the learner
-writes it, so collectors never leave while it still samples (a samples-per-insert ratio would then
-hold its sampling back). After its last iteration it pushes its final weights first and waits for
-their evaluation.
+It is `training.session.TrainingSession` with its parts swapped:
+
+* the replay: with `distributed.replay: learner` (the default) its own in-graph buffer, which its
+  compiled chunk fills from the server's queue at the run's samples per insert and samples like a
+  single process (`replay.learner_side`), checkpointed with the agent; with `server`, a client of
+  the server's shared replay table (`rate_limiter_timeout_ms` set), checkpointed by the server;
+* the fill: it waits until the collectors have written `initial_collect_steps` windows;
+* the weights: a background thread pushes them every `distributed.weight_push_interval` train
+  steps, and at every `evaluation.eval_interval` (`WeightPusher`);
+* the evaluation: the `evaluate-live` role evaluates the pushed weights, and a background thread
+  reads its published results (`StatusWatch`); a confirmed solve stops the run.
+
+So the boundary between two compiled chunks makes no call that waits on the server. When it stops
+(solved, or all iterations done) it writes the run's `stop`, which the collectors and the
+evaluator watch; only the learner writes it, so collectors never leave while it still reads. After
+its last iteration it pushes its final weights first and waits for their evaluation.
 The compiled gradient step, checkpoints, exports, metrics and plots are the same code.
 """
 
@@ -19,11 +25,13 @@ import os
 import time
 from typing import Any, Callable, Optional
 
+import tensorflow as tf
+
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
-from dqn_cartpole.distributed.policy_lag import IntervalLag, tagged_sampler
-from dqn_cartpole.distributed.variables import WeightSync
+from dqn_cartpole.distributed.policy_lag import IntervalLag
+from dqn_cartpole.distributed.variables import WeightPusher, WeightSync
 from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
@@ -42,24 +50,31 @@ class LearnerSession(TrainingSession):
                  plan: Optional[checkpointing.ResumePlan], address: str):
         super().__init__(config, layout, progress, plan)
         self.address = address
-        self.sync: Optional[WeightSync] = None
-        self.pushed_step: Optional[int] = None  # the train step of the weights last pushed
+        self.pusher: Optional[WeightPusher] = None
+        self.watch: Optional[status.StatusWatch] = None
         self.client: Any = None
         self.lag = IntervalLag(config.training.log_interval)
+        self.starved = False  # no collector wrote for rate_limiter_timeout_ms
+
+    @property
+    def replay_on_learner(self) -> bool:
+        return self.config.distributed.replay == "learner"
 
     def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
-        return None  # the server loaded its table when it started (the launcher staged it)
+        return None  # a learner-side buffer is in the agent's checkpoint; a server loaded its table itself
 
     def make_pipeline(self, reverb_dir: Optional[str]) -> Pipeline:
         import reverb
 
-        pipeline = parts.remote_pipeline(self.config, self.address, self.stack,
-                                         rate_limiter_timeout_ms=self.config.distributed.rate_limiter_timeout_ms)
+        make_replay = parts.learner_replay(self.config, self.address, self.stack,
+                                           self.config.distributed.rate_limiter_timeout_ms)
+        pipeline = parts.remote_pipeline(self.config, self.address, self.stack, make_replay)
         self.client = reverb.Client(self.address)
         return pipeline
 
     def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
-        return self.push_weights  # at every eval_interval: the evaluator sees the weights of that step
+        # At every eval_interval: the evaluator evaluates the newest weights once the interval has passed.
+        return lambda: self.pusher.request()
 
     def fill_replay(self) -> tuple[Any, Any]:
         return (), ()  # the collectors fill it: `iterate` waits for them
@@ -67,50 +82,66 @@ class LearnerSession(TrainingSession):
     def iterate(self, time_step: Any, policy_state: Any) -> None:
         # Made only now: a restore re-seeds TensorFlow, which clears the eager kernels and with them the
         # TF Reverb client a container made before it ("Resource ... ReverbClient does not exist").
-        self.sync = WeightSync(self.address, self.pipeline.agent)
-        self.push_weights()  # the collectors and the evaluator start from these weights
-        if self.wait_for_data():
-            super().iterate((), ())
+        self.pusher = WeightPusher(WeightSync(self.address, self.pipeline.agent),
+                                   self.config.distributed.weight_push_interval)
+        self.stack.callback(self.pusher.close)  # before the replay and the server's clients close
+        self.watch = status.StatusWatch(self.client)
+        self.stack.callback(self.watch.close)
+        if not self.replay_on_learner:
+            self.pipeline.replay.counts_from(lambda: self.watch.server_info)
+        self.pusher.push_now()  # the collectors and the evaluator start from these weights
+        try:
+            if self.wait_for_data():
+                super().iterate((), ())
+        except tf.errors.OutOfRangeError:  # a read that waited rate_limiter_timeout_ms
+            self.starve()
 
     def make_train(self) -> Callable:
         """The session's gradient step, on samples that carry their collecting train step (policy lag)."""
         cfg = self.config
         sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step),
-                                              with_info=True)
-        return make_train_step(self.pipeline.agent, tagged_sampler(sample), cfg.training.train_steps_per_iteration,
+                                              with_tags=True)
+        return make_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
                                cfg.training.jit_compile, tagged=True)
 
     def after_chunk(self, chunk: Chunk) -> None:
         self.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam
         self.state.policy_lag, self.state.policy_lag_max = self.lag.add(chunk.first, chunk.lags)
-        self.follow_evaluator()
+        parts.count_env_steps(self.pipeline, self.pipeline.replay.inserts)
+        self.follow_evaluator(self.watch.evaluation)
 
     def wait_for_data(self) -> bool:
-        """Waits until the replay holds `initial_collect_steps` items, so the first sample finds data."""
-        wanted = self.config.training.initial_collect_steps
-        while self.pipeline.replay.size() < wanted:
-            if self.stop_request.requested:
-                return False
-            time.sleep(WAIT_POLL_S)
-        parts.count_env_steps(self.pipeline)
-        return True
+        """Waits until the replay holds `initial_collect_steps` windows (or what a resumed run's next step
+        needs), so the first sample finds data; False if stopped first."""
+        stopped = lambda: self.stop_request.requested  # noqa: E731
+        if self.replay_on_learner:
+            filled = self.pipeline.replay.fill(stopped)
+        else:
+            while self.pipeline.replay.size() < self.config.training.initial_collect_steps and not stopped():
+                time.sleep(WAIT_POLL_S)
+                self.watch.poll()
+            filled = not stopped()
+        parts.count_env_steps(self.pipeline, self.pipeline.replay.inserts)
+        return filled
 
-    def push_weights(self) -> None:
-        """Pushes the weights once per train step (the push trigger and the eval trigger can both be due)."""
-        train_step = self.pipeline.train_step_count()
-        if train_step == self.pushed_step:
-            return
-        self.sync.push()
-        self.pushed_step = train_step
-        parts.count_env_steps(self.pipeline)
+    def starve(self) -> None:
+        """No collector wrote within `rate_limiter_timeout_ms`: stop with a checkpoint, exit status 1."""
+        self.starved = True
+        self.state.stopped_by = "no data"
+        self.progress.message(
+            f"error: the replay had no new data for {self.config.distributed.rate_limiter_timeout_ms / 1000:g} s "
+            f"(distributed.rate_limiter_timeout_ms): are the collectors running? Stopping with a checkpoint.")
+        self.checkpoints.save()
 
-    def extra_triggers(self) -> list:
-        return [(self.config.distributed.weight_push_interval, self.push_weights)]
+    def finish(self) -> dict:
+        summary = super().finish()
+        if self.starved:
+            summary["exit_status"] = self.state.exit_status = 1
+        return summary
 
     # -- the evaluator's results
-    def follow_evaluator(self) -> Optional[status.Evaluation]:
+    def follow_evaluator(self, evaluation: Optional[status.Evaluation]) -> Optional[status.Evaluation]:
         """Takes the evaluator's newest result into the run state; a confirmed solve stops the run."""
-        evaluation = status.read_evaluation(self.client)
         if evaluation is None:
             return None
         state, per_iteration = self.state, self.config.training.train_steps_per_iteration
@@ -132,12 +163,13 @@ class LearnerSession(TrainingSession):
         if self.state.solved_at_iteration is not None:  # the evaluator confirmed a solve, and has left
             status.publish_stop(self.client, self.pipeline.train_step_count(), solved=True)
             return
-        self.push_weights()
-        train_step = self.pipeline.train_step_count()
+        if self.starved:
+            return
+        train_step = self.pusher.push_now()
         status.publish_stop(self.client, train_step, solved=False)
         deadline = time.monotonic() + self.config.distributed.final_evaluation_timeout_s
         while time.monotonic() < deadline and not self.stop_request.requested:
-            evaluation = self.follow_evaluator()
+            evaluation = self.follow_evaluator(status.read_evaluation(self.client))
             if evaluation is not None and evaluation.train_step >= train_step:
                 return
             time.sleep(WAIT_POLL_S)

@@ -1,10 +1,11 @@
 """What every role builds first, from the builder: its envs and an agent (for the data spec and the weights),
-and for the learner and the evaluator, a pipeline around a client of the replay server."""
+and for the learner and the evaluator, a pipeline around the run's replay (the learner's own buffer fed from the
+server's queue, or a client of the server's replay table)."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tf_agents.environments import tf_py_environment
 
@@ -24,28 +25,60 @@ def agent_with_envs(config: Config, copies: int, seed: int, stack: contextlib.Ex
     return env, tf_env, build.make_agent(config, tf_env)
 
 
+def learner_replay(config: Config, address: str, stack: contextlib.ExitStack, rate_limiter_timeout_ms: int
+                   ) -> Callable[[Any], Any]:
+    """The learner's replay for its agent: its own buffer, read from the queue (`distributed.replay: learner`),
+    or a client of the server's replay table (`server`); a read that waits `rate_limiter_timeout_ms` fails."""
+
+    def make(agent: Any) -> Any:
+        if config.distributed.replay == "learner":
+            return build.make_learner_replay(config, agent.collect_data_spec, address, agent.train_step_counter,
+                                             stack, rate_limiter_timeout_ms)
+        return build.make_replay_client(config.replay, agent.collect_data_spec, config.env.num_envs,
+                                        config.agent.n_step, address, stack, rate_limiter_timeout_ms)
+
+    return make
+
+
 def remote_pipeline(config: Config, address: str, stack: contextlib.ExitStack,
-                    rate_limiter_timeout_ms: Optional[int] = None) -> Any:
-    """What a learner or an evaluator is made of: the run's envs and agent, a client of the server at
-    `address` (no drivers: the collectors are other processes), the greedy policy and its evaluation."""
+                    make_replay: Optional[Callable[[Any], Any]] = None) -> Any:
+    """What a learner or an evaluator is made of: the run's envs and agent, the replay `make_replay(agent)`
+    builds (none for the evaluator), no drivers (the collectors are other processes), the greedy policy and
+    its evaluation."""
     from tf_agents.metrics import tf_metrics
 
     from dqn_cartpole.core.evaluation import make_episode_runner
     from dqn_cartpole.core.policies import compiled_act_fn
     from dqn_cartpole.training.pipeline import Pipeline
 
-    check_server(address, config.distributed.connect_timeout_s)
     run_envs = build.make_envs(config, stack)
     agent = build.make_agent(config, run_envs.tf_env)
-    replay = build.make_replay_client(config.replay, agent.collect_data_spec, config.env.num_envs,
-                                      config.agent.n_step, address, stack,
-                                      rate_limiter_timeout_ms=rate_limiter_timeout_ms)
+    # Only now: the roles start with the server, and building the agent overlaps its start-up.
+    check_server(address, config.distributed.connect_timeout_s)
+    replay = make_replay(agent) if make_replay is not None else None
     return Pipeline(run_envs, agent, replay, tf_metrics.EnvironmentSteps(), None, None, compiled_act_fn(agent.policy),
                     make_episode_runner(agent.policy, run_envs.evaluate, gamma=config.agent.gamma), stack)
 
 
-def count_env_steps(pipeline: Any) -> int:
-    """The collectors' env steps, as the items they inserted (one per collected step); kept in the pipeline."""
-    inserts = pipeline.replay.inserts()
-    pipeline.env_steps.environment_steps.assign(inserts)
-    return inserts
+class CollectedSteps:
+    """The collectors' env steps as the server counts them: the items inserted into the table they write first
+    (every collected step starts one window)."""
+
+    TIMEOUT_S = 10
+
+    def __init__(self, config: Config, address: str):
+        import reverb
+
+        self.client = reverb.Client(address)
+        self.table = build.distributed_writer_tables(config)[0]
+
+    def __call__(self) -> int:
+        info = self.client.server_info(timeout=self.TIMEOUT_S)[self.table]
+        return int(info.rate_limiter_info.insert_stats.completed)
+
+
+def count_env_steps(pipeline: Any, steps: Callable[[], int]) -> int:
+    """Keeps `steps()`, the env steps behind the pipeline's weights, in its env-step counter; returns them."""
+    count = steps()
+    pipeline.env_steps.environment_steps.assign(count)
+    return count

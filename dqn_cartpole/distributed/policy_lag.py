@@ -1,27 +1,19 @@
 """Policy lag: how many train steps behind the learner the weights that collected its batches were.
 
 Each collector tags the items it writes with the train step of the weights it collects with
-(their uniform-table priority: `ReverbReplay.tag_items`; the uniform selector ignores it). The
-learner's compiled step reads each sampled item's `SampleInfo.priority` back and returns, per
-iteration, the mean and max of (its train step at the update - the collecting step) over the
-batch (`loop.make_train_step`'s `tagged`). `IntervalLag` folds those into one value per log row.
+(their priority in the queue or the uniform table: `StreamWriters.tag_items`; the selectors ignore
+it). The learner's sampler hands each item's tag back with the batch (`Replay.sampler(...,
+with_tags=True)`: the learner-side buffer stores it next to the window, a server's table returns it
+as `SampleInfo.priority`), and its compiled step returns, per iteration, the mean and max of (its
+train step at the update - the collecting step) over the batch (`loop.make_train_step`'s
+`tagged`). `IntervalLag` folds those into one value per log row.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import numpy as np
-
-
-def tagged_sampler(sample: Callable[[], Any]) -> Callable[[], tuple]:
-    """(experience, SampleInfo) batches -> (experience, the collecting train step of each item)."""
-
-    def experience_and_step() -> tuple:
-        experience, info = sample()
-        return experience, info.priority
-
-    return experience_and_step
 
 
 class IntervalLag:

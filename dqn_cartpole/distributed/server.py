@@ -1,7 +1,10 @@
-"""The `replay-server` role: a standalone Reverb server with the replay tables, `variables`, `evaluation` and `stop`.
+"""The `replay-server` role: a standalone Reverb server with the replay's tables, `variables`, `evaluation` and `stop`.
 
-It never calls `server.wait()` (which blocks Python's signal handlers): it polls the stop
-request, checkpoints its tables into the run folder on a timer and once more when stopped.
+The replay's tables are the queue to a learner that keeps the replay itself (`distributed.replay:
+learner`), or the shared replay tables (`server`). It never calls `server.wait()` (which blocks
+Python's signal handlers): it polls the stop request and, holding the shared replay, checkpoints
+its tables into the run folder on a timer and once more when stopped. A queue is not
+checkpointed: the learner's checkpoint holds the replay.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         server = build.start_replay_server(config.replay, agent.collect_data_spec, config.agent.n_step, stack,
                                            checkpoint_dir, announce,
                                            extra_tables=[make_variables_table(agent), *status.make_tables()],
-                                           port=port, ratio=build.sample_ratio(config))
+                                           port=port,
+                                           replay_tables=build.distributed_replay_tables(config, agent.collect_data_spec))
         import reverb
 
         client = reverb.Client(server.address)
@@ -46,13 +50,15 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         client.reset(VARIABLES_TABLE)
         status.clear(client)
         announce(f"replay server ready at port {server.port}")
-        every_s = config.distributed.server_checkpoint_s
+        holds_replay = config.distributed.replay == "server"
+        every_s = config.distributed.server_checkpoint_s if holds_replay else None
         next_checkpoint = time.monotonic() + every_s if every_s else float("inf")
         while not stop.requested:
             time.sleep(POLL_S)
             if time.monotonic() >= next_checkpoint:
                 client.checkpoint()
                 next_checkpoint = time.monotonic() + every_s
-        client.checkpoint()  # a stopped server leaves its newest table behind
+        if holds_replay:
+            client.checkpoint()  # a stopped server leaves its newest table behind
         announce(f"replay server on port {server.port} stopped")
     return signals.exit_status(stop.signum)

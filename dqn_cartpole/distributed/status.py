@@ -16,6 +16,8 @@ Every call has a timeout, so no role freezes on a server that went away.
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -79,9 +81,10 @@ def _insert(client: Any, table: str, fields: dict, values: dict) -> None:
                   priorities={table: 1.0})
 
 
-def _read(client: Any, table: str, fields: dict) -> Optional[dict]:
-    """The table's item as a dict of Python numbers, or None while it is empty."""
-    if int(client.server_info(timeout=TIMEOUT_S)[table].current_size) == 0:
+def _read(client: Any, table: str, fields: dict, info: Optional[dict] = None) -> Optional[dict]:
+    """The table's item as a dict of Python numbers, or None while it is empty (`info`: a fresh server_info)."""
+    info = info if info is not None else client.server_info(timeout=TIMEOUT_S)
+    if int(info[table].current_size) == 0:
         return None
     # The item cannot go away between the two calls: it is only replaced (max_size 1, never sampled out).
     sample = next(client.sample(table, num_samples=1, emit_timesteps=False, unpack_as_table_signature=True))
@@ -92,8 +95,8 @@ def publish_evaluation(client: Any, evaluation: Evaluation) -> None:
     _insert(client, EVALUATION_TABLE, EVALUATION_FIELDS, {**evaluation.__dict__, "solved": int(evaluation.solved)})
 
 
-def read_evaluation(client: Any) -> Optional[Evaluation]:
-    values = _read(client, EVALUATION_TABLE, EVALUATION_FIELDS)
+def read_evaluation(client: Any, info: Optional[dict] = None) -> Optional[Evaluation]:
+    values = _read(client, EVALUATION_TABLE, EVALUATION_FIELDS, info)
     return None if values is None else Evaluation(**{**values, "solved": bool(values["solved"])})
 
 
@@ -104,3 +107,37 @@ def publish_stop(client: Any, train_step: int, solved: bool) -> None:
 def read_stop(client: Any) -> Optional[Stop]:
     values = _read(client, STOP_TABLE, STOP_FIELDS)
     return None if values is None else Stop(values["train_step"], bool(values["solved"]))
+
+
+log = logging.getLogger(__name__)
+
+
+class StatusWatch:
+    """What a learner learns from the server, read every `poll_s` by a background thread, so its chunk
+    boundaries make no call: the evaluator's newest result and the tables' `server_info` (counts)."""
+
+    def __init__(self, client: Any, poll_s: float = 0.5):
+        self.client, self.poll_s = client, poll_s
+        self.evaluation: Optional[Evaluation] = None
+        self.server_info: Optional[dict] = None
+        self._closed = threading.Event()
+        self.poll()
+        self._thread = threading.Thread(target=self._run, name="status-watch", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> None:
+        """Reads both now (the caller's thread)."""
+        info = self.client.server_info(timeout=TIMEOUT_S)
+        self.evaluation = read_evaluation(self.client, info) or self.evaluation
+        self.server_info = info
+
+    def _run(self) -> None:
+        while not self._closed.wait(self.poll_s):
+            try:
+                self.poll()
+            except Exception:  # pylint: disable=broad-except  # the server went away: the learner's reads fail too
+                log.debug("status poll failed", exc_info=True)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=TIMEOUT_S + 5)

@@ -65,6 +65,8 @@ class Replay:
     """A replay buffer plus the few things the loop needs around it."""
 
     backend: str = ""
+    # add_batch is a TF op (a buffer in the graph): cheap inside a compiled call, about 1 ms per eager call.
+    writes_in_graph: bool = False
 
     def __init__(self, buffer: replay_buffer.ReplayBuffer, data_spec: Any, num_envs: int, config: ReplayConfig):
         self.buffer = buffer
@@ -92,20 +94,21 @@ class Replay:
         """One uniform sample: (items, info). Items are [batch, num_steps, ...] when both are given."""
         return self.buffer.get_next(sample_batch_size, num_steps, time_stacked)
 
-    def sampler(self, sample_batch_size: int, num_steps: int, with_info: bool = False) -> Callable[[], Any]:
-        """An in-graph callable returning one training batch (with `with_info`: (batch, info)), as
-        `config.sampling` says.
+    def sampler(self, sample_batch_size: int, num_steps: int, with_tags: bool = False) -> Callable[[], Any]:
+        """An in-graph callable returning one training batch, as `config.sampling` says; with `with_tags`
+        (a learner), (batch, the train step of the weights that collected each item, [batch]).
 
         "dataset" reads the tf.data pipeline (parallel calls + prefetch overlap sampling with
         training, at the price of bit-for-bit reproducibility); "direct" samples in program
         order inside the compiled step, after that iteration's collection.
         """
-        pick = (lambda element: element) if with_info else (lambda element: element[0])
+        if with_tags:
+            raise ValueError(f"replay backend {self.backend}: its items carry no collecting train step")
         if sampling_mode(self.config) == "direct":
-            return lambda: pick(self.get_next(sample_batch_size, num_steps))
+            return lambda: self.get_next(sample_batch_size, num_steps)[0]
         iterator = iter(self.as_dataset(sample_batch_size, num_steps))
         self._iterators.append(iterator)  # keep it alive as long as the replay
-        return lambda: pick(iterator.get_next())
+        return lambda: iterator.get_next()[0]
 
     def single_pass(self) -> Any:
         """Everything stored, each item once, oldest first, as a nest of numpy arrays (eager only).

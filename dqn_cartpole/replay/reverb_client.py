@@ -1,198 +1,70 @@
-"""Reverb's client side: the replay the learner reads and the writers that add each env's steps.
+"""Reverb's client side: the replay the learner reads (`ReverbReplay`) and the fast reader it uses.
 
-It knows the server only by its address (and, when the server lives in this process, the
-server object itself, which lets sampling skip gRPC). Starting and stopping servers is
-`replay.reverb_tables`' job.
+It knows the server only by its address (a server in this process is read without gRPC).
+Starting and stopping servers is `replay.reverb_tables`' job; writing is `replay.reverb_writers`'.
+Reads go through `fast_dataset`: raw `reverb.TrajectoryDataset` streams, each batched,
+interleaved, with no per-item maps (Acme's `make_reverb_dataset`), each batch of packed windows
+unpacked at once (`replay.packing`). TF-Agents' `ReverbReplayBuffer.as_dataset` ran two maps on
+every item before batching, which quadrupled the client's CPU per item.
 """
 
 from __future__ import annotations
 
-import collections
 import gc
 import logging
 from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
-from tf_agents.trajectories import trajectory as trajectory_lib
 
 from dqn_cartpole.config import ReplayConfig
+from dqn_cartpole.errors import UserError
 from dqn_cartpole.replay.base import Replay, boundary_steps, unstack_time
+from dqn_cartpole.replay.packing import StepPacker
 from dqn_cartpole.replay.reverb_tables import PASS_TABLE_NAME, TABLE_NAME
+from dqn_cartpole.replay.reverb_writers import StreamWriters
 
 log = logging.getLogger(__name__)
 
 _VISITED = float(2**62)  # above every insertion index: a visited item sinks to the bottom of the heap
-# The uniform table's priority when no collector tagged its items (Reverb's and TF-Agents' default).
-DEFAULT_PRIORITY = 1.0
 
 
-class WindowWriter:
-    """Writes one env's stream of steps to Reverb: one item per `sequence_length` consecutive steps.
+def packed_dataset(address: str, table: str, packer: StepPacker, sequence_length: int, *,
+                   in_flight: int, workers: int = -1, rate_limiter_timeout_ms: int = -1) -> tf.data.Dataset:
+    """One raw stream of `table`'s items: ReplaySample(info, data=[packed window [sequence_length, nbytes]]).
 
-    Like tf-agents' ReverbTrajectorySequenceObserver (windows run across episode boundaries,
-    as in the uniform buffers, and any nest works, not only Trajectory), but it also files each
-    item in the insertion-order table under its insertion index. Its uniform-table items get
-    `priority` (see `ReverbReplay.tag_items`).
+    The dtype and shape come from the packer, so building it makes no call to the server.
+    `in_flight` samples are requested at a time; a FIFO table needs `workers=1`.
+    """
+    import reverb
+
+    window = packer.window_spec(sequence_length)
+    return reverb.TrajectoryDataset(address, table, dtypes=[window.dtype], shapes=[window.shape],
+                                    max_in_flight_samples_per_worker=in_flight, num_workers_per_iterator=workers,
+                                    rate_limiter_timeout_ms=rate_limiter_timeout_ms)
+
+
+def fast_dataset(address: str, table: str, packer: StepPacker, sequence_length: int, batch_size: int, streams: int,
+                 in_flight: Optional[int] = None, workers: int = -1, rate_limiter_timeout_ms: int = -1
+                 ) -> tf.data.Dataset:
+    """(items [batch, sequence_length, ...], SampleInfo of [batch] fields) from `table`, as Acme reads Reverb.
+
+    `streams` raw streams (`packed_dataset`), each batching its own items (`in_flight` samples
+    requested at a time, default 2 x batch), interleaved; nothing runs per item. Each batch of
+    packed windows is unpacked at once.
     """
 
-    def __init__(self, client: Any, sequence_length: int):
-        self._client, self._length = client, sequence_length
-        self.priority = DEFAULT_PRIORITY
-        # validate_items=False, as tf-agents' observers: the table signature already fixes the shapes.
-        self._writer = PatientWriter(client.trajectory_writer(num_keep_alive_refs=sequence_length + 1,
-                                                              validate_items=False))
-        self._steps = 0
+    def stream(_: tf.Tensor) -> tf.data.Dataset:
+        return packed_dataset(address, table, packer, sequence_length, in_flight=in_flight or 2 * batch_size,
+                              workers=workers, rate_limiter_timeout_ms=rate_limiter_timeout_ms
+                              ).batch(batch_size, drop_remainder=True)
 
-    def give_up_when(self, interrupted: Callable[[], bool]) -> None:
-        self._writer.interrupted = interrupted
-
-    def append(self, step: Any, next_index: Callable[[], int]) -> None:
-        self._writer.append(step)
-        self._steps += 1
-        if self._steps >= self._length:
-            window = tf.nest.map_structure(lambda column: column[-self._length:], self._writer.history)
-            self._writer.create_item(TABLE_NAME, self.priority, window)  # Uniform sampling ignores the priority
-            self._writer.create_item(PASS_TABLE_NAME, float(next_index()), window)
-
-    def flush(self) -> None:
-        self._writer.flush()
-
-    def forget(self) -> None:
-        """Drops the steps held for the next window (after a clear)."""
-        self._writer.end_episode(clear_buffers=True)
-        self._steps = 0
-
-    def close(self) -> None:
-        self._writer.close()
-
-
-class WriterInterrupted(Exception):
-    """A write waiting on the server (e.g. held by a samples-per-insert ratio) was given up on."""
-
-
-class PatientWriter:
-    """A trajectory writer whose blocking calls wait in short slices and can be given up on.
-
-    `flush` and `end_episode` wait until the server confirms the items, which a
-    `SampleToInsertRatio` can hold back for ever once the learner stops sampling (reverb#144).
-    Here each wait lasts WAIT_SLICE_MS at a time, and between slices `interrupted()` is asked: when
-    it says so, WriterInterrupted is raised and the caller can leave (a collector on SIGTERM or on
-    the run's stop). Unconfirmed items are then dropped with the writer. Everything else goes to
-    the writer.
-    """
-
-    WAIT_SLICE_MS = 500
-
-    def __init__(self, writer: Any):
-        self._writer = writer
-        self.interrupted: Callable[[], bool] = lambda: False
-
-    def flush(self, block_until_num_items: int = 0, timeout_ms: Optional[int] = None) -> None:
-        del timeout_ms  # waits in slices instead
-        self._wait(lambda: self._writer.flush(block_until_num_items, timeout_ms=self.WAIT_SLICE_MS))
-
-    def end_episode(self, clear_buffers: bool = True, timeout_ms: Optional[int] = None) -> None:
-        del timeout_ms
-        from reverb import errors
-
-        try:
-            self._writer.end_episode(clear_buffers, timeout_ms=self.WAIT_SLICE_MS)
-        except errors.DeadlineExceededError:  # the episode is ended all the same; its items are in flight
-            self.flush()
-
-    def _wait(self, call: Callable[[], None]) -> None:
-        from reverb import errors
-
-        while True:
-            try:
-                call()
-                return
-            except errors.DeadlineExceededError:
-                if self.interrupted():
-                    raise WriterInterrupted("gave up waiting for the replay server to take the items") from None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._writer, name)
-
-
-class ObserverWriter:
-    """TF-Agents' `ReverbAddTrajectoryObserver` for one env's stream of Trajectory steps.
-
-    It writes each (n_step + 1)-step window of an episode into both tables, and pads the end
-    of each episode with boundary steps (`pad_end_of_episodes`, `tile_end_of_episodes`), so the
-    episode's last n steps, and its LAST step, start a window each, as in the uniform buffers.
-    Its priority is set to the insertion index first, which orders the pass table; the uniform
-    table's items get `priority` instead (see `UniformTablePriority`). It also keeps the steps it
-    holds for the next windows, for `held_steps`.
-    """
-
-    def __init__(self, client: Any, sequence_length: int):
-        from tf_agents.replay_buffers import reverb_utils
-
-        self._observer = reverb_utils.ReverbAddTrajectoryObserver(
-            client, [TABLE_NAME, PASS_TABLE_NAME], sequence_length=sequence_length,
-            pad_end_of_episodes=True, tile_end_of_episodes=True)
-        self._patient = PatientWriter(self._observer._writer)  # pylint: disable=protected-access
-        self._uniform = UniformTablePriority(self._patient)
-        self._observer._writer = self._uniform  # pylint: disable=protected-access
-        self._held: collections.deque = collections.deque(maxlen=sequence_length - 1)
-
-    def append(self, step: trajectory_lib.Trajectory, next_index: Callable[[], int]) -> None:
-        # This observer has no update_priority (its episode sibling has); it reads _priority per item.
-        self._observer._priority = float(next_index())  # pylint: disable=protected-access
-        self._observer(step)
-        if step.is_boundary():
-            self._held.clear()
-        else:
-            self._held.append(step)
-
-    @property
-    def priority(self) -> float:
-        return self._uniform.priority
-
-    @priority.setter
-    def priority(self, value: float) -> None:
-        self._uniform.priority = value
-
-    def give_up_when(self, interrupted: Callable[[], bool]) -> None:
-        self._patient.interrupted = interrupted
-
-    def held(self) -> list:
-        """The held steps, oldest first, each as a list of its flattened fields."""
-        return [[np.asarray(a).tolist() for a in tf.nest.flatten(step)] for step in self._held]
-
-    def flush(self) -> None:
-        self._observer.flush()
-
-    def forget(self) -> None:
-        self._observer.reset(write_cached_steps=False)
-        self._held.clear()
-
-    def close(self) -> None:
-        try:
-            self._observer.close()
-        except WriterInterrupted:  # its last episode's items were not confirmed: drop them with the writer
-            self._patient.close()
-
-
-class UniformTablePriority:
-    """TF-Agents' observer's trajectory writer, with the uniform table's items created at `priority`.
-
-    The observer gives an item one priority in every table; the insertion-order table needs the
-    insertion index, while the uniform table (whose selector ignores priorities) carries the
-    train step of the weights that collected the item. Everything else goes to the writer.
-    """
-
-    def __init__(self, writer: Any):
-        self._writer = writer
-        self.priority = DEFAULT_PRIORITY
-
-    def create_item(self, table: str, priority: float, trajectory: Any) -> None:
-        self._writer.create_item(table, self.priority if table == TABLE_NAME else priority, trajectory)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._writer, name)
+    if streams == 1:
+        dataset = stream(tf.constant(0, tf.int64))
+    else:
+        dataset = tf.data.Dataset.range(streams).interleave(stream, cycle_length=streams, num_parallel_calls=streams,
+                                                            deterministic=False)
+    return dataset.map(lambda sample: (packer.unpack(sample.data[0]), sample.info))  # once per batch
 
 
 class ReverbReplay(Replay):
@@ -201,102 +73,101 @@ class ReverbReplay(Replay):
     backend = "reverb"
 
     def __init__(self, data_spec: Any, num_envs: int, config: ReplayConfig, sequence_length: int, address: str,
-                 local_server: Any = None, rate_limiter_timeout_ms: int = -1):
-        """`address` is the server's HOST:PORT; `local_server`, a server of this process, makes sampling skip gRPC.
+                 rate_limiter_timeout_ms: int = -1):
+        """`address` is the server's HOST:PORT (a server in this process is read without gRPC).
 
         `rate_limiter_timeout_ms` >= 0 makes a sample that waits that long fail (-1: wait forever).
         """
-        from tf_agents.replay_buffers import reverb_replay_buffer
+        import reverb
 
-        self.sequence_length = sequence_length
-        self.address = address
-        buffer = reverb_replay_buffer.ReverbReplayBuffer(
-            data_spec, table_name=TABLE_NAME, sequence_length=sequence_length,
-            server_address=None if local_server is not None else address, local_server=local_server,
-            max_cycle_length=config.reverb_max_cycle_length,
-            dataset_buffer_size=config.reverb_dataset_buffer_size,
-            num_workers_per_iterator=config.reverb_num_workers_per_iterator,
-            rate_limiter_timeout_ms=rate_limiter_timeout_ms,
-        )
-        super().__init__(buffer, data_spec, num_envs, config)
-        self.client = buffer.py_client
-        # Reverb's writers take unbatched steps of one stream: one writer per env. Training data
-        # (Trajectory) goes through TF-Agents' observer; any other nest (e.g. the replay-buffer
-        # tutorial's) through a plain window writer.
-        writer = ObserverWriter if isinstance(data_spec, trajectory_lib.Trajectory) else WindowWriter
-        self.writers = [writer(self.client, sequence_length) for _ in range(num_envs)]
+        # No TF-Agents buffer: its reads cannot unpack the packed windows, and `fast_dataset` replaces them.
+        super().__init__(None, data_spec, num_envs, config)
+        self.sequence_length, self.address, self.rate_limiter_timeout_ms = sequence_length, address, rate_limiter_timeout_ms
+        self.packer = StepPacker(data_spec)
+        self.client = reverb.Client(address)
+        self._counts_source: Optional[Callable[[], Optional[dict]]] = None
+        self.check_signature()
         # A restored checkpoint brings its items and insert count back: continue the numbering.
-        self._next_index = self._pass_inserts()
+        self.writers = StreamWriters(self.client, data_spec, num_envs, sequence_length, (TABLE_NAME, PASS_TABLE_NAME),
+                                     first_index=self._pass_inserts())
         self._cleared_inserts = self._cleared_samples = 0
         self._closed = False
 
-    # -- writing
-    def add_batch(self, items: trajectory_lib.Trajectory) -> Any:
-        if tf.executing_eagerly():
-            return self._add_flat(*[np.asarray(t) for t in tf.nest.flatten(items)])
-        return tf.numpy_function(self._add_flat, tf.nest.flatten(items), [], stateful=True, name="reverb_add")
+    def check_signature(self) -> None:
+        """A table restored from an older checkpoint (a column per field) cannot take packed windows: one line."""
+        expected = self.packer.window_spec(self.sequence_length)
+        signature = self.client.server_info()[TABLE_NAME].signature
+        if tf.nest.flatten(signature) != [expected]:
+            raise UserError(f"the Reverb table at {self.address} holds {tf.nest.flatten(signature)} per item, not this "
+                            f"version's packed windows {expected} (a checkpoint written by an older version?); start "
+                            f"a new run, or resume it with the version that wrote it")
 
-    def _add_flat(self, *flat: np.ndarray) -> None:
-        for env_index, writer in enumerate(self.writers):
-            writer.append(tf.nest.pack_sequence_as(self.data_spec, [a[env_index] for a in flat]), self._take_index)
+    def counts_from(self, source: Callable[[], Optional[dict]]) -> None:
+        """Reads the counts (size, inserts, samples) from `source()`, a recent `server_info` kept by someone
+        else (a learner's background watch), instead of asking the server each time."""
+        self._counts_source = source
+
+    # -- writing
+    def add_batch(self, items: Any) -> Any:
+        return self.writers.add_batch(items)
 
     def held_steps(self) -> list:
-        if not all(isinstance(w, ObserverWriter) for w in self.writers):
-            return super().held_steps()
-        return [writer.held() for writer in self.writers]
+        held = self.writers.held_steps()
+        return super().held_steps() if held is None else held
 
     def write_seam(self, observations: np.ndarray, held: list) -> None:
         # A new process's writers hold nothing: give them back the steps held at the checkpoint,
         # then end the episode, so those steps start their windows too.
-        flat_specs = tf.nest.flatten(self.data_spec)
-        for env_index, steps in enumerate(held):
-            for step in steps:
-                arrays = [np.asarray(v, s.dtype.as_numpy_dtype) for v, s in zip(step, flat_specs)]
-                self.writers[env_index].append(tf.nest.pack_sequence_as(self.data_spec, arrays), self._take_index)
+        self.writers.give_back(held)
         self.add_batch(boundary_steps(self.data_spec, observations))
         self.flush()
 
     def tag_items(self, train_step: int) -> None:
-        """Items created from now on carry `train_step` as their uniform-table priority.
-
-        A collector tags them with the train step of the weights it collects with, and the learner
-        reads it back from each sample's `SampleInfo.priority` (policy lag). The uniform selector
-        ignores priorities, so sampling is unchanged (0 is allowed). A window that spans a weight
-        pull carries the step at the item's creation, i.e. of its newest step.
-        """
-        for writer in self.writers:
-            writer.priority = float(train_step)
+        """See `StreamWriters.tag_items`."""
+        self.writers.tag_items(train_step)
 
     def give_up_waiting_when(self, interrupted: Callable[[], bool]) -> None:
-        """Writes held back by the server (a samples-per-insert ratio) raise WriterInterrupted once
-        `interrupted()` is true, instead of waiting for ever (a collector that must stop)."""
-        for writer in self.writers:
-            writer.give_up_when(interrupted)
-
-    def _take_index(self) -> int:
-        index, self._next_index = self._next_index, self._next_index + 1
-        return index
+        """See `StreamWriters.give_up_waiting_when`."""
+        self.writers.give_up_waiting_when(interrupted)
 
     def flush(self) -> None:
         """Waits until every item created so far is in the tables."""
-        for writer in self.writers:
-            writer.flush()
+        self.writers.flush()
 
     # -- reading
     def as_dataset(self, sample_batch_size: int, num_steps: int) -> tf.data.Dataset:
+        """Uniform batches (info fields [batch]) of windows of `num_steps` <= sequence_length steps: the first
+        `num_steps` steps of whole items (every stored step starts one item, so they are uniform too)."""
+        if not 0 < num_steps <= self.sequence_length:
+            raise ValueError(f"Reverb holds windows of {self.sequence_length} steps; cannot read {num_steps}")
         self.flush()
-        # tf.data refuses more parallel calls than interleaved Reverb streams.
-        streams = min(sample_batch_size, self.config.reverb_max_cycle_length)
-        parallel = self.config.num_parallel_calls if streams == 1 else min(self.config.num_parallel_calls, streams)
-        return self.buffer.as_dataset(sample_batch_size=sample_batch_size, num_steps=num_steps,
-                                      num_parallel_calls=parallel).prefetch(self.config.prefetch)
+        dataset = fast_dataset(self.address, TABLE_NAME, self.packer, self.sequence_length, sample_batch_size,
+                               streams=self.config.reverb_max_cycle_length,
+                               in_flight=self.config.reverb_dataset_buffer_size,
+                               workers=self.config.reverb_num_workers_per_iterator,
+                               rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
+        if num_steps < self.sequence_length:
+            dataset = dataset.map(lambda items, info: (tf.nest.map_structure(lambda t: t[:, :num_steps], items), info))
+        return dataset.prefetch(self.config.prefetch)
+
+    def sampler(self, sample_batch_size: int, num_steps: int, with_tags: bool = False) -> Callable[[], Any]:
+        if not with_tags:
+            return super().sampler(sample_batch_size, num_steps)
+        iterator = iter(self.as_dataset(sample_batch_size, num_steps))
+        self._iterators.append(iterator)
+
+        def sample() -> tuple:
+            items, info = iterator.get_next()
+            return items, info.priority  # the collecting train step of each item
+
+        return sample
 
     def get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
-        # ReverbReplayBuffer has no get_next: take one element of a fresh dataset instead. With
-        # num_steps=None the uniform buffers return single steps; so does this.
-        self.flush()
-        dataset = self.buffer.as_dataset(sample_batch_size=sample_batch_size, num_steps=num_steps or 1)
-        items, info = dataset.take(1).get_single_element()
+        # Reverb has no get_next: take one batch of a fresh dataset instead. With num_steps=None
+        # the uniform buffers return single steps; so does this.
+        items, info = next(iter(self.as_dataset(sample_batch_size or 1, num_steps or 1)))
+        if sample_batch_size is None:
+            items, info = tf.nest.map_structure(lambda t: t[0], (items, info))
         time_axis = 0 if sample_batch_size is None else 1
         if num_steps is None:
             items = tf.nest.map_structure(lambda t: tf.squeeze(t, time_axis), items)
@@ -319,27 +190,24 @@ class ReverbReplay(Replay):
                 (sample,) = self.client.sample(PASS_TABLE_NAME, num_samples=1, emit_timesteps=False)
                 priorities[sample.info.key] = sample.info.priority
                 self.client.mutate_priorities(PASS_TABLE_NAME, updates={sample.info.key: _VISITED})
-                items.append(tf.nest.pack_sequence_as(self.data_spec, list(sample.data)))
+                items.append(sample.data[0])
         finally:
             if priorities:
                 self.client.mutate_priorities(PASS_TABLE_NAME, updates=priorities)
-        if not items:
-            return tf.nest.map_structure(
-                lambda s: np.zeros((0, self.sequence_length) + tuple(s.shape), s.dtype.as_numpy_dtype), self.data_spec)
-        return tf.nest.map_structure(lambda *steps: np.stack(steps), *items)
+        rows = np.stack(items) if items else np.zeros((0, self.sequence_length, self.packer.nbytes), np.uint8)
+        return self.packer.unpack_numpy(rows)
 
     def clear(self) -> None:
         self.flush()
         self._cleared_inserts, self._cleared_samples = self.inserts(), self.samples()
         for name in (TABLE_NAME, PASS_TABLE_NAME):
             self.client.reset(name)  # also resets the table's insert count
-        for writer in self.writers:
-            writer.forget()
-        self._next_index = 0
+        self.writers.forget()
 
     # -- bookkeeping
     def _table_info(self, name: str = TABLE_NAME) -> Any:
-        return self.client.server_info()[name]
+        info = self._counts_source() if self._counts_source is not None else None
+        return (info if info is not None else self.client.server_info())[name]
 
     def _pass_inserts(self) -> int:
         return int(self._table_info(PASS_TABLE_NAME).rate_limiter_info.insert_stats.completed)
@@ -370,10 +238,4 @@ class ReverbReplay(Replay):
         # Dataset iterators left alive keep their sampler threads retrying a stopped server.
         super().close()
         gc.collect()
-        for writer in self.writers:
-            try:
-                writer.close()
-            except Exception:  # pylint: disable=broad-except
-                log.debug("reverb writer close failed", exc_info=True)
-        # numpy_function's registry can keep this Replay alive: drop the reference to a local server.
-        self.buffer._local_server = None  # pylint: disable=protected-access
+        self.writers.close()

@@ -1,7 +1,9 @@
 """Reverb's server side: the tables a DQN replay needs, and a server's life (port, checkpoints, stop).
 
 The same tables serve an embedded server (started in the training process) and a standalone
-one; clients (`replay.reverb_client`) only need its address.
+one; clients (`replay.reverb_client`) only need its address. A replay that lives on the
+learner (`replay.learner_side`) needs only a queue table on the server, which carries the
+collectors' windows to it.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from dqn_cartpole.errors import UserError
 TABLE_NAME = "uniform_table"
 # A second view of the same items (no copy of the data), ordered by insertion, for single_pass.
 PASS_TABLE_NAME = "insertion_order"
-
-
+# A queue of windows on their way to a learner that keeps its replay itself.
+QUEUE_TABLE_NAME = "queue"
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,10 @@ def make_replay_tables(data_spec: Any, capacity: int, sequence_length: int,
     are insertion indices. With `ratio` the uniform table's samples and inserts wait on each other.
     """
     import reverb  # only this backend pays for importing Reverb
-    from tf_agents.specs import tensor_spec  # not at the top: check_port_free runs before TensorFlow
 
-    signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec), sequence_length)
+    from dqn_cartpole.replay.packing import StepPacker  # not at the top: check_port_free runs before TensorFlow
+
+    signature = StepPacker(data_spec).window_spec(sequence_length)  # a window of packed steps (see replay.packing)
 
     def table(name: str, sampler: Any, rate_limiter: Any) -> Any:
         return reverb.Table(name, max_size=capacity, sampler=sampler, remover=reverb.selectors.Fifo(),
@@ -51,6 +54,20 @@ def make_replay_tables(data_spec: Any, capacity: int, sequence_length: int,
         reverb.rate_limiters.SampleToInsertRatio(ratio.samples_per_insert, ratio.min_size, ratio.tolerance)
     return [table(TABLE_NAME, reverb.selectors.Uniform(), limiter),
             table(PASS_TABLE_NAME, reverb.selectors.MinHeap(), reverb.rate_limiters.MinSize(1))]
+
+
+def make_queue_table(data_spec: Any, sequence_length: int, max_size: int) -> Any:
+    """A FIFO queue of (sequence_length)-step windows: each item is read once, by one learner.
+
+    Reverb's `Queue` rate limiter makes writers wait while it holds `max_size` items (the learner
+    has fallen behind) and readers wait while it is empty (the collectors have).
+    """
+    import reverb
+
+    from dqn_cartpole.replay.packing import StepPacker
+
+    signature = StepPacker(data_spec).window_spec(sequence_length)
+    return reverb.Table.queue(QUEUE_TABLE_NAME, max_size=max_size, signature=signature)
 
 
 def check_port_free(port: int) -> None:

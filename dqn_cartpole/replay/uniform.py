@@ -20,6 +20,7 @@ class TFUniformReplay(Replay):
     """`TFUniformReplayBuffer`: variables in the TF graph, one column per env."""
 
     backend = "tf_uniform"
+    writes_in_graph = True
 
     def __init__(self, data_spec: Any, num_envs: int, config: ReplayConfig):
         buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(

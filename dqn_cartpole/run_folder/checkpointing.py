@@ -58,7 +58,8 @@ _OLD_NAME = re.compile(r"^ckpt-(\d+)\.old$")  # replaced by a newer write of the
 # Config keys a resumed run cannot change: they fix the shapes of what the checkpoint holds
 # (env spaces, network weights, replay storage and sequence length) or the run's identity.
 FROZEN_SECTIONS = ("env", "network")
-FROZEN_KEYS = (("agent", "n_step"), ("replay", "backend"), ("replay", "capacity"), ("training", "seed"))
+FROZEN_KEYS = (("agent", "n_step"), ("replay", "backend"), ("replay", "capacity"), ("training", "seed"),
+               ("distributed", "replay"))
 
 TEST_KILL_ENV = "DQN_CARTPOLE_TEST_KILL"
 
@@ -231,6 +232,8 @@ def frozen_changes(old: dict, new: dict) -> list[str]:
             for key in sorted(set(old.get(section, {})) | set(new.get(section, {})))] + list(FROZEN_KEYS)
     out = []
     for section, key in keys:
+        if key not in old.get(section, {}):
+            continue  # a key the run's version did not write yet (it ran with that key's old behaviour)
         before, after = old.get(section, {}).get(key), new.get(section, {}).get(key)
         if _plain(before) != _plain(after):
             out.append(f"{section}.{key} ({_show(before)} -> {_show(after)})")

@@ -99,21 +99,33 @@ def compile_iterations(train: Callable[[], tf.Tensor], driver: Optional[Any] = N
     return run_iterations
 
 
-def python_iterations(train: Callable[[], tf.Tensor], py_driver: Any) -> Callable:
-    """The tutorial's loop, with the signature of `compile_iterations`' result: per iteration, a
-    Python `PyDriver` collects, then one compiled call trains.
+def python_iterations(train: Callable[[], tf.Tensor], collection: Any) -> Callable:
+    """The tutorial's loop, with the signature of `compile_iterations`' result: per iteration, a Python
+    `PyDriver` collects (`collection`, a `build.PyCollection`), then one compiled call trains.
 
-    The driver's time steps are numpy (the Python env's); the train step is the same compiled
-    graph a learner runs, called once per iteration.
+    The driver's time steps are numpy (the Python env's). The compiled call is a concrete function
+    (no per-call lookup of a trace); for a buffer that lives in the graph it first writes the
+    iteration's steps, which the driver's stash kept. The run's env-step metric is brought up to
+    date once per chunk.
     """
-    train_once = compile_iterations(train, driver=None)
-    one = tf.constant(1)
+    stash = collection.stash
+    if stash is None:
+        call = tf.function(train, autograph=False).get_concrete_function()
+        iteration = call
+    else:
+        def write_then_train(steps: Any) -> tf.Tensor:
+            with tf.control_dependencies([stash.add_all(steps)]):
+                return train()
+
+        call = tf.function(write_then_train, input_signature=[stash.signature], autograph=False).get_concrete_function()
+        iteration = lambda: call(stash.take())  # noqa: E731
 
     def run_iterations(time_step, policy_state, num_iterations):
         losses = np.zeros(int(num_iterations), np.float32)
         for i in range(len(losses)):
-            time_step, policy_state = py_driver.run(time_step, policy_state)
-            losses[i] = train_once((), (), one)[2][0]
+            time_step, policy_state = collection.driver.run(time_step, policy_state)
+            losses[i] = iteration().numpy()
+        collection.count()
         return time_step, policy_state, tf.constant(losses)
 
     return run_iterations

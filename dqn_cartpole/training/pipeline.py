@@ -26,7 +26,7 @@ class Pipeline:
     replay: Replay
     env_steps: tf_metrics.EnvironmentSteps
     initial_driver: dynamic_step_driver.DynamicStepDriver
-    collect_driver: Any  # a DynamicStepDriver (collection.driver: compiled) or a PyDriver (py)
+    collect_driver: Any  # a DynamicStepDriver (collection.driver: compiled) or a build.PyCollection (py)
     greedy_act: Callable
     evaluate_greedy: Callable[[], EvalResult]  # one episode per evaluation env copy
     stack: contextlib.ExitStack
@@ -53,18 +53,18 @@ def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callab
     collect_returns = EpisodeReturns(config.env.num_envs)
     observers = [replay.add_batch, env_steps, collect_returns]
     initial_driver = build.make_random_driver(envs.tf_env, observers, config.training.initial_collect_steps)
-    collect_driver = make_collect_driver(config, envs, agent, observers)
+    if config.collection.driver == "py":
+        steps = config.training.collect_steps_per_iteration
+        collect_driver = build.make_py_collection(envs.collect, agent.collect_policy, replay, env_steps, steps)
+    else:
+        collect_driver = make_collect_driver(config, envs, agent, observers)
     return Pipeline(envs, agent, replay, env_steps, initial_driver, collect_driver, compiled_act_fn(agent.policy),
                     make_episode_runner(agent.policy, envs.evaluate, gamma=config.agent.gamma), stack,
                     collect_returns)
 
 
 def make_collect_driver(config: Config, envs: build.Envs, agent: Any, observers: list) -> Any:
-    """The collect policy's driver: in the compiled loop (a TF driver) or in Python (the tutorial's PyDriver).
-
-    Both write through the same observers, so `Replay.add_batch` stays the one write path.
-    """
-    steps = config.training.collect_steps_per_iteration
-    if config.collection.driver == "py":
-        return build.make_py_collect_driver(envs.collect, agent.collect_policy, observers, steps)
-    return build.make_collect_driver(envs.tf_env, agent.collect_policy, observers, steps)
+    """The collect policy's driver in the compiled loop (a TF driver), writing through the same observers as the
+    initial fill, so `Replay.add_batch` stays the one write path (a py driver's is `build.make_py_collection`)."""
+    return build.make_collect_driver(envs.tf_env, agent.collect_policy, observers,
+                                     config.training.collect_steps_per_iteration)

@@ -1,0 +1,241 @@
+"""Reverb's writing side: each env's stream of steps becomes (sequence_length)-step windows in the tables.
+
+`StreamWriters` holds one `WindowWriter` per env (Reverb's writers take unbatched steps of one
+stream). Every step is packed into one row of bytes (`packing.StepPacker`) and handed, as one
+column, straight to the C++ trajectory writer; each window is an item made of the references
+the writer returns. A Trajectory stream follows TF-Agents' `ReverbAddTrajectoryObserver(
+pad_end_of_episodes=True, tile_end_of_episodes=True)`: windows stay inside an episode, and its
+end is padded with n boundary steps, so its last n steps, and its LAST step, start a window
+each, as in the uniform buffers. Any other nest (the replay-buffer tutorial's) is one stream whose
+windows run on across episodes, like `ReverbTrajectorySequenceObserver`. That observer spent
+0.5-1 ms per step in Python (nest operations, eager zeros for its padding, a blocking
+`end_episode` per episode); this spends about a tenth of that and never waits for the server
+at an episode's end.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
+
+from dqn_cartpole.replay.base import boundary_steps
+from dqn_cartpole.replay.packing import StepPacker
+
+log = logging.getLogger(__name__)
+
+LAST = int(ts.StepType.LAST)
+# Items a writer lets wait for the server's confirmation before it waits itself (Reverb warns from 50 on):
+# a full queue or a samples-per-insert ratio holds a collector here, in slices it can give up on.
+MAX_PENDING, CHECK_EVERY = 32, 16
+# An item's priority in the first table when no collector tagged it (Reverb's and TF-Agents' default).
+DEFAULT_PRIORITY = 1.0
+
+
+class WriterInterrupted(Exception):
+    """A write waiting on the server (e.g. held by a samples-per-insert ratio) was given up on."""
+
+
+class PatientWriter:
+    """A trajectory writer whose blocking calls wait in short slices and can be given up on.
+
+    `flush` and `end_episode` wait until the server confirms the items, which a
+    `SampleToInsertRatio` (or a full queue) can hold back for ever once the learner stops reading
+    (reverb#144). Here each wait lasts WAIT_SLICE_MS at a time, and between slices
+    `interrupted()` is asked: when it says so, WriterInterrupted is raised and the caller can
+    leave (a collector on SIGTERM or on the run's stop). Unconfirmed items are then dropped with
+    the writer. Everything else goes to the writer.
+    """
+
+    WAIT_SLICE_MS = 500
+
+    def __init__(self, writer: Any):
+        self._writer = writer
+        self.interrupted: Callable[[], bool] = lambda: False
+
+    def flush(self, block_until_num_items: int = 0, timeout_ms: Optional[int] = None) -> None:
+        del timeout_ms  # waits in slices instead
+        self._wait(lambda: self._writer.flush(block_until_num_items, timeout_ms=self.WAIT_SLICE_MS))
+
+    def end_episode(self, clear_buffers: bool = True, timeout_ms: Optional[int] = None) -> None:
+        del timeout_ms
+        from reverb import errors
+
+        try:
+            self._writer.end_episode(clear_buffers, timeout_ms=self.WAIT_SLICE_MS)
+        except errors.DeadlineExceededError:  # the episode is ended all the same; its items are in flight
+            self.flush()
+
+    def _wait(self, call: Callable[[], None]) -> None:
+        from reverb import errors
+
+        while True:
+            try:
+                call()
+                return
+            except errors.DeadlineExceededError:
+                if self.interrupted():
+                    raise WriterInterrupted("gave up waiting for the replay server to take the items") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
+
+
+class WindowWriter:
+    """One env's stream: each packed step is appended, and each `sequence_length` consecutive steps become an
+    item in every one of `tables`. With `episodes`, windows stay inside an episode (see the module docstring).
+
+    The items of `tables[0]` get `priority` (the collecting train step, see `StreamWriters.tag_items`),
+    those of the others their insertion index (which orders the insertion-order table).
+    """
+
+    def __init__(self, client: Any, sequence_length: int, tables: Sequence[str], padding: Optional[np.ndarray]):
+        self._length, self._tables = sequence_length, tuple(tables)
+        self.priority = DEFAULT_PRIORITY
+        # validate_items=False, as tf-agents' observers: the table signature already fixes the shapes.
+        writer = client.trajectory_writer(num_keep_alive_refs=sequence_length + 1, validate_items=False)
+        self._writer = PatientWriter(writer)
+        # The C++ writer directly: the Python wrapper's nest handling per step cost more than the write.
+        self._cpp = writer._writer  # pylint: disable=protected-access
+        self._padding = padding  # the packed boundary step that ends an episode's windows (None: no episodes)
+        self._refs: collections.deque = collections.deque(maxlen=sequence_length)  # the newest steps' references
+        self._held: collections.deque = collections.deque(maxlen=sequence_length - 1)
+        self._created = 0
+
+    def append(self, row: np.ndarray, boundary: bool, next_index: Callable[[], int]) -> None:
+        """Appends one packed step; `boundary`: a LAST step, which ends its episode's windows (with `episodes`)."""
+        self._write(row, next_index)
+        if self._padding is None:
+            return
+        if not boundary:
+            self._held.append(row)
+            return
+        for _ in range(self._length - 1):
+            self._write(self._padding, next_index)
+        self._refs.clear()  # the next episode's windows start with its own steps
+        self._held.clear()
+
+    def _write(self, row: np.ndarray, next_index: Callable[[], int]) -> None:
+        (ref,) = self._cpp.Append([row])
+        self._refs.append(ref)
+        if len(self._refs) < self._length:
+            return
+        window, index = [list(self._refs)], float(next_index())
+        for table in self._tables:  # uniform sampling and a queue ignore the priority
+            self._cpp.CreateItem(table, self.priority if table == self._tables[0] else index, window, [False])
+        self._created += 1
+        if self._created % CHECK_EVERY == 0:
+            self._writer.flush(block_until_num_items=MAX_PENDING)
+
+    def held(self) -> list:
+        """The packed steps that start no window yet (an episode's newest n), oldest first."""
+        return list(self._held)
+
+    def give_up_when(self, interrupted: Callable[[], bool]) -> None:
+        self._writer.interrupted = interrupted
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def forget(self) -> None:
+        """Drops the steps held for the next windows (after a clear)."""
+        self._writer.end_episode(clear_buffers=True)
+        self._refs.clear()
+        self._held.clear()
+
+    def close(self) -> None:
+        try:
+            self._writer.flush()
+        except WriterInterrupted:  # its last items were not confirmed: drop them with the writer
+            pass
+        self._writer.close()
+
+
+class StreamWriters:
+    """The writing half of a Reverb replay: one `WindowWriter` per env, into `tables` (the first one gets the
+    collecting train step as priority). A collector writes through this alone; a `ReverbReplay` adds the
+    reading half."""
+
+    def __init__(self, client: Any, data_spec: Any, num_envs: int, sequence_length: int, tables: Sequence[str],
+                 first_index: int = 0):
+        self.data_spec = data_spec
+        self.packer = StepPacker(data_spec)
+        self.episodes = isinstance(data_spec, trajectory_lib.Trajectory)
+        padding, self._step_type = None, None
+        if self.episodes:
+            marks = tf.nest.map_structure(lambda _: False, data_spec)._replace(step_type=True)
+            self._step_type = tf.nest.flatten(marks).index(True)  # where the step type sits among the fields
+            observation = np.zeros((1,) + tuple(data_spec.observation.shape), data_spec.observation.dtype.as_numpy_dtype)
+            padding = self.packer.pack([a[0] for a in tf.nest.flatten(boundary_steps(data_spec, observation))])
+        self.writers = [WindowWriter(client, sequence_length, tables, padding) for _ in range(num_envs)]
+        self._next_index = first_index  # the insertion index of the next window (orders the pass table)
+
+    def add_batch(self, items: Any) -> Any:
+        """Adds one step of every env ([envs, ...]); eagerly (numpy) or inside a graph (a numpy_function)."""
+        if tf.executing_eagerly():
+            return self._add_flat(*[np.asarray(t) for t in tf.nest.flatten(items)])
+        return tf.numpy_function(self._add_flat, tf.nest.flatten(items), [], stateful=True, name="reverb_add")
+
+    def _add_flat(self, *flat: np.ndarray) -> None:
+        for env_index, writer in enumerate(self.writers):
+            step = [a[env_index] for a in flat]
+            boundary = self.episodes and int(step[self._step_type]) == LAST
+            writer.append(self.packer.pack(step), boundary, self._take_index)
+
+    def _take_index(self) -> int:
+        index, self._next_index = self._next_index, self._next_index + 1
+        return index
+
+    def held_steps(self) -> Optional[list]:
+        """Per env, the steps held for the next windows, each as a list of its fields' values (JSON-able);
+        None for a stream without episodes (it holds none back)."""
+        if not self.episodes:
+            return None
+        unpack = self.packer.unpack_numpy
+        return [[[np.asarray(v).tolist() for v in tf.nest.flatten(unpack(row))] for row in writer.held()]
+                for writer in self.writers]
+
+    def give_back(self, held: list) -> None:
+        """A new process's writers hold nothing: give them back the steps held at a checkpoint."""
+        for env_index, steps in enumerate(held):
+            for step in steps:  # held steps are never LAST: those end their episode
+                self.writers[env_index].append(self.packer.pack(step), False, self._take_index)
+
+    def tag_items(self, train_step: int) -> None:
+        """Items created from now on carry `train_step` as their priority in the first table.
+
+        A collector tags them with the train step of the weights it collects with, and the learner
+        reads it back with each sample (policy lag). The uniform and the FIFO selectors ignore
+        priorities, so sampling is unchanged (0 is allowed). A window that spans a weight pull
+        carries the step at the item's creation, i.e. of its newest step.
+        """
+        for writer in self.writers:
+            writer.priority = float(train_step)
+
+    def give_up_waiting_when(self, interrupted: Callable[[], bool]) -> None:
+        """Writes held back by the server (a samples-per-insert ratio, a full queue) raise WriterInterrupted
+        once `interrupted()` is true, instead of waiting for ever (a collector that must stop)."""
+        for writer in self.writers:
+            writer.give_up_when(interrupted)
+
+    def flush(self) -> None:
+        """Waits until every item created so far is in the tables."""
+        for writer in self.writers:
+            writer.flush()
+
+    def forget(self) -> None:
+        """Drops the steps held for the next windows (after a clear) and restarts the numbering."""
+        for writer in self.writers:
+            writer.forget()
+        self._next_index = 0
+
+    def close(self) -> None:
+        for writer in self.writers:
+            try:
+                writer.close()
+            except Exception:  # pylint: disable=broad-except
+                log.debug("reverb writer close failed", exc_info=True)

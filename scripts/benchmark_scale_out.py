@@ -1,0 +1,331 @@
+"""Scale-out benchmark: `python scripts/benchmark.py --scale-out 1,2 [--iterations 6000] [--seeds 1,2,3]`
+(or this file directly, with the same arguments).
+
+Every figure is measured in this one run, next to the tutorial's own loop (`--reference PATH`, by
+default ../shared/bench/reference_loop.py next to the repository), run first and last as a gauge
+of the machine's load, with the load average. It prints:
+  * the tutorial's hyperparameters in one process (one env step and one gradient step of batch 64
+    per iteration, steady state): `collection.driver: py` on each replay backend and `compiled` on
+    Reverb, in iterations/s and as a ratio of the reference loop;
+  * the learner alone (default config: its batch and windows, no collection): `tf_uniform` in
+    its process, the learner-side replay reading one new item per gradient step from a
+    `replay-server` process's queue over loopback, and a learner sampling that server's shared
+    table (`distributed.replay: server`), in train steps/s and as a ratio of `tf_uniform`; with
+    the items/s one process's writers insert;
+  * `train --topology local` with each number of collectors (default config, no early stop): the
+    collectors' env steps/s and the learner's train steps/s;
+  * time to a solve-checked policy on the default config for each seed, from the command's start
+    until policy/final is saved: one process, and the local topology with each number of
+    collectors; the medians and their ratio; each policy/final's average return over 100 fresh
+    episodes, loaded with plain TensorFlow (`tf.saved_model.load`, no project code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmark import DEFAULT_REFERENCE, REPO, project_rate, reference_rate
+
+# 100 greedy CartPole-v1 episodes of a saved policy, batched, in a fresh interpreter without this project.
+PLAIN_TF_SCORE = """
+import sys
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+
+policy = tf.saved_model.load(sys.argv[1])
+envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(100)])
+observation, _ = envs.reset(seed=list(range(5000, 5100)))
+returns, alive = np.zeros(100), np.ones(100, bool)
+while alive.any():
+    step = ts.restart(tf.constant(observation, dtype=tf.float32), batch_size=100)
+    action = policy.action(step).action.numpy()
+    observation, reward, terminated, truncated, _ = envs.step(action)
+    returns += reward * alive
+    alive &= ~(terminated | truncated)
+assert not any(m.startswith("dqn_cartpole") for m in sys.modules)
+print(returns.mean(), returns.min())
+"""
+
+
+def load() -> str:
+    return "/".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def python() -> list:
+    return [sys.executable, "-m", "dqn_cartpole"]
+
+
+# ---------------------------------------------------------------------------- one process, tutorial settings
+
+
+TUTORIAL_RUNS = (("tf_uniform", "py"), ("py_uniform", "py"), ("reverb", "py"), ("reverb", "compiled"))
+
+
+def tutorial_rates(iterations: int, workdir: str) -> dict:
+    """it/s of `train` at the tutorial's hyperparameters for each (backend, driver) of TUTORIAL_RUNS."""
+    return {run: project_rate(run[0], iterations, workdir, [], driver=run[1]) for run in TUTORIAL_RUNS}
+
+
+# ---------------------------------------------------------------------------- the learner alone
+
+
+LEARNER_MODES = {"tf_uniform": "tf_uniform, in the process",
+                 "learner": "replay on the learner, queue read over loopback",
+                 "server": "replay on the server (shared table), sampled over loopback"}
+
+
+def learner_rate(mode: str, steps: int) -> dict:
+    """One `--learner-child` run in a fresh process: see `learner_child`."""
+    result = subprocess.run([sys.executable, os.path.abspath(__file__), "--learner-child", mode,
+                             "--iterations", str(steps)], cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"learner benchmark ({LEARNER_MODES[mode]}) failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def start_server(config_path: str, overrides: list, stack) -> str:
+    """A `replay-server` process for `config_path` + `overrides`; returns its address once it is ready."""
+    from dqn_cartpole.distributed.launcher import READY_LINE, free_port
+
+    port = free_port()
+    args = python() + ["replay-server", "--config", config_path, "--replay-address", f"localhost:{port}",
+                       "--run-dir", tempfile.mkdtemp(prefix="dqn-bench-server-")]
+    for item in overrides:
+        args += ["--set", item]
+    server = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    stack.callback(server.wait)
+    stack.callback(server.terminate)
+    while READY_LINE not in server.stderr.readline():
+        if server.poll() is not None:
+            raise SystemExit("the replay server did not start")
+    return f"localhost:{port}"
+
+
+def learner_child(mode: str, steps: int) -> None:
+    """The learner's compiled gradient step alone (default config), no collection, after a fill of random
+    steps written beforehand by this process: train steps/s, and the items/s this process's writes took.
+
+    tf_uniform: its in-graph buffer. learner: a replay-server process's queue (made deep enough to hold the
+    whole fill), read into the learner-side buffer before each step at the default samples_per_insert (the batch), i.e.
+    one new item per gradient step. server: the server's shared replay table, sampled (a batch per step)."""
+    import contextlib
+
+    sys.path.insert(0, REPO)
+    from dqn_cartpole.console import quiet
+
+    quiet.silence()
+    import tensorflow as tf
+
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.core import build
+    from dqn_cartpole.replay.base import sequence_length_for
+    from dqn_cartpole.training.loop import compile_iterations, make_train_step
+
+    default = os.path.join(REPO, "configs", "default.yaml")
+    fill_steps = 1000 + 300 + steps + 100  # the learner-side replay reads one item per step: the queue holds them all
+    overrides = [f"replay.backend={'tf_uniform' if mode == 'tf_uniform' else 'reverb'}"]
+    if mode != "tf_uniform":
+        overrides += [f"distributed.replay={mode}", "distributed.samples_per_insert=null",  # the fill writes alone
+                      f"distributed.samples_per_insert_tolerance={256 * 2 * fill_steps}"]  # padded windows too
+    config = load_config(default, overrides)
+    n_step, length = config.agent.n_step, sequence_length_for(config.agent.n_step)
+    with contextlib.ExitStack() as stack:
+        envs = build.make_envs(config, stack)
+        agent = build.make_agent(config, envs.tf_env)
+        spec = agent.collect_data_spec
+        if mode == "tf_uniform":
+            replay = writer = build.make_replay_buffer(config.replay, spec, config.env.num_envs, n_step, stack)
+        else:
+            address = start_server(default, overrides, stack)
+            writer = build.make_stream_writers(config, spec, address, stack)
+            config = load_config(default, overrides[:2])  # the learner keeps the default samples per insert
+            replay = build.make_learner_replay(config, spec, address, agent.train_step_counter, stack, 60_000) \
+                if mode == "learner" else build.make_replay_client(config.replay, spec, 1, n_step, address, stack,
+                                                                   rate_limiter_timeout_ms=60_000)
+        fill = tf.function(build.make_random_driver(envs.tf_env, [writer.add_batch], fill_steps).run, autograph=False)
+        started = time.perf_counter()
+        fill(envs.tf_env.reset(), ())
+        if mode != "tf_uniform":
+            writer.flush()
+        insert_rate = fill_steps / (time.perf_counter() - started)
+        if mode == "learner":
+            replay.fill(lambda: False)
+        sample = replay.sampler(config.training.batch_size, length, with_tags=mode != "tf_uniform")
+        run = compile_iterations(make_train_step(agent, sample, 1, config.training.jit_compile,
+                                                 tagged=mode != "tf_uniform"))
+        run((), (), tf.constant(300))  # traces and warms up
+        started = time.perf_counter()
+        run((), (), tf.constant(steps))
+        rate = steps / (time.perf_counter() - started)
+    print(json.dumps({"train_steps_per_s": rate, "inserts_per_s": insert_rate}))
+
+
+# ---------------------------------------------------------------------------- the local topology
+
+
+def run_train(out: str, options: list, overrides: list) -> tuple[dict, float]:
+    """`train OPTIONS` on the default config into `out`; returns (summary.json, the launch's Unix time)."""
+    args = python() + ["train", *options, "--output-dir", out, "--quiet", "--overwrite", "--set", "video.enabled=false"]
+    for item in overrides:
+        args += ["--set", item]
+    started = time.time()
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
+    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
+        return json.load(handle), started
+
+
+def local_run(collectors: int, out: str, overrides: list) -> tuple[dict, float]:
+    """`train --topology local` on the default config; returns (summary.json, the launch's Unix time)."""
+    return run_train(out, ["--topology", "local", "--collectors", str(collectors)], overrides)
+
+
+def local_throughput(collectors: int, iterations: int, workdir: str) -> dict:
+    """The collectors' summed env steps/s (their CSVs' last rows) and the learner's train steps/s."""
+    out = os.path.join(workdir, f"local-{collectors}")
+    summary, _ = local_run(collectors, out, [f"training.num_iterations={iterations}",
+                                              "evaluation.stop_when_solved=false"])
+    env_rate = 0.0
+    for i in range(collectors):
+        with open(os.path.join(out, "roles", f"collector-{i}.csv"), encoding="utf-8") as handle:
+            env_rate += float(handle.read().strip().splitlines()[-1].split(",")[3])  # env_steps_per_s
+    return {"env_steps_per_s": env_rate, "train_steps_per_s": summary["iterations_per_s"]}
+
+
+# ---------------------------------------------------------------------------- time to a solve-checked policy
+
+
+def single_run(out: str, seed: int) -> tuple[dict, float]:
+    return run_train(out, [], [f"training.seed={seed}"])
+
+
+def plain_tf_score(policy: str) -> tuple[float, float]:
+    """(mean, min) return of `policy` over 100 fresh CartPole-v1 episodes, in plain TensorFlow."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    result = subprocess.run([sys.executable, "-I", "-c", PLAIN_TF_SCORE, policy], env=env, capture_output=True,
+                            text=True, cwd=tempfile.gettempdir())
+    if result.returncode != 0:
+        raise SystemExit(f"plain TensorFlow could not play {policy}:\n{result.stderr[-2000:]}")
+    mean, low = result.stdout.split()[-2:]
+    return float(mean), float(low)
+
+
+def solve_result(summary: dict, out: str, started: float) -> dict:
+    """Seconds from the launch until the solve-checked policy/final was saved, env steps, plain-TF score."""
+    final = os.path.join(out, "policy", "final")
+    solved = summary.get("solved_at_iteration") is not None
+    result = {"solved": solved, "env_steps": summary.get("solved_env_steps"),
+              "time_s": os.path.getmtime(os.path.join(final, "policy_info.json")) - started if solved else None}
+    result["score"] = plain_tf_score(final) if solved else (float("nan"), float("nan"))
+    return result
+
+
+def time_to_solve(seed: int, collector_counts: list, workdir: str) -> dict:
+    """{"single": result, N: result for each number of collectors} for one seed."""
+    out = os.path.join(workdir, f"solve-single-{seed}")
+    results = {"single": solve_result(*_with_out(single_run(out, seed), out))}
+    for n in collector_counts:
+        out = os.path.join(workdir, f"solve-local{n}-{seed}")
+        results[n] = solve_result(*_with_out(local_run(n, out, [f"training.seed={seed}"]), out))
+    return results
+
+
+def _with_out(run: tuple, out: str) -> tuple:
+    summary, started = run
+    return summary, out, started
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def cell(result: dict) -> str:
+    if not result["solved"]:
+        return "**not solved**"
+    mean, low = result["score"]
+    return f"{result['time_s']:.1f} s, {result['env_steps']:,} env steps; plain TF {mean:.1f} (min {low:.0f})"
+
+
+def print_solve_table(seeds: list, collector_counts: list, workdir: str) -> None:
+    names = ["single", *collector_counts]
+    print("\n| default config, seed | one process | " + " | ".join(f"local, {n} collector(s)" for n in collector_counts)
+          + " |\n|" + " --- |" * (len(names) + 1), flush=True)
+    by_name: dict = {name: [] for name in names}
+    for seed in seeds:
+        results = time_to_solve(seed, collector_counts, workdir)
+        for name in names:
+            by_name[name].append(results[name])
+        print(f"| {seed} | " + " | ".join(cell(results[name]) for name in names) + " |", flush=True)
+    medians = {name: statistics.median(r["time_s"] if r["solved"] else float("inf") for r in rows)
+               for name, rows in by_name.items()}
+    print("| **median** | " + " | ".join(
+        f"**{medians[name]:.1f} s**" + ("" if name == "single" else f" (**x{medians[name] / medians['single']:.2f}**)")
+        for name in names) + " |", flush=True)
+
+
+def scale_out_tables(collector_counts: list, iterations: int, seeds: list, reference: str) -> None:
+    workdir = tempfile.mkdtemp(prefix="dqn-bench-")
+    started = time.time()
+    print(f"load average (1/5/15 min) at the start: {load()}", flush=True)
+    has_reference = os.path.isfile(reference)
+    if not has_reference:
+        print(f"no reference loop at {reference}: the ratios to it are skipped (give it with --reference PATH)",
+              flush=True)
+    before = reference_rate(reference, iterations) if has_reference else None
+
+    rates = tutorial_rates(iterations, workdir)
+    print("\n| one process, tutorial hyperparameters | it/s | x the reference loop |\n| --- | --- | --- |")
+    for (backend, driver), rate in rates.items():
+        ratio = f"{rate / before:.1f}" if before else "-"
+        print(f"| {backend}, `collection.driver: {driver}` | {rate:.0f} | **{ratio}** |", flush=True)
+
+    print("\n| the learner alone (default config) | train steps/s | x tf_uniform | items/s this process "
+          "inserted |\n| --- | --- | --- | --- |")
+    learners = {mode: learner_rate(mode, iterations) for mode in LEARNER_MODES}
+    for mode, name in LEARNER_MODES.items():
+        r = learners[mode]
+        ratio = r["train_steps_per_s"] / learners["tf_uniform"]["train_steps_per_s"]
+        print(f"| {name} | {r['train_steps_per_s']:.0f} | **{ratio:.2f}** | {r['inserts_per_s']:,.0f} |", flush=True)
+
+    print(f"\n| train --topology local, default config, {iterations} iterations | collectors' env steps/s | "
+          "learner train steps/s |\n| --- | --- | --- |")
+    for n in collector_counts:
+        r = local_throughput(n, iterations, workdir)
+        print(f"| {n} collector(s) | {r['env_steps_per_s']:.0f} | {r['train_steps_per_s']:.0f} |", flush=True)
+
+    print_solve_table(seeds, collector_counts, workdir)
+    after = reference_rate(reference, iterations) if has_reference else None
+    if has_reference:
+        print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end "
+              f"(ratios above use the start)")
+    print(f"load average at the end: {load()}; the benchmark took {time.time() - started:.0f} s; runs in {workdir}")
+
+
+def main(argv: list) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale-out", default="1,2", metavar="N,N,...", help="numbers of collectors")
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--iterations", type=int, default=6000, help="iterations per throughput run")
+    parser.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="PATH",
+                        help="the tutorial's training loop, run for the ratios and as a gauge of the machine's load")
+    parser.add_argument("--learner-child", default=None, choices=list(LEARNER_MODES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.learner_child is not None:
+        learner_child(args.learner_child, args.iterations)
+        return
+    scale_out_tables([int(v) for v in args.scale_out.split(",")], args.iterations,
+                     [int(s) for s in args.seeds.split(",")], args.reference)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
