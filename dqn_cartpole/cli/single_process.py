@@ -16,13 +16,13 @@ import sys
 from typing import Any, Callable, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
-from dqn_cartpole.cli.summary import resume_command, summary_lines, write_run_summary
+from dqn_cartpole.cli.summary import summary_lines, write_run_summary
+from dqn_cartpole.console.exit_status import EXIT_FAILED
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.processes.commands import resume_command
 from dqn_cartpole.run_folder import layout
 from dqn_cartpole.run_folder.lock import lock_run
 from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
-
-EXIT_FAILED = 1
 
 
 def add_parsers(sub: Any) -> None:

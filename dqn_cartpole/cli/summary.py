@@ -1,17 +1,12 @@
-"""What `train` prints and writes at the end: the summary lines, summary.json, the resume command."""
+"""What `train` prints and writes at the end: the summary lines and summary.json."""
 
 from __future__ import annotations
 
 import resource
-import shlex
 from typing import Optional
 
 from dqn_cartpole.run_folder import write_summary
 from dqn_cartpole.run_folder.provenance import provenance
-
-
-def resume_command(run_dir: str) -> str:
-    return f"python -m dqn_cartpole train --resume {shlex.quote(run_dir)}"
 
 
 def write_run_summary(summary: dict, path: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from dqn_cartpole.cli.args import add_config_args, config_path
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.processes.commands import continue_command
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -127,8 +128,9 @@ def cmd_learn(args: argparse.Namespace) -> int:
     progress = Progress(config.training.num_iterations, enabled=not args.quiet)
     progress.message(f"Learning {config.env.id} from the replay server at {args.replay_address} -> {args.run_dir}")
     # Supervised, the launcher prints how to resume the whole topology; by hand, this role resumes alone.
-    hint = None if args.supervised else (f"python -m dqn_cartpole learn --resume --config {args.run_dir}/config.yaml "
-                                         f"--replay-address {args.replay_address} --run-dir {args.run_dir}")
+    hint = None if args.supervised else continue_command(
+        ["learn", "--resume", "--config", f"{args.run_dir}/config.yaml", "--replay-address", args.replay_address,
+         "--run-dir", args.run_dir])
     return run_training(config, args.run_dir, progress, plan, created,
                         train=functools.partial(learn, address=args.replay_address), resume_hint=hint)
 

@@ -20,7 +20,7 @@ import time
 from typing import Any, Optional
 
 from dqn_cartpole.config import Config
-from dqn_cartpole.console import signals
+from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts, status
@@ -82,7 +82,7 @@ class LiveEvaluator:
             self.collected = parts.CollectedSteps(cfg, self.address)
             sync = WeightSync(self.address, self.pipeline.agent)
             if not sync.wait_for_first(lambda: self.stop.requested):
-                return signals.exit_status(self.stop.signum)
+                return exit_status.for_signal(self.stop.signum)
             last = restore_state(self.layout, self.state, self.clock, self.per_iteration)
             scalars = stack.enter_context(contextlib.closing(
                 Scalars(self.layout.tensorboard if cfg.output.tensorboard else None)))
@@ -90,7 +90,7 @@ class LiveEvaluator:
             self.evaluate = make_evaluation(self.pipeline, cfg, self.state, exporter, self.layout, scalars,
                                             self.clock, self.progress, stack)
             self.follow(sync, -1 if last is None else last)
-        return signals.exit_status(self.stop.signum) if self.stop.signum else 0
+        return exit_status.for_signal(self.stop.signum) if self.stop.signum else 0
 
     def follow(self, sync: WeightSync, last: int) -> None:
         """Evaluates at each due train step until a stop: a signal, a solve, or the learner's last step."""

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from dqn_cartpole.config import Config
+from dqn_cartpole.console.exit_status import EXIT_FAILED
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.policy_lag import IntervalLag
@@ -136,7 +137,7 @@ class LearnerSession(TrainingSession):
     def finish(self) -> dict:
         summary = super().finish()
         if self.starved:
-            summary["exit_status"] = self.state.exit_status = 1
+            summary["exit_status"] = self.state.exit_status = EXIT_FAILED
         return summary
 
     # -- the evaluator's results

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-EXIT_OK, EXIT_FAILED = 0, 1
+from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, for_signal
 
 
 def add_parsers(sub) -> None:
@@ -86,7 +86,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
     print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start)))
     if outcome.stopped_by is not None:
-        return 128 + int(outcome.stopped_by)
+        return for_signal(outcome.stopped_by)
     return EXIT_FAILED if outcome.failed else EXIT_OK
 
 

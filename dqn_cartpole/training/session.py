@@ -15,7 +15,8 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from dqn_cartpole.config import Config, dump_yaml, sampling_mode
-from dqn_cartpole.console import signals
+from dqn_cartpole.console import exit_status, signals
+from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core import build, env_ids
 from dqn_cartpole.core.q_probe import QProbe
@@ -265,7 +266,7 @@ class TrainingSession:
             artifacts["tensorboard"] = layout.tensorboard
         signum = self.stop_request.signum
         diverged = state.diverged_at_iteration is not None
-        state.exit_status = signals.exit_status(signum) if signum else (1 if diverged else 0)
+        state.exit_status = exit_status.for_signal(signum) if signum else (EXIT_FAILED if diverged else EXIT_OK)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
         return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb}
 
