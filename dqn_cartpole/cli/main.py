@@ -12,14 +12,13 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from dqn_cartpole.cli import config_command, single_process
-from dqn_cartpole.distributed import commands as distributed_commands
+from dqn_cartpole.cli import config_command, roles, single_process
 from dqn_cartpole.experiments import commands as experiments
 from dqn_cartpole.cli.args import ArgParser
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_USAGE, for_signal
 from dqn_cartpole.errors import UserError
 
-COMMAND_MODULES = (single_process, config_command, distributed_commands, experiments)
+COMMAND_MODULES = (single_process, config_command, roles, experiments)
 COMMANDS = {name: handler for module in COMMAND_MODULES for name, handler in module.COMMANDS.items()}
 
 

@@ -13,11 +13,9 @@ import io
 import os
 import shutil
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
-from dqn_cartpole.cli.summary import summary_lines, write_run_summary
-from dqn_cartpole.console.exit_status import EXIT_FAILED
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.processes.commands import resume_command
 from dqn_cartpole.run_folder import layout
@@ -108,12 +106,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     created, _lock = create_run_dir(run_dir, args.overwrite)  # the lock lives as long as this call
     silence()
-    from dqn_cartpole.console.progress import Progress
+    from dqn_cartpole.training.run import run_new
 
-    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
-    progress.message(f"Training {config.env.id} with {os.path.basename(path)} "
-                     f"(seed {config.training.seed}, replay {config.replay.backend}) -> {run_dir}")
-    return run_training(config, run_dir, progress, None, created)
+    return run_new(config, run_dir, path, created, args.quiet)
 
 
 def cmd_train_local(args: argparse.Namespace) -> int:
@@ -164,67 +159,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     run_dir = args.resume
     _lock = lock_run(run_dir)  # noqa: F841  (held as long as this call)
     silence()
-    from dqn_cartpole.console.progress import Progress
+    from dqn_cartpole.training.run import run_resumed
 
-    for bad in plan.bad:
-        instead = f"using {os.path.basename(plan.found.path)} instead" if plan.found else "no other checkpoint"
-        print(f"warning: checkpoint {bad.path} is {bad.reason}; {instead}", file=sys.stderr)
-    if plan.found is None:
-        print(f"warning: {run_dir} has no usable checkpoint (it stopped before writing one); "
-              f"starting it again from iteration 0 with its config.yaml", file=sys.stderr)
-    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
-    start = f"{os.path.basename(plan.found.path)}" if plan.found else "the beginning"
-    progress.message(f"Resuming {run_dir} ({config.env.id}, seed {config.training.seed}, replay "
-                     f"{config.replay.backend}) from {start}")
-    return run_training(config, run_dir, progress, plan, created=False)
-
-
-def run_training(config: Any, run_dir: str, progress: Any, plan: Any, created: bool,
-                 train: Optional[Callable] = None, resume_hint: Optional[str] = "") -> int:
-    """Trains, then writes summary.json and report.html and prints the summary; returns the exit status.
-
-    `train(config, layout, progress, plan) -> summary` is the single-process run unless given (a learner's).
-    `resume_hint` is the command that continues the run ("": `train --resume`; None: the caller prints it).
-    """
-    if resume_hint == "":
-        resume_hint = resume_command(run_dir)
-    from dqn_cartpole.run_folder.checkpointing import CheckpointError, DiskFullError
-    from dqn_cartpole.run_folder.layout import RunLayout
-
-    if train is None:
-        from dqn_cartpole.training import train
-
-    run = RunLayout(run_dir)
-    try:
-        summary = train(config, run, progress, plan)
-    except UserError:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
-        raise
-    except DiskFullError as exc:
-        progress.close()
-        print(f"error: {exc}. Free some space" + (f", then resume with: {resume_hint}" if resume_hint else ""),
-              file=sys.stderr)
-        return EXIT_FAILED
-    except CheckpointError as exc:
-        raise UserError(str(exc)) from None
-    finally:
-        progress.close()
-    summary["artifacts"]["report"] = run.report
-    write_run_summary(summary, run.summary)
-    from dqn_cartpole.report.run_page import write_run_report  # after the summary, which it shows
-
-    write_run_report(run_dir)
-    print("\n".join(summary_lines(summary)))
-    if summary["stopped_by"]:
-        print(f"Stopped by {summary['stopped_by']} at iteration {summary['iterations']}; the checkpoint, plots and "
-              f"policy are saved." + (f" Resume with:\n  {resume_hint}" if resume_hint else ""))
-    elif summary["diverged_at_iteration"] is not None:
-        print(f"Training diverged (the loss became NaN or Inf at iteration {summary['diverged_at_iteration']}) and "
-              f"stopped. Lower agent.learning_rate or set agent.gradient_clipping" +
-              (f", then continue with:\n  {resume_hint} --set agent.learning_rate=..." if resume_hint else "."),
-              file=sys.stderr)
-    return summary["exit_status"]
+    return run_resumed(config, run_dir, plan, args.quiet)
 
 
 def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:

@@ -33,11 +33,13 @@ from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.policy_lag import IntervalLag
 from dqn_cartpole.distributed.variables import WeightPusher, WeightSync
+from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training.loop import Chunk, make_train_step
+from dqn_cartpole.training.outcome import RunEnd
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import TrainingSession
 
@@ -188,3 +190,17 @@ def learn(config: Config, layout: RunLayout, progress: Progress, plan: Optional[
           address: str) -> dict:
     """Trains from the server at `address`, writing everything under `layout.root`; returns the summary."""
     return LearnerSession(config, layout, progress, plan, address).run()
+
+
+def run_learner(config: Config, run_dir: str, address: str, plan: Optional[checkpointing.ResumePlan], created: bool,
+                quiet: bool, supervised: bool) -> int:
+    """The learn role from start to end: the training, then summary.json, report.html and the summary; returns
+    its exit status. Supervised, the launcher prints how to resume the whole topology; by hand, the role
+    resumes alone."""
+    progress = Progress(config.training.num_iterations, enabled=not quiet)
+    progress.message(f"Learning {config.env.id} from the replay server at {address} -> {run_dir}")
+    hint = None if supervised else continue_command(
+        ["learn", "--resume", "--config", f"{run_dir}/config.yaml", "--replay-address", address, "--run-dir", run_dir])
+    with RunEnd(run_dir, created, progress, hint) as end:
+        end.summary = learn(config, RunLayout(run_dir), progress, plan, address)
+    return end.finish()

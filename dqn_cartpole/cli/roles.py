@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import io
 import os
 from typing import Any
 
 from dqn_cartpole.cli.args import add_config_args, config_path
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.processes.commands import continue_command
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -109,7 +107,6 @@ def cmd_evaluate_live(args: argparse.Namespace) -> int:
 
 
 def cmd_learn(args: argparse.Namespace) -> int:
-    from dqn_cartpole.cli.single_process import run_training
     from dqn_cartpole.run_folder import checkpointing
     from dqn_cartpole.run_folder.resolve import create_run_dir
 
@@ -122,17 +119,9 @@ def cmd_learn(args: argparse.Namespace) -> int:
     if not args.supervised:
         created, lock = create_run_dir(args.run_dir, overwrite=False)  # noqa: F841 (held as long as this call)
     silence()
-    from dqn_cartpole.console.progress import Progress
-    from dqn_cartpole.distributed.learner import learn
+    from dqn_cartpole.distributed.learner import run_learner
 
-    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
-    progress.message(f"Learning {config.env.id} from the replay server at {args.replay_address} -> {args.run_dir}")
-    # Supervised, the launcher prints how to resume the whole topology; by hand, this role resumes alone.
-    hint = None if args.supervised else continue_command(
-        ["learn", "--resume", "--config", f"{args.run_dir}/config.yaml", "--replay-address", args.replay_address,
-         "--run-dir", args.run_dir])
-    return run_training(config, args.run_dir, progress, plan, created,
-                        train=functools.partial(learn, address=args.replay_address), resume_hint=hint)
+    return run_learner(config, args.run_dir, args.replay_address, plan, created, args.quiet, args.supervised)
 
 
 COMMANDS = {"replay-server": cmd_replay_server, "collect": cmd_collect, "evaluate-live": cmd_evaluate_live,
