@@ -219,7 +219,7 @@ def check_policy_fits(policy_dir: str, env_id: str) -> None:
     policy_specs.pbtxt says what it was saved for); one line naming both otherwise."""
     from tf_agents.specs import tensor_spec
 
-    from dqn_cartpole.core.env_ids import space_sizes
+    from dqn_cartpole.env_ids import space_sizes
 
     specs_file = os.path.join(policy_dir, "policy_specs.pbtxt")
     if not os.path.isfile(specs_file):

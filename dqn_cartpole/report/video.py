@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from dqn_cartpole.core.env_ids import make_gymnasium
+from dqn_cartpole.env_ids import make_gymnasium
 from dqn_cartpole.report.background import Background, report_peak_rss
 from dqn_cartpole.run_folder.atomic import replacing
 

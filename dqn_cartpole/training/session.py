@@ -18,7 +18,8 @@ from dqn_cartpole.config import Config, dump_yaml, sampling_mode
 from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core import build, env_ids
+from dqn_cartpole import env_ids
+from dqn_cartpole.core import build
 from dqn_cartpole.core.q_probe import QProbe
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.replay.base import sequence_length_for

@@ -14,7 +14,8 @@ from tf_agents.train import interval_trigger
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core import build, env_ids
+from dqn_cartpole import env_ids
+from dqn_cartpole.core import build
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.core.q_probe import MaxQ
 from dqn_cartpole.run_folder import export
