@@ -105,11 +105,7 @@ def test_a_child_gets_sigterm_when_its_parent_dies_however_it_dies(tmp_path, sta
             pass
 
 
-def test_stop_sends_exactly_one_sigterm_then_sigkill_after_the_grace(tmp_path, started, monkeypatch):
-    sent = []
-    send_signal = subprocess.Popen.send_signal
-    monkeypatch.setattr(subprocess.Popen, "send_signal",
-                        lambda process, signum: (sent.append((process.pid, signum)), send_signal(process, signum)))
+def test_stop_sends_exactly_one_sigterm_then_sigkill_after_the_grace(tmp_path, started, sent):
     children = [start(started, f"stubborn {i}", python(COUNT_TERMS, str(tmp_path / f"terms-{i}")),
                       tmp_path / f"{i}.log") for i in range(2)]
     for child in children:
@@ -225,3 +221,112 @@ def test_a_second_signal_stops_a_run_at_once_but_a_supervisor_keeps_waiting(caps
             time.sleep(0.05)
     assert "send Ctrl-C again to stop at once" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+# ---------------------------------------------------------------------------- the local topology on the supervisor
+
+# A role that writes one line per signal it receives to argv[1]; `exit_on` (a signal name or "") makes it leave.
+ROLE = textwrap.dedent("""
+    import signal, sys, time
+    out, exit_on, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+    def on_signal(signum, frame):
+        with open(out, "a") as handle:
+            handle.write(signal.Signals(signum).name + "\\n")
+        if signal.Signals(signum).name == exit_on:
+            sys.exit(128 + signum)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    print(ready, flush=True)
+    while True:
+        time.sleep(60)
+""")
+
+
+@pytest.fixture
+def bounded():
+    """The test fails (instead of hanging) if it takes longer than 30 s."""
+    def expire(_signum, _frame):
+        raise TimeoutError("the test took longer than 30 s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, 30.0)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list:
+    """Every signal this process sends through Popen, as (pid, signal)."""
+    calls: list = []
+    send_signal = subprocess.Popen.send_signal
+    monkeypatch.setattr(subprocess.Popen, "send_signal",
+                        lambda process, signum: (calls.append((process.pid, signum)), send_signal(process, signum)))
+    return calls
+
+
+def fake_topology(tmp_path, monkeypatch, learner_exits_on: str, collector_code: str = ""):
+    """A LocalTopology whose roles are tiny Python processes; signals they get are logged in tmp_path/NAME."""
+    from dqn_cartpole.distributed import launcher
+
+    monkeypatch.setattr(launcher, "STOP_WAIT_S", 0.5)
+    monkeypatch.setattr(launcher, "POLL_S", 0.05)
+    monkeypatch.setattr(launcher, "RESTART_BACKOFF", Backoff(first_s=0.01, max_s=0.04, max_restarts=3, window_s=60))
+    topology = launcher.LocalTopology("config.yaml", str(tmp_path / "run"), 1, 2, resume=False, quiet=True)
+    topology.learner.log_path = str(tmp_path / "learner.log")  # to see it is ready
+    for child in topology.children():
+        name = child.name.replace(" ", "-")
+        exits_on = learner_exits_on if child is topology.learner else ""
+        child.command = python(ROLE, str(tmp_path / name), exits_on, launcher.READY_LINE)
+    for child in topology.collectors:
+        child.command = python(collector_code) if collector_code else child.command
+    return topology
+
+
+def signals_of(sent: list, child: Child) -> list:
+    """The signals the launcher sent to the child's current process."""
+    return [signal.Signals(signum).name for pid, signum in sent if pid == child.process.pid]
+
+
+def signals_got(tmp_path, name: str) -> list[str]:
+    path = tmp_path / name
+    return path.read_text().split() if path.exists() else []
+
+
+def test_a_role_that_keeps_dying_stops_the_run_with_status_1_and_every_role_gets_one_sigterm(
+        tmp_path, monkeypatch, capsys, bounded, sent):
+    topology = fake_topology(tmp_path, monkeypatch, learner_exits_on="", collector_code="import sys; sys.exit(3)")
+    try:
+        began = time.monotonic()
+        assert topology.run(StopRequest()) == exit_status.EXIT_FAILED
+        assert time.monotonic() - began < 15
+        err = capsys.readouterr().err
+        assert "warning: collector 0 exited with status 3; restarting it in" in err
+        assert "error: collector 0 exited with status 3 after 3 restarts within 60 s" in err
+        assert "train --resume" in err and "--topology local --collectors 2" in err
+        assert topology.collectors[0].restarts == 3
+        for child in (topology.learner, topology.evaluator, topology.server):
+            assert signals_of(sent, child) == ["SIGTERM", "SIGKILL"], child.name  # one TERM; KILL after the grace
+            assert signals_got(tmp_path, child.name.replace(" ", "-")) == ["SIGTERM"], child.name
+        assert all(child.returncode is not None for child in topology.children())
+    finally:
+        stop_all(topology.children(), 0.0)
+
+
+def test_a_stop_goes_to_the_learner_first_and_the_launcher_exits_128_plus_the_signal(
+        tmp_path, monkeypatch, capsys, bounded, sent):
+    topology = fake_topology(tmp_path, monkeypatch, learner_exits_on="SIGINT")
+    try:
+        stop = StopRequest()
+        stop.signum = signal.SIGINT  # as if Ctrl-C reached the launcher
+        for child in topology.children():
+            child.start()
+        wait_until(lambda: all("ready" in child.output() for child in topology.children()))
+        assert topology.supervise(stop) == 130
+        topology.stop_all()
+        assert "Every role is stopped. Resume the run with:" in capsys.readouterr().err
+        assert signals_of(sent, topology.learner) == ["SIGINT"] and signals_got(tmp_path, "learner") == ["SIGINT"]
+        for child in (topology.evaluator, *topology.collectors, topology.server):
+            assert signals_of(sent, child) == ["SIGTERM", "SIGKILL"], child.name
+            assert signals_got(tmp_path, child.name.replace(" ", "-")) == ["SIGTERM"], child.name
+    finally:
+        stop_all(topology.children(), 0.0)
