@@ -330,3 +330,30 @@ def test_a_stop_goes_to_the_learner_first_and_the_launcher_exits_128_plus_the_si
             assert signals_got(tmp_path, child.name.replace(" ", "-")) == ["SIGTERM"], child.name
     finally:
         stop_all(topology.children(), 0.0)
+
+
+def test_the_local_topology_shares_its_replay_through_reverb_and_checks_what_a_resume_needs(tmp_path, capsys):
+    import dataclasses
+
+    from dqn_cartpole.config import Config
+    from dqn_cartpole.distributed.launcher import local_config
+    from dqn_cartpole.errors import UserError
+    from dqn_cartpole.run_folder.checkpointing import REVERB_DIR, Found, ResumePlan
+
+    base = Config()
+    tf_uniform = dataclasses.replace(base, replay=dataclasses.replace(base.replay, backend="tf_uniform"))
+    shared = local_config(tf_uniform, "run", None)
+    assert (shared.replay.backend, shared.replay.sampling) == ("reverb", "dataset")
+    assert "note: --topology local shares the replay through a Reverb server" in capsys.readouterr().err
+    with pytest.raises(UserError, match="continue it in one process: python -m dqn_cartpole train --resume run$"):
+        local_config(tf_uniform, "run", ResumePlan(None))
+    reverb = dataclasses.replace(base, replay=dataclasses.replace(base.replay, backend="reverb"))
+    server = dataclasses.replace(reverb, distributed=dataclasses.replace(reverb.distributed, replay="server"))
+    checkpoint = tmp_path / "ckpt-0000000100"
+    checkpoint.mkdir()
+    plan = ResumePlan(Found(str(checkpoint), 100, {}))
+    with pytest.raises(UserError, match="ckpt-0000000100 holds no Reverb table to restore"):
+        local_config(server, "run", plan)
+    (checkpoint / REVERB_DIR).mkdir()
+    assert local_config(server, "run", plan) is server
+    assert local_config(reverb, "run", ResumePlan(None)) is reverb and capsys.readouterr().err == ""

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import os
-import shutil
 import sys
 from typing import Any, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
+from dqn_cartpole.config import load_config, to_dict, validate_env_id
+from dqn_cartpole.distributed import launcher
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.processes.commands import resume_command
-from dqn_cartpole.run_folder import layout
+from dqn_cartpole.run_folder import checkpointing, layout
 from dqn_cartpole.run_folder.lock import lock_run
 from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
 
@@ -95,8 +94,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         return cmd_train_local(args)
     if args.resume:
         return cmd_resume(args)
-    from dqn_cartpole.config import load_config
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         if args.output_dir:
@@ -113,9 +110,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_train_local(args: argparse.Namespace) -> int:
     """`train --topology local`: the same checks and run folder as `train`, then every role as a process."""
-    from dqn_cartpole.config import load_config
-    from dqn_cartpole.run_folder import checkpointing
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         if args.resume:
@@ -126,29 +120,12 @@ def cmd_train_local(args: argparse.Namespace) -> int:
                 resolve_run_dir(None, args.output_dir, args.overwrite)
             config, plan = load_config(config_path(args.config), config_overrides(args)), None
             run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
-    if args.resume and config.replay.backend != "reverb":  # its replay is in the checkpoint, not in a server
-        raise UserError(f"--resume {run_dir}: the run's replay is {config.replay.backend}, and --topology local "
-                        f"shares a Reverb server; continue it in one process: {resume_command(run_dir)}")
-    if config.distributed.replay == "server" and plan is not None and plan.found is not None and not os.path.isdir(
-            os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
-        raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
-    if config.replay.backend != "reverb":  # the roles share their replay through a Reverb server
-        replay = dataclasses.replace(config.replay, backend="reverb", sampling="dataset")
-        config = dataclasses.replace(config, replay=replay)
-        print("note: --topology local shares the replay through a Reverb server: replay.backend: reverb",
-              file=sys.stderr)
+    config = launcher.local_config(config, run_dir, plan)
     if args.resume:
         created, _lock = False, lock_run(run_dir)  # noqa: F841 (held as long as this call; children inherit it)
     else:
         created, _lock = create_run_dir(run_dir, args.overwrite)
-    from dqn_cartpole.distributed.launcher import launch
-
-    try:
-        return launch(config, run_dir, args.collectors, plan, args.quiet)
-    except UserError:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
-        raise
+    return launcher.launch(config, run_dir, args.collectors, plan, args.quiet, created)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -166,9 +143,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
     """Checks `--resume RUN_DIR` before anything heavy: a run folder, a compatible config, a checkpoint plan."""
-    from dqn_cartpole.config import load_config, to_dict
-    from dqn_cartpole.run_folder import checkpointing
-
     for flag, given in (("--config", args.config), ("--output-dir", args.output_dir), ("--overwrite", args.overwrite)):
         if given:
             raise UserError(f"--resume cannot be combined with {flag}: a resumed run keeps its folder and its "
@@ -202,13 +176,9 @@ def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
 def env_for(args: argparse.Namespace, run_dir: Optional[str]) -> tuple[str, Optional[int]]:
     """The env id (and time-limit override) to use: --env, else the run's config, else CartPole-v1."""
     if args.env:
-        from dqn_cartpole.config import validate_env_id
-
         validate_env_id(args.env, "--env")
         return args.env, None
     if run_dir:
-        from dqn_cartpole.config import load_config
-
         config = load_config(os.path.join(run_dir, layout.CONFIG_FILE))
         return config.env.id, config.env.max_episode_steps
     return "CartPole-v1", None
@@ -325,8 +295,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_specs(args: argparse.Namespace) -> int:
-    from dqn_cartpole.config import load_config
-
     config = load_config(config_path(args.config), config_overrides(args))
     # as_dataset(4, 2) needs 2 steps, and Reverb one whole item; an empty Reverb table blocks reads.
     needed = config.agent.n_step + 1

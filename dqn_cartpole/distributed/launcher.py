@@ -15,7 +15,9 @@ then starts the replay server, the learner, the evaluator and N collectors and w
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -155,9 +157,36 @@ class LocalTopology:
             stop_all(group, STOP_WAIT_S, signal.SIGTERM)
 
 
+def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.ResumePlan]) -> Config:
+    """The run's config as the roles share it (replay.backend: reverb), or a one-line UserError: a resumed run
+    must have kept its replay in Reverb, and with a shared table, its checkpoint must hold that table."""
+    if plan is not None and config.replay.backend != "reverb":  # its replay is in the checkpoint, not in a server
+        raise UserError(f"--resume {run_dir}: the run's replay is {config.replay.backend}, and --topology local "
+                        f"shares a Reverb server; continue it in one process: {resume_command(run_dir)}")
+    if config.distributed.replay == "server" and plan is not None and plan.found is not None and not os.path.isdir(
+            os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
+        raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
+    if config.replay.backend == "reverb":
+        return config
+    print("note: --topology local shares the replay through a Reverb server: replay.backend: reverb", file=sys.stderr)
+    return dataclasses.replace(config, replay=dataclasses.replace(config.replay, backend="reverb", sampling="dataset"))
+
+
 def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
-           quiet: bool) -> int:
-    """Writes the run's config, stages a resumed table, then runs the local topology. The caller holds the lock."""
+           quiet: bool, created: bool) -> int:
+    """Runs the local topology; bad input removes the run folder if this command `created` it. The caller holds
+    the lock."""
+    try:
+        return run_topology(config, run_dir, collectors, plan, quiet)
+    except UserError:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
+        raise
+
+
+def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
+                 quiet: bool) -> int:
+    """Writes the run's config, stages a resumed table, then runs the local topology."""
     from dqn_cartpole.replay.reverb_tables import check_port_free
 
     port = config.replay.reverb_port or free_port()
