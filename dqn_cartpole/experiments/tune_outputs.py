@@ -13,6 +13,7 @@ import os
 import warnings
 
 from dqn_cartpole.experiments import grid
+from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 
 BEST_FILE = "best.yaml"
@@ -102,7 +103,7 @@ def write_best(study, plan) -> str:
     path = os.path.join(plan.folder, BEST_FILE)
     write_text_atomic(path, header + yaml.safe_dump(config, sort_keys=False, default_flow_style=None))
     return f"wrote {path} (trial {best.number}, objective {best.value:g}); train it with: " \
-           f"python -m dqn_cartpole train --config {path}"
+           f"{continue_command(['train', '--config', path])}"
 
 
 def write_plots(study, folder: str) -> list[str]:
