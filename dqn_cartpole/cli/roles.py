@@ -14,7 +14,12 @@ import os
 from typing import Any
 
 from dqn_cartpole.cli.args import add_config_args, config_path
+from dqn_cartpole.config import load_config
+from dqn_cartpole.console.quiet import silence
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.replay.reverb_tables import check_port_free
+from dqn_cartpole.run_folder import checkpointing
+from dqn_cartpole.run_folder.resolve import create_run_dir
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -59,7 +64,6 @@ def add_parsers(sub: Any) -> None:
 
 def load_role_config(args: argparse.Namespace) -> Any:
     """The role's config, checked, and the replay address parsed; before TensorFlow."""
-    from dqn_cartpole.config import load_config
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         config = load_config(config_path(args.config), args.overrides)
@@ -70,15 +74,7 @@ def load_role_config(args: argparse.Namespace) -> Any:
     return config
 
 
-def silence() -> None:
-    from dqn_cartpole.console import quiet
-
-    quiet.silence()
-
-
 def cmd_replay_server(args: argparse.Namespace) -> int:
-    from dqn_cartpole.replay.reverb_tables import check_port_free
-
     config = load_role_config(args)
     _, port = parse_address(args.replay_address)
     check_port_free(port)
@@ -107,9 +103,6 @@ def cmd_evaluate_live(args: argparse.Namespace) -> int:
 
 
 def cmd_learn(args: argparse.Namespace) -> int:
-    from dqn_cartpole.run_folder import checkpointing
-    from dqn_cartpole.run_folder.resolve import create_run_dir
-
     config = load_role_config(args)
     plan, created, lock = None, False, None
     if args.resume:

@@ -15,8 +15,10 @@ from typing import Any, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
 from dqn_cartpole.config import load_config, to_dict, validate_env_id
+from dqn_cartpole.console.quiet import NativeStderrFilter, silence
 from dqn_cartpole.distributed import launcher
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.report.command import redraw_run
 from dqn_cartpole.run_folder import checkpointing, layout
 from dqn_cartpole.run_folder.lock import lock_run
 from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
@@ -76,12 +78,6 @@ def add_parsers(sub: Any) -> None:
                                        "replay backend return after a few random steps.")
     add_config_args(specs, example="replay.backend=reverb", shortcuts=True)
     specs.add_argument("--steps", type=int, default=20, help="random env steps collected first (default 20)")
-
-
-def silence() -> None:
-    from dqn_cartpole.console import quiet
-
-    quiet.silence()  # before anything else imports TensorFlow (it imports it itself)
 
 
 # ---------------------------------------------------------------------------- train
@@ -288,8 +284,6 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`report RUN_DIR` (alias `plot`): redraws the plots, then report.html."""
-    from dqn_cartpole.report.command import redraw_run
-
     print(f"wrote {redraw_run(args.run_dir)[-1]}")
     return 0
 
@@ -301,10 +295,9 @@ def cmd_specs(args: argparse.Namespace) -> int:
     if args.steps < needed:
         raise UserError(f"--steps: must be at least {needed} (n_step + 1), got {args.steps}")
     silence()
-    from dqn_cartpole.console import quiet
     from dqn_cartpole.core.specs import specs_report
 
-    with quiet.NativeStderrFilter():
+    with NativeStderrFilter():
         lines = specs_report(config, args.steps, announce=lambda line: print(line, file=sys.stderr))
     print("\n".join(lines))
     return 0
