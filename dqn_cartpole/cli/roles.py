@@ -37,26 +37,29 @@ def add_role_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", metavar="DIR", required=True, help="the run folder the roles share")
 
 
+def add_role(sub: Any, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+    """One role's subcommand, with the arguments every role takes."""
+    parser = sub.add_parser(name, help=help_text, description=description)
+    add_role_args(parser)
+    return parser
+
+
 def add_parsers(sub: Any) -> None:
     """Adds the role commands to `sub` (argparse subparsers)."""
-    server = sub.add_parser("replay-server", help="serve the replay and the learner's weights (Reverb)",
-                            description="A standalone Reverb server: the replay tables and a 'variables' table, "
-                                        "checkpointed into RUN_DIR on a timer and when stopped.")
-    add_role_args(server)
-    collect = sub.add_parser("collect", help="collect experience into a replay server",
-                             description="A PyDriver collector: the agent's collect policy with the learner's "
-                                         "weights, writing windows to the replay server.")
-    add_role_args(collect)
+    add_role(sub, "replay-server", "serve the replay and the learner's weights (Reverb)",
+             "A standalone Reverb server: the replay tables and a 'variables' table, checkpointed into RUN_DIR on a "
+             "timer and when stopped.")
+    collect = add_role(sub, "collect", "collect experience into a replay server",
+                       "A PyDriver collector: the agent's collect policy with the learner's weights, writing windows "
+                       "to the replay server.")
     collect.add_argument("--collector-id", type=int, default=0, help="this collector's number (its seed offset)")
-    evaluate = sub.add_parser("evaluate-live", help="evaluate the learner's weights as they are pushed",
-                              description="The evaluator: the greedy evaluation of the learner's newest weights every "
-                                          "evaluation.eval_interval iterations (eval_metrics.csv, policy/best, the "
-                                          "solve check and policy/final); a confirmed solve stops every role.")
-    add_role_args(evaluate)
-    learn = sub.add_parser("learn", help="train from a replay server and publish the weights",
-                           description="The learner: the single-process gradient step, checkpoints and exports, "
-                                       "reading a replay server; an evaluate-live role evaluates its weights.")
-    add_role_args(learn)
+    add_role(sub, "evaluate-live", "evaluate the learner's weights as they are pushed",
+             "The evaluator: the greedy evaluation of the learner's newest weights every evaluation.eval_interval "
+             "iterations (eval_metrics.csv, policy/best, the solve check and policy/final); a confirmed solve stops "
+             "every role.")
+    learn = add_role(sub, "learn", "train from a replay server and publish the weights",
+                     "The learner: the single-process gradient step, checkpoints and exports, reading a replay server; "
+                     "an evaluate-live role evaluates its weights.")
     learn.add_argument("--resume", action="store_true", help="continue RUN_DIR from its newest good checkpoint")
     learn.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
     learn.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)  # the launcher holds the lock
