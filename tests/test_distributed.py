@@ -359,7 +359,6 @@ def test_the_learner_side_replay_is_in_the_learners_checkpoint(tmp_path):
         assert replay.fill(lambda: False) and replay.inserts() == 12
         root = str(tmp_path / "checkpoints")
         os.makedirs(root)
-        agent.build_optimizer()  # as a learner's, which has trained: a restore expects the optimizer's slots
         writer = checkpointing.CheckpointWriter(root, agent, tf_metrics.EnvironmentSteps(), replay, keep=2)
         saved = writer.save(12, {"replay_size": replay.size()}, {})
         restored = learner_replay()  # a new learner: an empty buffer until the checkpoint is read

@@ -292,19 +292,20 @@ class Saved:
 
 
 class CheckpointWriter:
-    """Saves and restores a run's trainable state under `root` (RUN/checkpoints): the agent, the
-    env-step counter and the replay (a uniform buffer's variables, or Reverb's table checkpoint)."""
+    """Saves and restores a run's trainable state under `root` (RUN/checkpoints): the agent's (a `ValueAgent`)
+    `checkpoint_objects()`, the env-step counter and the replay (a uniform buffer's variables, or Reverb's table
+    checkpoint). The agent builds its optimizer's slots itself, so a restore fills them at once."""
 
     def __init__(self, root: str, agent: Any, env_steps: Any, replay: Any, keep: int):
         import tensorflow as tf
 
         self.root, self.agent, self.replay, self.keep = root, agent, replay, keep
-        objects = {"agent": agent, "env_steps": env_steps}
+        objects = {**agent.checkpoint_objects(), "env_steps": env_steps}
         self.reverb = replay.backend == "reverb"
         if not self.reverb:
             objects["replay"] = replay.buffer  # TFUniformReplayBuffer variables / PyUniform's NumpyState
         self._checkpoint = tf.train.Checkpoint(**objects)
-        self._agent_only = tf.train.Checkpoint(agent=agent)
+        self._agent_only = tf.train.Checkpoint(**agent.checkpoint_objects())
 
     # -- saving
     def save(self, iteration: int, state: dict, metrics: dict[str, str]) -> Saved:
@@ -364,7 +365,6 @@ class CheckpointWriter:
     # -- restoring
     def restore(self, found: Found) -> None:
         """Loads everything but Reverb's table (the server loaded that when it started)."""
-        self.agent.build_optimizer()  # so the restore fills its slots at once (see the agent)
         try:
             self._checkpoint.read(found.tf_prefix).assert_consumed()
         except Exception as exc:  # pylint: disable=broad-except
