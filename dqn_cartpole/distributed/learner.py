@@ -28,7 +28,6 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from dqn_cartpole.config import Config
-from dqn_cartpole.console.exit_status import EXIT_FAILED
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.policy_lag import IntervalLag
@@ -63,12 +62,10 @@ class LearnerSession(TrainingSession):
     def replay_on_learner(self) -> bool:
         return self.config.distributed.replay == "learner"
 
-    def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
-        return None  # a learner-side buffer is in the agent's checkpoint; a server loaded its table itself
-
-    def make_pipeline(self, reverb_dir: Optional[str]) -> Pipeline:
+    def make_pipeline(self, found: Optional[checkpointing.Found]) -> Pipeline:
         import reverb
 
+        # A learner-side buffer is in the agent's checkpoint; a server loaded its table itself.
         make_replay = parts.learner_replay(self.config, self.address, self.stack,
                                            self.config.distributed.rate_limiter_timeout_ms)
         pipeline = parts.remote_pipeline(self.config, self.address, self.stack, make_replay)
@@ -109,7 +106,7 @@ class LearnerSession(TrainingSession):
 
     def after_chunk(self, chunk: Chunk) -> None:
         self.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam
-        self.state.policy_lag, self.state.policy_lag_max = self.lag.add(chunk.first, chunk.lags)
+        self.state.row_extras = self.lag.row(chunk.first, chunk.extras)
         parts.count_env_steps(self.pipeline, self.pipeline.replay.inserts)
         self.follow_evaluator(self.watch.evaluation)
 
@@ -129,18 +126,12 @@ class LearnerSession(TrainingSession):
 
     def starve(self) -> None:
         """No collector wrote within `rate_limiter_timeout_ms`: stop with a checkpoint, exit status 1."""
-        self.starved = True
+        self.starved = self.state.failed = True
         self.state.stopped_by = "no data"
         self.progress.message(
             f"error: the replay had no new data for {self.config.distributed.rate_limiter_timeout_ms / 1000:g} s "
             f"(distributed.rate_limiter_timeout_ms): are the collectors running? Stopping with a checkpoint.")
         self.checkpoints.save()
-
-    def finish(self) -> dict:
-        summary = super().finish()
-        if self.starved:
-            summary["exit_status"] = self.state.exit_status = EXIT_FAILED
-        return summary
 
     # -- the evaluator's results
     def follow_evaluator(self, evaluation: Optional[status.Evaluation]) -> Optional[status.Evaluation]:

@@ -138,6 +138,15 @@ class Checkpoints:
             self.rolled_back_to = checkpointing.read_state(good)
         return good
 
+    def diverge(self, at_iteration: int, value: float, announce: Callable[[str], None]) -> None:
+        """The loss is NaN or Inf: stop, and go back to the weights of the last good checkpoint."""
+        self.state.diverged_at_iteration = at_iteration
+        good = self.roll_back()
+        where = (f"The last good checkpoint ({os.path.basename(good)}) is kept and exported as policy/final"
+                 if good else "No checkpoint had been written yet, so there is no policy/final")
+        announce(f"Training diverged: the loss became {value} at iteration {at_iteration}, so training stopped. "
+                 f"{where}; policy/best is the best evaluated policy.")
+
     def newest(self) -> Optional[str]:
         """The newest checkpoint of this run: written by this process, or the one it resumed from."""
         if self.last is not None:

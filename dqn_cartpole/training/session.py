@@ -30,8 +30,7 @@ from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import phases as phase, resume, triggers
 from dqn_cartpole.training.artifacts import ArtifactWorkers
-from dqn_cartpole.training.loop import (Chunk, ChunkedLoop, compile_iterations, make_train_step, python_iterations,
-                                        run_ops_on_one_thread)
+from dqn_cartpole.training.loop import Chunk, ChunkedLoop, make_iterations, make_train_step, run_ops_on_one_thread
 from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
@@ -112,7 +111,7 @@ class TrainingSession:
             if cfg.collection.driver == "compiled" and sampling_mode(cfg.replay) == "direct":
                 run_ops_on_one_thread()  # a chain of small ops: see there (tf.data and Reverb keep their threads)
             seed_everything(cfg.training.seed)
-            pipeline = self.pipeline = self.make_pipeline(self.stage_replay(found))
+            pipeline = self.pipeline = self.make_pipeline(found)
             self.checkpoints = resume.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
             if found is not None:
                 time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
@@ -122,14 +121,11 @@ class TrainingSession:
                 time_step, policy_state = self.fill_replay()
         return time_step, policy_state
 
-    def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
-        """The folder an embedded Reverb server loads its table from (`found`'s, or empty), or None."""
-        if self.config.replay.backend != "reverb":
-            return None
-        return checkpointing.stage_reverb(self.layout.checkpoints, found)
-
-    def make_pipeline(self, reverb_dir: Optional[str]) -> Pipeline:
-        """What this process is made of: envs, agent, replay, drivers (a learner builds no drivers)."""
+    def make_pipeline(self, found: Optional[checkpointing.Found]) -> Pipeline:
+        """What this process is made of: envs, agent, replay, drivers; an embedded Reverb server loads its table
+        from `found`'s copy (or an empty folder)."""
+        reverb_dir = None if self.config.replay.backend != "reverb" else \
+            checkpointing.stage_reverb(self.layout.checkpoints, found)
         return build_pipeline(self.config, self.stack, self.progress.message, reverb_dir)
 
     def open_logs(self) -> None:
@@ -144,7 +140,7 @@ class TrainingSession:
         self.log_train = triggers.LogTrain(pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
 
     def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
-        """The periodic evaluation: here, in this process (a learner follows a separate evaluator instead)."""
+        """The periodic evaluation, here in this process (hook: `distributed.learner` follows an evaluator's)."""
         return make_evaluation(self.pipeline, self.config, self.state, self.exporter, self.layout, scalars,
                                self.clock, self.progress, self.stack, self.phases)
 
@@ -165,20 +161,14 @@ class TrainingSession:
         cfg, state, pipeline, timed = self.config, self.state, self.pipeline, self.phases.timed
         train = self.make_train()
         total = cfg.training.num_iterations
-        periodic = [*self.extra_triggers(),
-                    (cfg.training.log_interval, timed(phase.TRAIN_ROWS, self.log_train)),
+        periodic = [(cfg.training.log_interval, timed(phase.TRAIN_ROWS, self.log_train)),
                     (cfg.evaluation.eval_interval, timed(phase.EVALUATIONS, self.evaluate)),
                     # last: after the rows it keeps
                     (cfg.training.checkpoint_interval,
                      timed(phase.CHECKPOINTS, triggers.PeriodicCheckpoint(self.checkpoints.save, state, total)))]
-        intervals = [interval for interval, _ in periodic]
-        if pipeline.collect_driver is None:  # a learner: the collectors are other processes
-            loop = ChunkedLoop(compile_iterations(train, driver=None), intervals)
-        elif cfg.collection.driver == "py":  # the Python driver continues from the Python env's own time step
+        loop = ChunkedLoop(make_iterations(train, pipeline.collect_driver), [interval for interval, _ in periodic])
+        if isinstance(pipeline.collect_driver, build.PyCollection):  # it goes on from the Python env's time step
             time_step = pipeline.envs.collect.current_time_step()
-            loop = ChunkedLoop(python_iterations(train, pipeline.collect_driver), intervals)
-        else:
-            loop = ChunkedLoop(compile_iterations(train, pipeline.collect_driver), intervals)
         due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
         if self.checkpoints.restored is None:
             with self.phases(phase.FIRST_EVALUATION):
@@ -192,7 +182,7 @@ class TrainingSession:
             state.loop_s, state.loop_iterations = loop.loop_s, loop.loop_iterations
             bad = chunk.first_bad_loss()
             if bad is not None:
-                self.diverge(*bad)
+                self.checkpoints.diverge(*bad, self.progress.message)
                 return
             time_step, policy_state = chunk.time_step, chunk.policy_state
             state.iteration += chunk.size
@@ -216,28 +206,14 @@ class TrainingSession:
                 self.evaluate()
 
     def make_train(self) -> Callable:
-        """One iteration's gradient step(s) on batches from the replay's sampler (a learner's hook)."""
+        """One iteration's gradient step(s) on batches from the replay's sampler (hook: tagged samples)."""
         cfg = self.config
         sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step))
         return make_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
                                cfg.training.jit_compile)
 
     def after_chunk(self, chunk: Chunk) -> None:
-        """Runs after each compiled chunk, before the triggers (a learner's hook)."""
-
-    def extra_triggers(self) -> list:
-        """(interval, trigger) pairs a subclass runs before the logs, e.g. a learner's weight push."""
-        return []
-
-    def diverge(self, at_iteration: int, value: float) -> None:
-        """The loss is NaN or Inf: stop, and go back to the weights of the last good checkpoint."""
-        self.state.diverged_at_iteration = at_iteration
-        good = self.checkpoints.roll_back()
-        where = (f"The last good checkpoint ({os.path.basename(good)}) is kept and exported as policy/final"
-                 if good else "No checkpoint had been written yet, so there is no policy/final")
-        self.progress.message(
-            f"Training diverged: the loss became {value} at iteration {at_iteration}, so training stopped. {where}; "
-            f"policy/best is the best evaluated policy.")
+        """Runs after each compiled chunk, before the triggers (hook: e.g. the chunk's `extras` into `row_extras`)."""
 
     def finish(self) -> dict:
         """Exports policy/final, then the videos and the plots (child processes: see `artifacts`); returns the
@@ -267,7 +243,8 @@ class TrainingSession:
             artifacts["tensorboard"] = layout.tensorboard
         signum = self.stop_request.signum
         diverged = state.diverged_at_iteration is not None
-        state.exit_status = exit_status.for_signal(signum) if signum else (EXIT_FAILED if diverged else EXIT_OK)
+        state.exit_status = EXIT_FAILED if state.failed else exit_status.for_signal(signum) if signum else (
+            EXIT_FAILED if diverged else EXIT_OK)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
         return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb}
 

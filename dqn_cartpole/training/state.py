@@ -33,13 +33,13 @@ class RunState:
     loop_s: float = 0.0  # inside compiled chunks, excluding the first (which traces)
     loop_iterations: int = 0
     eval_s: float = 0.0
-    policy_lag: Optional[float] = None  # a learner's, over the current log interval (see distributed.policy_lag)
-    policy_lag_max: Optional[float] = None
+    row_extras: dict = field(default_factory=dict)  # train-row columns a way of running adds (a learner's policy lag)
     interval_losses: list = field(default_factory=list)  # each iteration's loss since the last train row
     # how it ended
     diverged_at_iteration: Optional[int] = None
     stopped_by: Optional[str] = None  # "SIGINT" / "SIGTERM": stopped early, resumable
-    exit_status: int = 0  # 130 / 143 after a signal, 1 after a divergence
+    exit_status: int = 0  # 130 / 143 after a signal, 1 after a divergence or a failure
+    failed: bool = False  # stopped by an error, after a checkpoint (exit status 1 even after a signal)
     resumed_from: Optional[str] = None
     artifacts: dict = field(default_factory=dict)
 

@@ -72,7 +72,7 @@ class PolicyExport:
 
 class LogTrain:
     """A train row: the loss's mean and max over the interval, epsilon, replay counts, speed, the Q-value probe,
-    the collect episodes' returns, a learner's policy lag; to the CSV and TensorBoard."""
+    the collect episodes' returns, and the run state's `row_extras`; to the CSV and TensorBoard."""
 
     def __init__(self, pipeline: Pipeline, config: Config, state: RunState, log: CsvLog, scalars: Scalars,
                  q_probe: Callable[[], float], clock: Clock):
@@ -95,14 +95,13 @@ class LogTrain:
             "replay_samples": samples, "samples_per_insert": samples / inserts if inserts else None,
             "wall_s": wall_s, "mean_max_q": self.q_probe(),
             "train_steps_per_s": self.train_steps_per_s(train_step, wall_s),
-            "policy_lag": self.state.policy_lag, "policy_lag_max": self.state.policy_lag_max,
-            "collect_return": collect_return, "collect_episodes": collect_episodes,
+            "collect_return": collect_return, "collect_episodes": collect_episodes, **self.state.row_extras,
         }
         self.previous = (train_step, wall_s)
         self.log.write(row)
         self.scalars.write("train", train_step, {k: row[k] for k in (
             "loss", "loss_max", "epsilon", "replay_size", "samples_per_insert", "mean_max_q", "train_steps_per_s",
-            "policy_lag", "policy_lag_max", "collect_return")})
+            *self.state.row_extras, "collect_return")})
 
     def train_steps_per_s(self, train_step: int, wall_s: float) -> Optional[float]:
         """Train steps per wall second since this process's previous row (evaluations included)."""
