@@ -163,3 +163,16 @@ def test_a_better_best_policy_saved_after_the_checkpoint_is_kept(tmp_path):
 def test_resume_seed_depends_on_seed_and_iteration():
     seeds = {resume.resume_seed(s, i) for s in (0, 1) for i in (100, 200)}
     assert len(seeds) == 4 and all(0 <= s < 2**31 - 1 for s in seeds)
+
+
+def test_the_exit_status_is_1_after_a_failure_even_when_stopped_then_128_plus_the_signal_then_1_after_a_divergence():
+    import signal
+
+    def status(signum=None, **fields) -> int:
+        state = RunState(**fields)
+        state.end(signum)
+        return state.exit_status
+
+    assert status() == 0 and status(diverged_at_iteration=7) == 1
+    assert status(signal.SIGINT) == 130 and status(signal.SIGTERM, diverged_at_iteration=7) == 143
+    assert status(failed=True) == 1 and status(signal.SIGTERM, failed=True) == 1  # a learner without data

@@ -15,8 +15,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from dqn_cartpole.config import Config, dump_yaml, sampling_mode
-from dqn_cartpole.console import exit_status, signals
-from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
+from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole import env_ids
 from dqn_cartpole.core import build
@@ -241,10 +240,7 @@ class TrainingSession:
                                            close_logs=self.stack.close))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
-        signum = self.stop_request.signum
-        diverged = state.diverged_at_iteration is not None
-        state.exit_status = EXIT_FAILED if state.failed else exit_status.for_signal(signum) if signum else (
-            EXIT_FAILED if diverged else EXIT_OK)
+        state.end(self.stop_request.signum)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
         return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb}
 

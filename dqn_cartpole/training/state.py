@@ -9,6 +9,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from dqn_cartpole.console import exit_status
+from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
+
 # The fields a checkpoint carries over to a resumed run; the rest are per process or per outcome.
 RESUMED_FIELDS = ("loss", "last_return", "best_return", "best_iteration", "solved_at_iteration", "solved_return",
                   "solved_wall_s", "solved_env_steps", "solved_cpu_s")
@@ -42,6 +45,15 @@ class RunState:
     failed: bool = False  # stopped by an error, after a checkpoint (exit status 1 even after a signal)
     resumed_from: Optional[str] = None
     artifacts: dict = field(default_factory=dict)
+
+    def end(self, signum: Optional[int]) -> None:
+        """Sets the exit status: 1 after a failure, else 128 + the signal after a stop, else 1 after a divergence."""
+        if self.failed:
+            self.exit_status = EXIT_FAILED
+        elif signum:
+            self.exit_status = exit_status.for_signal(signum)
+        else:
+            self.exit_status = EXIT_OK if self.diverged_at_iteration is None else EXIT_FAILED
 
     def add_losses(self, losses: np.ndarray) -> None:
         """Keeps a chunk's per-iteration losses for the next train row, and the last one as `loss`."""
