@@ -37,7 +37,7 @@ def prepare_folder(layout: RunLayout, plan: Optional[checkpointing.ResumePlan]) 
     puts back the metrics of the good one. Returns the checkpoint to resume from, if any."""
     os.makedirs(layout.checkpoints, exist_ok=True)
     for path in (layout.best_policy, layout.final_policy):
-        policy_files.recover_policy(path)
+        policy_files.recover_policy(path, remove_leftovers=True)
     if plan is None:
         return None
     checkpointing.set_aside(list(plan.bad))
