@@ -8,7 +8,8 @@ import pytest
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder import SUMMARY_VERSION, RunLayout, read_run, write_summary
 from dqn_cartpole.run_folder.atomic import replacing, write_text_atomic
-from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog
+from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS
 from dqn_cartpole.run_folder.record import find_runs
 
 
@@ -261,3 +262,22 @@ def test_replacing_dir_swaps_a_whole_folder_in_and_a_crash_between_the_renames_i
     assert (path / "which").read_text() == "new" and "final.456-0def5678.tmp" in os.listdir(tmp_path)
     recover_dir(str(path), remove_leftovers=True)
     assert os.listdir(tmp_path) == ["final"]
+
+
+def test_whole_csv_files_are_written_as_the_csv_module_writes_them_and_read_back(tmp_path):
+    import csv
+    import io
+
+    from dqn_cartpole.run_folder.csv_files import dict_rows, read_csv, write_csv_atomic
+
+    rows = [{"run": "a", "best return": 500.0, "state": None}, {"run": "b,c", "best return": "", "state": "done"}]
+    expected = io.StringIO()
+    writer = csv.DictWriter(expected, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    path = tmp_path / "members.csv"
+    write_csv_atomic(str(path), list(rows[0]), dict_rows(list(rows[0]), rows))
+    assert path.read_bytes() == expected.getvalue().encode() and os.listdir(tmp_path) == ["members.csv"]
+    assert read_csv(str(path)) == [{"run": "a", "best return": "500.0", "state": ""},
+                                   {"run": "b,c", "best return": "", "state": "done"}]
+    assert read_csv(str(tmp_path / "missing.csv")) == []

@@ -28,7 +28,7 @@ from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts
 from dqn_cartpole.distributed.variables import WeightSync, check_server
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.run_folder.metrics import CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 
 COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weights_train_step", "weights_age_s",

@@ -26,7 +26,8 @@ from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.variables import WeightSync
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.run_folder.metrics import column, read_csv
+from dqn_cartpole.run_folder.csv_files import read_csv
+from dqn_cartpole.run_folder.metrics import column
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import resume, triggers
 from dqn_cartpole.training.pipeline import Pipeline

@@ -8,7 +8,6 @@ with the same name but a different grid is refused rather than mixed in.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import os
 import signal
@@ -26,7 +25,7 @@ from dqn_cartpole.processes.commands import child_command, continue_command, res
 from dqn_cartpole.processes.supervisor import Child, ChildSet
 from dqn_cartpole.run_folder import layout, read_run
 from dqn_cartpole.run_folder.atomic import write_text_atomic
-from dqn_cartpole.run_folder.metrics import read_csv
+from dqn_cartpole.run_folder.csv_files import dict_rows, read_csv, write_csv_atomic
 
 MANIFEST_FILE = "sweep.yaml"
 MEMBERS_FILE = "members.csv"  # one row per member, shown on the sweep's report.html
@@ -220,10 +219,7 @@ def write_page(plan: SweepPlan) -> str:
                      "best return": summary.get("best_return", ""), "final return": summary.get("final_return", ""),
                      "wall s": round(summary["wall_s"], 1) if summary.get("wall_s") is not None else ""})
     table = os.path.join(plan.folder, MEMBERS_FILE)
-    with open(table, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv_atomic(table, list(rows[0]), dict_rows(list(rows[0]), rows))
     links = [(m.name, os.path.join(m.run_dir, layout.REPORT_FILE)) for m in plan.members]
     return render_collection_page(os.path.join(plan.folder, layout.REPORT_FILE), f"Sweep {plan.name}", [], table,
                                   links)

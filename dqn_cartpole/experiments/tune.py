@@ -274,7 +274,7 @@ class Objective:
     def _follow(self, child: Child, trial, follow_evaluations: bool) -> Optional[str]:
         """Reports each new evaluation until the run ends; SIGTERMs it if pruned (returns why) or stopped."""
         from dqn_cartpole.run_folder.layout import RunLayout
-        from dqn_cartpole.run_folder.metrics import read_csv
+        from dqn_cartpole.run_folder.csv_files import read_csv
 
         reported, eval_csv = 0, RunLayout(child.name).eval_metrics
         while child.returncode is None:

@@ -6,15 +6,14 @@ including the trials of other processes and machines.
 
 from __future__ import annotations
 
-import csv
 import fcntl
-import io
 import os
 import warnings
 
 from dqn_cartpole.experiments import grid
 from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.csv_files import dict_rows, write_csv_atomic
 
 BEST_FILE = "best.yaml"
 TRIALS_CSV = "trials.csv"
@@ -69,11 +68,7 @@ def write_trials(study, folder: str) -> str:
     if not rows:
         return ""
     columns = list(rows[0])
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(os.path.join(folder, TRIALS_CSV), out.getvalue())
+    write_csv_atomic(os.path.join(folder, TRIALS_CSV), columns, dict_rows(columns, rows))
     md = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     md += ["| " + " | ".join(str(row[c]).replace("|", "\\|") for c in columns) + " |" for row in rows]
     write_text_atomic(os.path.join(folder, TRIALS_MD), "\n".join(md) + "\n")

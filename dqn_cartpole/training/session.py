@@ -25,7 +25,8 @@ from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog
+from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import phases as phase, resume, triggers
 from dqn_cartpole.training.artifacts import ArtifactWorkers

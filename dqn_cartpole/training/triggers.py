@@ -19,7 +19,7 @@ from dqn_cartpole.core import build
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.core.q_probe import MaxQ
 from dqn_cartpole.run_folder import export
-from dqn_cartpole.run_folder.metrics import CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import phases as phase_names
 from dqn_cartpole.training.phases import Phases, measure
