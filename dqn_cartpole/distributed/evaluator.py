@@ -29,7 +29,7 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.csv_files import read_csv
 from dqn_cartpole.run_folder.metrics import column
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import resume, triggers
+from dqn_cartpole.training import checkpoints as run_checkpoints, triggers
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import make_evaluation, process_start_time
 from dqn_cartpole.training.state import RunState
@@ -52,7 +52,7 @@ def restore_state(layout: RunLayout, state: RunState, clock: triggers.Clock, per
     best = max(range(len(returns)), key=lambda i: (returns[i], i))  # ties go to the later
     state.last_return, state.best_return = returns[-1], returns[best]
     state.best_iteration = steps[best] // per_iteration
-    resume.adopt_best_on_disk(layout.best_policy, state)
+    run_checkpoints.adopt_best_on_disk(layout.best_policy, state)
     clock.continue_from(float(rows[-1]["wall_s"]))
     return steps[-1]
 

@@ -28,7 +28,7 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import phases as phase, resume, triggers
+from dqn_cartpole.training import checkpoints as run_checkpoints, phases as phase, triggers
 from dqn_cartpole.training.artifacts import ArtifactWorkers
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop, make_iterations, make_train_step, run_ops_on_one_thread
 from dqn_cartpole.training.phases import Phases
@@ -75,7 +75,7 @@ class TrainingSession:
         self.stop_request = signals.StopRequest()
         self.stack = contextlib.ExitStack()
         self.pipeline: Optional[Pipeline] = None
-        self.checkpoints: Optional[resume.Checkpoints] = None
+        self.checkpoints: Optional[run_checkpoints.Checkpoints] = None
         self.exporter: Optional[triggers.PolicyExport] = None
         self.evaluate: Optional[triggers.Evaluate] = None
         self.log_train: Optional[triggers.LogTrain] = None
@@ -84,11 +84,11 @@ class TrainingSession:
     def run(self) -> dict:
         with self.stop_request, self.stack:
             try:
-                found = resume.prepare_folder(self.layout, self.plan)
+                found = run_checkpoints.prepare_folder(self.layout, self.plan)
                 # The plotter and the renderer start now: their imports overlap the training.
                 self.workers = ArtifactWorkers(self.config, self.layout, self.progress, self.phases)
                 time_step, policy_state = self.build(found)
-                if found is None or not resume.already_done(found, self.config):
+                if found is None or not run_checkpoints.already_done(found, self.config):
                     self.iterate(time_step, policy_state)
                 return self.finish()
             except checkpointing.DiskFullError:
@@ -112,7 +112,7 @@ class TrainingSession:
                 run_ops_on_one_thread()  # a chain of small ops: see there (tf.data and Reverb keep their threads)
             seed_everything(cfg.training.seed)
             pipeline = self.pipeline = self.make_pipeline(found)
-            self.checkpoints = resume.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
+            self.checkpoints = run_checkpoints.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
             if found is not None:
                 time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
             self.open_logs()

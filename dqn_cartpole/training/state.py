@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -94,38 +93,3 @@ class RunState:
             "checkpoint_bytes": last_checkpoint.bytes if last_checkpoint else None,
             "checkpoint_write_s": last_checkpoint.seconds if last_checkpoint else None,
         }
-
-
-def rng_state() -> dict:
-    """Python's and NumPy's global RNG states, as JSON."""
-    numpy_state = np.random.get_state()
-    return {"python": list(random.getstate()),
-            "numpy": [numpy_state[0], numpy_state[1].tolist(), *[np.asarray(x).item() for x in numpy_state[2:]]]}
-
-
-def restore_rng_state(saved: dict) -> None:
-    python_state = saved["python"]
-    random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
-    name, keys, *rest = saved["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
-
-
-def checkpoint_record(state: RunState, finished: bool, train_steps: int, env_steps: int, replay: Any,
-                      time_step: Any, wall_s: float, config: dict) -> dict:
-    """The loop's part of a checkpoint (state.json): counters, run state, replay seam, RNGs, config."""
-    return {
-        "finished": bool(finished),
-        "train_step": train_steps,
-        "env_steps": env_steps,
-        "replay_size": replay.size(),
-        "replay_inserts": replay.inserts(),
-        "run_state": state.resumed_fields(),
-        # Where each env's stored stream stands: a resumed run ends it there (Replay.write_seam).
-        # A learner (time_step None) has no env stream: its collectors' writers end theirs.
-        "stream": None if time_step is None else {"observation": np.asarray(time_step.observation).tolist(),
-                                                  "held": replay.held_steps()},
-        "wall_s": wall_s,
-        "rng": rng_state(),
-        "config": config,
-        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
