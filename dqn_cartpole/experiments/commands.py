@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from dqn_cartpole.config import add_shortcut_args, locate_config, locate_space, shortcut_overrides
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, for_signal
 
 
@@ -20,8 +21,6 @@ def add_parsers(sub) -> None:
 
 
 def add_sweep_parser(sub) -> None:
-    from dqn_cartpole.config import add_shortcut_args
-
     sweep = sub.add_parser("sweep", help="train a grid of configs x seeds, several runs at a time",
                            description="Train every (grid point, seed) pair as its own run folder under "
                                        "<output.root>/sweeps/NAME/. Running the same command again continues the "
@@ -55,8 +54,6 @@ def add_compare_parser(sub) -> None:
 
 
 def add_tune_parser(sub) -> None:
-    from dqn_cartpole.config import add_shortcut_args
-
     tune = sub.add_parser("tune", help="search hyperparameters with Optuna (TPE + median pruning)",
                           description="Run an Optuna study: each trial is a training run folder under "
                                       "<output.root>/tune/NAME/trials/NNNN (NNNN/sSEED with --seeds). The "
@@ -88,7 +85,6 @@ def add_tune_parser(sub) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from dqn_cartpole.config import locate_config, shortcut_overrides
     from dqn_cartpole.experiments import sweep
 
     args.config = locate_config(args.config)  # a shipped config's name works from any folder, as with train
@@ -114,7 +110,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from dqn_cartpole.config import locate_config, locate_space, shortcut_overrides
     from dqn_cartpole.experiments import tune
 
     args.config, args.space = locate_config(args.config), locate_space(args.space)
