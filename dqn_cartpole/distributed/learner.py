@@ -76,9 +76,6 @@ class LearnerSession(TrainingSession):
         # At every eval_interval: the evaluator evaluates the newest weights once the interval has passed.
         return lambda: self.pusher.request()
 
-    def fill_replay(self) -> tuple[Any, Any]:
-        return (), ()  # the collectors fill it: `iterate` waits for them
-
     def iterate(self, time_step: Any, policy_state: Any) -> None:
         # Made only now: a restore re-seeds TensorFlow, which clears the eager kernels and with them the
         # TF Reverb client a container made before it ("Resource ... ReverbClient does not exist").

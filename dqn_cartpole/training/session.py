@@ -63,7 +63,11 @@ def solve_return(config: Config) -> float:
 
 
 class TrainingSession:
-    """One training run. `run()` goes through the phases and returns the summary (summary.json's content)."""
+    """One training run. `run()` goes through the phases and returns the summary (summary.json's content).
+
+    The learner role (`distributed.learner`) keeps the phases, loop, triggers and checkpoints, and replaces only
+    these hooks: make_pipeline, make_evaluation, make_train, iterate, after_chunk, final_evaluation and
+    keeps_solved_policy."""
 
     def __init__(self, config: Config, layout: RunLayout, progress: Progress,
                  plan: Optional[checkpointing.ResumePlan] = None):
@@ -145,7 +149,9 @@ class TrainingSession:
                                self.clock, self.progress, self.stack, self.phases)
 
     def fill_replay(self) -> tuple[Any, Any]:
-        """Fills the buffer with a random policy, so the first samples have data."""
+        """Fills the buffer with a random policy, so the first samples have data (unless other processes collect)."""
+        if self.pipeline.initial_driver is None:
+            return (), ()
         tf_env = self.pipeline.envs.tf_env
         tf.function(self.pipeline.initial_driver.run, autograph=False)(tf_env.reset(), ())
         self.pipeline.collect_returns.take()  # the random policy's episodes are not the collect policy's
