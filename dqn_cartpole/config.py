@@ -640,7 +640,7 @@ def _validate_combinations(config: Config, fail: Callable[[str, str], None]) -> 
 
 def _check_solve_return(config: Config, source: str) -> None:
     """A run that stops when solved needs a target: evaluation.solve_return, else the env's registered threshold."""
-    from dqn_cartpole.core.env_ids import reward_threshold  # gymnasium only: no TensorFlow yet
+    from dqn_cartpole.env_ids import reward_threshold  # gymnasium only: no TensorFlow yet
 
     evaluation = config.evaluation
     if evaluation.stop_when_solved and evaluation.solve_return is None and reward_threshold(config.env.id) is None:
@@ -650,7 +650,7 @@ def _check_solve_return(config: Config, source: str) -> None:
 
 
 def validate_env_id(env_id: str, source: str) -> None:
-    from dqn_cartpole.core.env_ids import EnvSpecError, check_env_id  # gymnasium only: no TensorFlow yet
+    from dqn_cartpole.env_ids import EnvSpecError, check_env_id  # gymnasium only: no TensorFlow yet
 
     try:
         check_env_id(env_id)

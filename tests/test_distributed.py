@@ -393,7 +393,6 @@ def test_the_learner_side_replay_is_in_the_learners_checkpoint(tmp_path):
         assert replay.fill(lambda: False) and replay.inserts() == 12
         root = str(tmp_path / "checkpoints")
         os.makedirs(root)
-        agent.build_optimizer()  # as a learner's, which has trained: a restore expects the optimizer's slots
         writer = checkpointing.CheckpointWriter(root, agent, tf_metrics.EnvironmentSteps(), replay, keep=2)
         saved = writer.save(12, {"replay_size": replay.size()}, {})
         restored = learner_replay()  # a new learner: an empty buffer until the checkpoint is read
@@ -448,3 +447,15 @@ def test_the_learner_pushes_its_weights_in_the_background_and_watches_the_evalua
         wait_for(lambda: watch.evaluation is not None, 10, "the watch to read the evaluation")
         assert watch.evaluation.average_return == 123.0 and watch.evaluation.train_step == 500
         assert watch.server_info["variables"].current_size == 1
+
+
+def test_the_learners_policy_lag_is_its_train_rows_extra_columns_over_each_log_interval():
+    import numpy as np
+
+    from dqn_cartpole.distributed.policy_lag import IntervalLag
+
+    lag = IntervalLag(log_interval=4)
+    assert lag.row(0, np.array([[1.0, 2.0], [3.0, 5.0]])) == {"policy_lag": 2.0, "policy_lag_max": 5.0}
+    assert lag.row(2, np.array([[5.0, 6.0], [7.0, 9.0]])) == {"policy_lag": 4.0, "policy_lag_max": 9.0}
+    assert lag.row(4, np.array([[10.0, 10.0]])) == {"policy_lag": 10.0, "policy_lag_max": 10.0}  # a new interval
+    assert IntervalLag(4).row(0, None) == {"policy_lag": None, "policy_lag_max": None}

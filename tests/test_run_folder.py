@@ -8,7 +8,8 @@ import pytest
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder import SUMMARY_VERSION, RunLayout, read_run, write_summary
 from dqn_cartpole.run_folder.atomic import replacing, write_text_atomic
-from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog
+from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS
 from dqn_cartpole.run_folder.record import find_runs
 
 
@@ -230,3 +231,53 @@ def test_a_metrics_cell_that_is_not_a_number_is_one_line_naming_it(tmp_path):
         handle.write("train_step,loss\n50,0.5,7\n")
     with pytest.raises(UserError, match=r"train_metrics.csv: line 2 has more cells than the header has columns"):
         read_run(layout.root)
+
+
+def test_replacing_dir_swaps_a_whole_folder_in_and_a_crash_between_the_renames_is_recovered(tmp_path):
+    from dqn_cartpole.run_folder.atomic import recover_dir, replacing_dir
+
+    path = tmp_path / "final"
+    for which in ("first", "second"):
+        with replacing_dir(str(path)) as tmp:
+            assert os.listdir(tmp) == [] and os.path.basename(tmp) != "final.tmp"  # a name unique to the call
+            (tmp_path / tmp / "which").write_text(which)
+        assert (path / "which").read_text() == which and os.listdir(tmp_path) == ["final"]
+
+    class Crash(Exception):
+        pass
+
+    def crash() -> None:  # killed between the two renames: the old one is aside, the new one complete
+        raise Crash
+
+    with pytest.raises(Crash), replacing_dir(str(path), between=crash) as tmp:
+        (tmp_path / tmp / "which").write_text("third")
+    assert (path / "which").read_text() == "second" and os.listdir(tmp_path) == ["final"]  # put back on error
+
+    token = "123-0abc1234"
+    (tmp_path / f"final.{token}.tmp").mkdir()
+    (tmp_path / f"final.{token}.tmp" / "which").write_text("new")
+    os.replace(path, tmp_path / f"final.{token}.old")
+    (tmp_path / "final.456-0def5678.tmp").mkdir()  # another write, cut short before its swap
+    recover_dir(str(path))
+    assert (path / "which").read_text() == "new" and "final.456-0def5678.tmp" in os.listdir(tmp_path)
+    recover_dir(str(path), remove_leftovers=True)
+    assert os.listdir(tmp_path) == ["final"]
+
+
+def test_whole_csv_files_are_written_as_the_csv_module_writes_them_and_read_back(tmp_path):
+    import csv
+    import io
+
+    from dqn_cartpole.run_folder.csv_files import dict_rows, read_csv, write_csv_atomic
+
+    rows = [{"run": "a", "best return": 500.0, "state": None}, {"run": "b,c", "best return": "", "state": "done"}]
+    expected = io.StringIO()
+    writer = csv.DictWriter(expected, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    path = tmp_path / "members.csv"
+    write_csv_atomic(str(path), list(rows[0]), dict_rows(list(rows[0]), rows))
+    assert path.read_bytes() == expected.getvalue().encode() and os.listdir(tmp_path) == ["members.csv"]
+    assert read_csv(str(path)) == [{"run": "a", "best return": "500.0", "state": ""},
+                                   {"run": "b,c", "best return": "", "state": "done"}]
+    assert read_csv(str(tmp_path / "missing.csv")) == []

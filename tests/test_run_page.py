@@ -12,7 +12,8 @@ from dqn_cartpole.config import load_config, to_dict
 from dqn_cartpole.report.run_page import write_run_report
 from dqn_cartpole.run_folder import RunLayout, write_summary
 from dqn_cartpole.run_folder.atomic import write_text_atomic
-from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog
+from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS
 
 
 def make_run(root: str, overrides=(), distributed: bool = False) -> RunLayout:

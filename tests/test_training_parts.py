@@ -16,7 +16,7 @@ import pytest
 from dqn_cartpole.config import load_config
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.policy_files import INFO_FILE
-from dqn_cartpole.training import resume, triggers
+from dqn_cartpole.training import checkpoints as resume, triggers
 from dqn_cartpole.training.loop import FIRST_CHUNK, Chunk, ChunkedLoop
 from dqn_cartpole.training.state import RESUMED_FIELDS, RunState
 
@@ -163,3 +163,35 @@ def test_a_better_best_policy_saved_after_the_checkpoint_is_kept(tmp_path):
 def test_resume_seed_depends_on_seed_and_iteration():
     seeds = {resume.resume_seed(s, i) for s in (0, 1) for i in (100, 200)}
     assert len(seeds) == 4 and all(0 <= s < 2**31 - 1 for s in seeds)
+
+
+def test_the_exit_status_is_1_after_a_failure_even_when_stopped_then_128_plus_the_signal_then_1_after_a_divergence():
+    import signal
+
+    def status(signum=None, **fields) -> int:
+        state = RunState(**fields)
+        state.end(signum)
+        return state.exit_status
+
+    assert status() == 0 and status(diverged_at_iteration=7) == 1
+    assert status(signal.SIGINT) == 130 and status(signal.SIGTERM, diverged_at_iteration=7) == 143
+    assert status(failed=True) == 1 and status(signal.SIGTERM, failed=True) == 1  # a learner without data
+
+
+def test_a_checkpoint_record_carries_the_run_state_and_the_rngs_which_restore_the_same_draws():
+    import random
+
+    class Replay:
+        def size(self) -> int:
+            return 7
+
+        def inserts(self) -> int:
+            return 9
+
+    state = RunState(best_return=12.5, iteration=40)
+    record = json.loads(json.dumps(resume.checkpoint_record(state, False, 80, 160, Replay(), None, 3.5, {"k": 1})))
+    assert (record["train_step"], record["env_steps"], record["replay_size"], record["replay_inserts"]) == (80, 160, 7, 9)
+    assert record["run_state"]["best_return"] == 12.5 and record["stream"] is None and record["config"] == {"k": 1}
+    draws = (random.random(), float(np.random.random()))
+    resume.restore_rng_state(record["rng"])
+    assert (random.random(), float(np.random.random())) == draws

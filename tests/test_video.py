@@ -12,7 +12,7 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 
-from dqn_cartpole.core.env_ids import make_gymnasium
+from dqn_cartpole.env_ids import make_gymnasium
 from dqn_cartpole.report import video
 from dqn_cartpole.report.video import Episode, VideoJob, VideoSpec
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Optional
 
+from dqn_cartpole.config import add_shortcut_args, locate_config, shortcut_overrides
 from dqn_cartpole.errors import UserError
 
 
@@ -26,22 +27,16 @@ def add_config_args(parser: argparse.ArgumentParser, example: str = "agent.learn
     parser.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                         help=f"override one config key, e.g. --set {example} (repeatable)")
     if shortcuts:
-        from dqn_cartpole.config import add_shortcut_args
-
         add_shortcut_args(parser)
 
 
 def config_overrides(args: argparse.Namespace) -> list[str]:
     """The shortcuts given (as `section.key=value`), then every `--set`, in order: a later `--set` wins."""
-    from dqn_cartpole.config import shortcut_overrides
-
     return shortcut_overrides(args) + list(args.overrides)
 
 
 def config_path(given: Optional[str]) -> str:
     """The config file `--config` means (a path, or a shipped config's name); configs/default.yaml without it."""
-    from dqn_cartpole.config import locate_config
-
     return locate_config(given)
 
 

@@ -8,18 +8,17 @@ after its arguments and config have been checked. A run stopped by Ctrl-C or SIG
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Optional, Sequence
 
-from dqn_cartpole.cli import config_command, single_process
-from dqn_cartpole.distributed import commands as distributed_commands
+from dqn_cartpole.cli import config_command, roles, single_process
 from dqn_cartpole.experiments import commands as experiments
 from dqn_cartpole.cli.args import ArgParser
+from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_USAGE, for_signal
 from dqn_cartpole.errors import UserError
 
-EXIT_USAGE = 2
-EXIT_FAILED = 1
-COMMAND_MODULES = (single_process, config_command, distributed_commands, experiments)
+COMMAND_MODULES = (single_process, config_command, roles, experiments)
 COMMANDS = {name: handler for module in COMMAND_MODULES for name, handler in module.COMMANDS.items()}
 
 
@@ -46,4 +45,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
-        return 130
+        return for_signal(signal.SIGINT)

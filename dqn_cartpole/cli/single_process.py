@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import os
-import shutil
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
-from dqn_cartpole.cli.summary import resume_command, summary_lines, write_run_summary
+from dqn_cartpole.config import load_config, to_dict, validate_env_id
+from dqn_cartpole.console.quiet import NativeStderrFilter, silence
+from dqn_cartpole.distributed import launcher
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.run_folder import layout
+from dqn_cartpole.report.command import redraw_run
+from dqn_cartpole.run_folder import checkpointing, layout
 from dqn_cartpole.run_folder.lock import lock_run
 from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
-
-EXIT_FAILED = 1
 
 
 def add_parsers(sub: Any) -> None:
@@ -81,12 +80,6 @@ def add_parsers(sub: Any) -> None:
     specs.add_argument("--steps", type=int, default=20, help="random env steps collected first (default 20)")
 
 
-def silence() -> None:
-    from dqn_cartpole.console import quiet
-
-    quiet.silence()  # before anything else imports TensorFlow (it imports it itself)
-
-
 # ---------------------------------------------------------------------------- train
 
 
@@ -97,8 +90,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         return cmd_train_local(args)
     if args.resume:
         return cmd_resume(args)
-    from dqn_cartpole.config import load_config
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         if args.output_dir:
@@ -108,19 +99,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     created, _lock = create_run_dir(run_dir, args.overwrite)  # the lock lives as long as this call
     silence()
-    from dqn_cartpole.console.progress import Progress
+    from dqn_cartpole.training.run import run_new
 
-    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
-    progress.message(f"Training {config.env.id} with {os.path.basename(path)} "
-                     f"(seed {config.training.seed}, replay {config.replay.backend}) -> {run_dir}")
-    return run_training(config, run_dir, progress, None, created)
+    return run_new(config, run_dir, path, created, args.quiet)
 
 
 def cmd_train_local(args: argparse.Namespace) -> int:
     """`train --topology local`: the same checks and run folder as `train`, then every role as a process."""
-    from dqn_cartpole.config import load_config
-    from dqn_cartpole.run_folder import checkpointing
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         if args.resume:
@@ -131,29 +116,12 @@ def cmd_train_local(args: argparse.Namespace) -> int:
                 resolve_run_dir(None, args.output_dir, args.overwrite)
             config, plan = load_config(config_path(args.config), config_overrides(args)), None
             run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
-    if args.resume and config.replay.backend != "reverb":  # its replay is in the checkpoint, not in a server
-        raise UserError(f"--resume {run_dir}: the run's replay is {config.replay.backend}, and --topology local "
-                        f"shares a Reverb server; continue it in one process: {resume_command(run_dir)}")
-    if config.distributed.replay == "server" and plan is not None and plan.found is not None and not os.path.isdir(
-            os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
-        raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
-    if config.replay.backend != "reverb":  # the roles share their replay through a Reverb server
-        replay = dataclasses.replace(config.replay, backend="reverb", sampling="dataset")
-        config = dataclasses.replace(config, replay=replay)
-        print("note: --topology local shares the replay through a Reverb server: replay.backend: reverb",
-              file=sys.stderr)
+    config = launcher.local_config(config, run_dir, plan)
     if args.resume:
         created, _lock = False, lock_run(run_dir)  # noqa: F841 (held as long as this call; children inherit it)
     else:
         created, _lock = create_run_dir(run_dir, args.overwrite)
-    from dqn_cartpole.distributed.launcher import launch
-
-    try:
-        return launch(config, run_dir, args.collectors, plan, args.quiet)
-    except UserError:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
-        raise
+    return launcher.launch(config, run_dir, args.collectors, plan, args.quiet, created)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -164,74 +132,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     run_dir = args.resume
     _lock = lock_run(run_dir)  # noqa: F841  (held as long as this call)
     silence()
-    from dqn_cartpole.console.progress import Progress
+    from dqn_cartpole.training.run import run_resumed
 
-    for bad in plan.bad:
-        instead = f"using {os.path.basename(plan.found.path)} instead" if plan.found else "no other checkpoint"
-        print(f"warning: checkpoint {bad.path} is {bad.reason}; {instead}", file=sys.stderr)
-    if plan.found is None:
-        print(f"warning: {run_dir} has no usable checkpoint (it stopped before writing one); "
-              f"starting it again from iteration 0 with its config.yaml", file=sys.stderr)
-    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
-    start = f"{os.path.basename(plan.found.path)}" if plan.found else "the beginning"
-    progress.message(f"Resuming {run_dir} ({config.env.id}, seed {config.training.seed}, replay "
-                     f"{config.replay.backend}) from {start}")
-    return run_training(config, run_dir, progress, plan, created=False)
-
-
-def run_training(config: Any, run_dir: str, progress: Any, plan: Any, created: bool,
-                 train: Optional[Callable] = None, resume_hint: Optional[str] = "") -> int:
-    """Trains, then writes summary.json and report.html and prints the summary; returns the exit status.
-
-    `train(config, layout, progress, plan) -> summary` is the single-process run unless given (a learner's).
-    `resume_hint` is the command that continues the run ("": `train --resume`; None: the caller prints it).
-    """
-    if resume_hint == "":
-        resume_hint = resume_command(run_dir)
-    from dqn_cartpole.run_folder.checkpointing import CheckpointError, DiskFullError
-    from dqn_cartpole.run_folder.layout import RunLayout
-
-    if train is None:
-        from dqn_cartpole.training import train
-
-    run = RunLayout(run_dir)
-    try:
-        summary = train(config, run, progress, plan)
-    except UserError:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
-        raise
-    except DiskFullError as exc:
-        progress.close()
-        print(f"error: {exc}. Free some space" + (f", then resume with: {resume_hint}" if resume_hint else ""),
-              file=sys.stderr)
-        return EXIT_FAILED
-    except CheckpointError as exc:
-        raise UserError(str(exc)) from None
-    finally:
-        progress.close()
-    summary["artifacts"]["report"] = run.report
-    write_run_summary(summary, run.summary)
-    from dqn_cartpole.report.run_page import write_run_report  # after the summary, which it shows
-
-    write_run_report(run_dir)
-    print("\n".join(summary_lines(summary)))
-    if summary["stopped_by"]:
-        print(f"Stopped by {summary['stopped_by']} at iteration {summary['iterations']}; the checkpoint, plots and "
-              f"policy are saved." + (f" Resume with:\n  {resume_hint}" if resume_hint else ""))
-    elif summary["diverged_at_iteration"] is not None:
-        print(f"Training diverged (the loss became NaN or Inf at iteration {summary['diverged_at_iteration']}) and "
-              f"stopped. Lower agent.learning_rate or set agent.gradient_clipping" +
-              (f", then continue with:\n  {resume_hint} --set agent.learning_rate=..." if resume_hint else "."),
-              file=sys.stderr)
-    return summary["exit_status"]
+    return run_resumed(config, run_dir, plan, args.quiet)
 
 
 def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
     """Checks `--resume RUN_DIR` before anything heavy: a run folder, a compatible config, a checkpoint plan."""
-    from dqn_cartpole.config import load_config, to_dict
-    from dqn_cartpole.run_folder import checkpointing
-
     for flag, given in (("--config", args.config), ("--output-dir", args.output_dir), ("--overwrite", args.overwrite)):
         if given:
             raise UserError(f"--resume cannot be combined with {flag}: a resumed run keeps its folder and its "
@@ -265,13 +172,9 @@ def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
 def env_for(args: argparse.Namespace, run_dir: Optional[str]) -> tuple[str, Optional[int]]:
     """The env id (and time-limit override) to use: --env, else the run's config, else CartPole-v1."""
     if args.env:
-        from dqn_cartpole.config import validate_env_id
-
         validate_env_id(args.env, "--env")
         return args.env, None
     if run_dir:
-        from dqn_cartpole.config import load_config
-
         config = load_config(os.path.join(run_dir, layout.CONFIG_FILE))
         return config.env.id, config.env.max_episode_steps
     return "CartPole-v1", None
@@ -282,7 +185,7 @@ def check_policy_fits(policy_dir: str, env_id: str) -> None:
     policy_specs.pbtxt says what it was saved for); one line naming both otherwise."""
     from tf_agents.specs import tensor_spec
 
-    from dqn_cartpole.core.env_ids import space_sizes
+    from dqn_cartpole.env_ids import space_sizes
 
     specs_file = os.path.join(policy_dir, "policy_specs.pbtxt")
     if not os.path.isfile(specs_file):
@@ -381,25 +284,20 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`report RUN_DIR` (alias `plot`): redraws the plots, then report.html."""
-    from dqn_cartpole.report.command import redraw_run
-
     print(f"wrote {redraw_run(args.run_dir)[-1]}")
     return 0
 
 
 def cmd_specs(args: argparse.Namespace) -> int:
-    from dqn_cartpole.config import load_config
-
     config = load_config(config_path(args.config), config_overrides(args))
     # as_dataset(4, 2) needs 2 steps, and Reverb one whole item; an empty Reverb table blocks reads.
     needed = config.agent.n_step + 1
     if args.steps < needed:
         raise UserError(f"--steps: must be at least {needed} (n_step + 1), got {args.steps}")
     silence()
-    from dqn_cartpole.console import quiet
     from dqn_cartpole.core.specs import specs_report
 
-    with quiet.NativeStderrFilter():
+    with NativeStderrFilter():
         lines = specs_report(config, args.steps, announce=lambda line: print(line, file=sys.stderr))
     print("\n".join(lines))
     return 0

@@ -2,8 +2,11 @@
 
 The first SIGINT or SIGTERM only sets a flag; the training loop checks it between compiled
 chunks (each a fraction of a second), then writes a checkpoint, the plots, the videos and the
-policy, and exits with 128 + the signal number (130 for SIGINT, 143 for SIGTERM). A second
+policy, and exits with `exit_status.for_signal` (130 for SIGINT, 143 for SIGTERM). A second
 signal is not caught: it interrupts at once, and the last complete checkpoint is still there.
+
+A command that supervises child runs (sweep, tune) keeps waiting instead: its children save
+their checkpoints, and it must not leave them behind (`second_signal_interrupts=False`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,10 @@ import sys
 import threading
 from typing import Optional
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from dqn_cartpole.console.exit_status import STOP_SIGNALS
 
-
-def exit_status(signum: int) -> int:
-    """The shell's convention: 128 + the signal number."""
-    return 128 + int(signum)
+STOP_AT_STEP = "stopping at the next step boundary and saving a checkpoint"
+STOP_CHILDREN = "stopping every run at its next step and saving checkpoints..."
 
 
 def signal_name(signum: int) -> str:
@@ -27,14 +28,15 @@ def signal_name(signum: int) -> str:
 
 
 class StopRequest:
-    """A context manager that turns the first SIGINT/SIGTERM into `self.signum`.
+    """A context manager that turns the first SIGINT/SIGTERM into `self.signum`, with one line on stderr.
 
     Handlers can only be installed from the main thread; elsewhere this does nothing (and the
     process keeps Python's defaults).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, message: str = STOP_AT_STEP, second_signal_interrupts: bool = True) -> None:
         self.signum: Optional[int] = None
+        self.message, self.second_signal_interrupts = message, second_signal_interrupts
         self._previous: dict[int, object] = {}
 
     @property
@@ -56,15 +58,19 @@ class StopRequest:
         self._previous.clear()
 
     def _handle(self, signum: int, _frame) -> None:
-        if self.signum is not None:  # second signal: stop waiting
+        if self.signum is None:
+            self.signum = signum
+            sys.stderr.write(f"\n{signal_name(signum)} received: {self.message}{self._again(signum)}\n")
+            sys.stderr.flush()
+        elif self.second_signal_interrupts:  # second signal: stop waiting
             self._restore()
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
-            return
-        self.signum = signum
+
+    def _again(self, signum: int) -> str:
+        if not self.second_signal_interrupts:
+            return ""
         again = "Ctrl-C" if signum == signal.SIGINT else "the signal"
-        sys.stderr.write(f"\n{signal_name(signum)} received: stopping at the next step boundary and saving a "
-                         f"checkpoint (send {again} again to stop at once).\n")
-        sys.stderr.flush()
+        return f" (send {again} again to stop at once)."

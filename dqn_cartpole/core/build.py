@@ -22,7 +22,7 @@ from tf_agents.policies import random_tf_policy
 from dqn_cartpole.config import Config, ReplayConfig, queue_size, samples_per_insert
 from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.core import envs
-from dqn_cartpole.core.agents import build_agent
+from dqn_cartpole.core.agents import ValueAgent, build_agent
 from dqn_cartpole.core.py_collect import CompiledPyPolicy, StepCounter, StepStash
 from dqn_cartpole.replay import reverb_tables
 from dqn_cartpole.replay.base import Replay, sequence_length_for
@@ -57,8 +57,8 @@ def make_envs(config: Config, stack: contextlib.ExitStack) -> Envs:
     return Envs(collect, tf_py_environment.TFPyEnvironment(collect), evaluate)
 
 
-def make_agent(config: Config, tf_env: tf_py_environment.TFPyEnvironment) -> Any:
-    """The configured DqnAgent / DdqnAgent for the env's specs."""
+def make_agent(config: Config, tf_env: tf_py_environment.TFPyEnvironment) -> ValueAgent:
+    """The configured agent (DQN / Double DQN) for the env's specs."""
     return build_agent(config.agent, config.network, tf_env.time_step_spec(), tf_env.action_spec())
 
 

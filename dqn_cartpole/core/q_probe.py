@@ -21,6 +21,8 @@ import gymnasium
 import numpy as np
 import tensorflow as tf
 
+from dqn_cartpole.core.agents.protocol import ValueAgent
+
 NUM_STATES = 500  # enough for a steady mean; one batched forward pass costs well under a millisecond
 SEED_OFFSET = 40_000  # a random stream of its own (see the offsets in training.py)
 
@@ -71,7 +73,7 @@ class QProbe:
         return self.max_q(self.states)
 
     @classmethod
-    def for_agent(cls, agent, env_id: str, seed: int, max_episode_steps: Optional[int] = None) -> "QProbe":
+    def for_agent(cls, agent: ValueAgent, env_id: str, seed: int, max_episode_steps: Optional[int] = None) -> "QProbe":
         """A probe of `agent`'s online Q-network on NUM_STATES random-policy states of `env_id`."""
         states = random_policy_states(env_id, NUM_STATES, seed + SEED_OFFSET, max_episode_steps)
         return cls(agent.q_network, states)

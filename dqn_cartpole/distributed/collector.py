@@ -21,14 +21,14 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from dqn_cartpole.config import Config
-from dqn_cartpole.console import signals
+from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.core import build
 from dqn_cartpole.core.py_collect import StepCounter
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts
 from dqn_cartpole.distributed.variables import WeightSync, check_server
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.run_folder.metrics import CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 
 COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weights_train_step", "weights_age_s",
@@ -55,7 +55,7 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str) -> in
         scalars = stack.enter_context(contextlib.closing(Scalars(tensorboard if config.output.tensorboard else None)))
         if sync.wait_for_first(lambda: stop.requested):
             run_driver(driver, sync, lambda row: log_row(row, csv_log, scalars), stop, replay)
-    return signals.exit_status(stop.signum) if stop.signum else 0
+    return exit_status.for_signal(stop.signum) if stop.signum else 0
 
 
 def log_row(row: dict, csv_log: CsvLog, scalars: Scalars) -> None:

@@ -20,15 +20,16 @@ import time
 from typing import Any, Optional
 
 from dqn_cartpole.config import Config
-from dqn_cartpole.console import signals
+from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.variables import WeightSync
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.run_folder.metrics import column, read_csv
+from dqn_cartpole.run_folder.csv_files import read_csv
+from dqn_cartpole.run_folder.metrics import column
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import resume, triggers
+from dqn_cartpole.training import checkpoints as run_checkpoints, triggers
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import make_evaluation, process_start_time
 from dqn_cartpole.training.state import RunState
@@ -51,7 +52,7 @@ def restore_state(layout: RunLayout, state: RunState, clock: triggers.Clock, per
     best = max(range(len(returns)), key=lambda i: (returns[i], i))  # ties go to the later
     state.last_return, state.best_return = returns[-1], returns[best]
     state.best_iteration = steps[best] // per_iteration
-    resume.adopt_best_on_disk(layout.best_policy, state)
+    run_checkpoints.adopt_best_on_disk(layout.best_policy, state)
     clock.continue_from(float(rows[-1]["wall_s"]))
     return steps[-1]
 
@@ -82,7 +83,7 @@ class LiveEvaluator:
             self.collected = parts.CollectedSteps(cfg, self.address)
             sync = WeightSync(self.address, self.pipeline.agent)
             if not sync.wait_for_first(lambda: self.stop.requested):
-                return signals.exit_status(self.stop.signum)
+                return exit_status.for_signal(self.stop.signum)
             last = restore_state(self.layout, self.state, self.clock, self.per_iteration)
             scalars = stack.enter_context(contextlib.closing(
                 Scalars(self.layout.tensorboard if cfg.output.tensorboard else None)))
@@ -90,7 +91,7 @@ class LiveEvaluator:
             self.evaluate = make_evaluation(self.pipeline, cfg, self.state, exporter, self.layout, scalars,
                                             self.clock, self.progress, stack)
             self.follow(sync, -1 if last is None else last)
-        return signals.exit_status(self.stop.signum) if self.stop.signum else 0
+        return exit_status.for_signal(self.stop.signum) if self.stop.signum else 0
 
     def follow(self, sync: WeightSync, last: int) -> None:
         """Evaluates at each due train step until a stop: a signal, a solve, or the learner's last step."""

@@ -4,7 +4,8 @@ The launcher stays light (no TensorFlow): it checks the input, creates and locks
 folder, writes the resolved config.yaml every role reads, stages a resumed run's replay table,
 then starts the replay server, the learner, the evaluator and N collectors and watches them:
 
-* a collector or the evaluator that dies is started again;
+* a collector or the evaluator that dies is started again after a backoff (0.25 s, doubling up to 8 s);
+  one that dies more than 5 times within 120 s stops the run (exit status 1 and the resume command);
 * the learner finishing (or the evaluator's confirmed solve) stops the collectors and the evaluator
   through the server's `stop` table, then the launcher stops the server;
 * the learner dying stops everything and prints the command that resumes the run;
@@ -14,19 +15,20 @@ then starts the replay server, the learner, the evaluator and N collectors and w
 
 from __future__ import annotations
 
-import ctypes
+import dataclasses
 import os
+import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import IO, Optional
+from typing import Optional
 
 from dqn_cartpole.config import Config, dump_yaml
-from dqn_cartpole.console import signals
+from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.processes.commands import child_command, resume_command
+from dqn_cartpole.processes.supervisor import DIED, GAVE_UP, Backoff, Child, stop_all
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
@@ -35,8 +37,7 @@ POLL_S = 0.25
 SERVER_START_S = 120.0  # TensorFlow's import on a loaded machine
 STOP_WAIT_S = 20.0
 READY_LINE = "replay server ready"
-EXIT_FAILED = 1
-_PR_SET_PDEATHSIG = 1
+RESTART_BACKOFF = Backoff(first_s=0.25, max_s=8.0, max_restarts=5, window_s=120.0)
 
 
 def free_port() -> int:
@@ -45,57 +46,8 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the launcher dies, however it dies (Linux)."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def resume_line(run_dir: str, collectors: int) -> str:
-    from dqn_cartpole.cli.summary import resume_command
-
-    return f"{resume_command(run_dir)} --topology local --collectors {collectors}"
-
-
-@dataclass
-class Child:
-    """One role's process, its command and its log (None: it writes to the launcher's console)."""
-
-    name: str
-    argv: list
-    log_path: Optional[str]
-    process: Optional[subprocess.Popen] = None
-    restarts: int = 0
-    log: Optional[IO] = field(default=None, repr=False)
-
-    def start(self) -> None:
-        if self.log_path:
-            self.log = open(self.log_path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
-        out = self.log or None
-        # Its own session: a terminal's Ctrl-C reaches the launcher only, which decides the order of the stop.
-        self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                        start_new_session=True, preexec_fn=die_with_parent)
-
-    def exited(self) -> Optional[int]:
-        return None if self.process is None else self.process.poll()
-
-    def send(self, signum: int) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signum)
-
-    def stop(self, timeout_s: float = STOP_WAIT_S, signum: int = signal.SIGTERM) -> Optional[int]:
-        """SIGTERM, then SIGKILL after `timeout_s`; returns the exit status."""
-        if self.process is None:
-            return None
-        self.send(signum)
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.log:
-            self.log.close()
-            self.log = None
-        return self.process.returncode
+    return resume_command(run_dir, "--topology", "local", "--collectors", str(collectors))
 
 
 class LocalTopology:
@@ -106,16 +58,16 @@ class LocalTopology:
         roles = RunLayout(run_dir).roles
         os.makedirs(roles, exist_ok=True)
         common = ["--config", config_file, "--replay-address", f"localhost:{port}", "--run-dir", run_dir]
-        python = [sys.executable, "-m", "dqn_cartpole"]
-        self.server = Child("replay server", python + ["replay-server", *common],
+        self.server = Child("replay server", child_command(["replay-server", *common]),
                             os.path.join(roles, "replay-server.log"))
         # The roles start while the server does (TensorFlow's import is most of each start-up): they wait
         # for it as long as the launcher does.
         common += ["--set", f"distributed.connect_timeout_s={SERVER_START_S:g}"]
         learn = ["learn", *common, "--supervised"] + (["--resume"] if resume else []) + (["--quiet"] if quiet else [])
-        self.learner = Child("learner", python + learn, None)
-        self.evaluator = Child("evaluator", python + ["evaluate-live", *common], os.path.join(roles, "evaluator.log"))
-        self.collectors = [Child(f"collector {i}", python + ["collect", *common, "--collector-id", str(i)],
+        self.learner = Child("learner", child_command(learn), None)
+        self.evaluator = Child("evaluator", child_command(["evaluate-live", *common]),
+                               os.path.join(roles, "evaluator.log"))
+        self.collectors = [Child(f"collector {i}", child_command(["collect", *common, "--collector-id", str(i)]),
                                  os.path.join(roles, f"collector-{i}.log")) for i in range(collectors)]
 
     def children(self) -> list:
@@ -130,9 +82,9 @@ class LocalTopology:
         come up in time."""
         deadline = time.monotonic() + SERVER_START_S
         while time.monotonic() < deadline and not stop.requested:
-            if self.server.exited() is not None:
-                raise UserError(f"the replay server did not start: {last_line(self.server.log_path)}")
-            if READY_LINE in read_text(self.server.log_path):
+            if self.server.returncode is not None:
+                raise UserError(f"the replay server did not start: {self.server.last_line() or 'no output'}")
+            if READY_LINE in self.server.output():
                 return
             time.sleep(POLL_S)
         if stop.requested:
@@ -142,9 +94,7 @@ class LocalTopology:
     def run(self, stop: signals.StopRequest) -> int:
         """Starts every role and supervises them; returns the launcher's exit status."""
         try:
-            self.server.start()
-            self.learner.start()
-            for child in self.restartable():
+            for child in self.children():
                 child.start()
             self.wait_for_server(stop)
             return self.supervise(stop)
@@ -157,69 +107,86 @@ class LocalTopology:
             if stop.requested and not forwarded:
                 self.learner.send(stop.signum)  # the learner checkpoints (the table too) before it exits
                 forwarded = True
-            status = self.learner.exited()
+            status = self.learner.returncode
             if status is not None:
                 return self.learner_ended(status, stop)
-            if self.server.exited() is not None:
-                print(f"error: the replay server exited ({self.server.exited()}); see {self.server.log_path}. "
+            if self.server.returncode is not None:
+                print(f"error: the replay server exited ({self.server.returncode}); see {self.server.log_path}. "
                       f"Resume with:\n  {resume_line(self.run_dir, self.collectors_wanted)}", file=sys.stderr)
-                return EXIT_FAILED
-            if not stop.requested:
-                self.restart_dead_roles()
+                return exit_status.EXIT_FAILED
+            if not stop.requested and not self.restart_dead_roles():
+                return exit_status.EXIT_FAILED
             time.sleep(POLL_S)
 
-    def restart_dead_roles(self) -> None:
-        """Starts again a collector or the evaluator that died (status 0: it saw the run's stop, and stays out)."""
+    def restart_dead_roles(self) -> bool:
+        """Starts again, after a backoff, a collector or the evaluator that died (status 0: it saw the run's stop,
+        and stays out). False once a role died too often to go on."""
         for child in self.restartable():
-            status = child.exited()
-            if status not in (None, 0):
-                child.restarts += 1
-                print(f"warning: {child.name} exited with status {status}; restarting it "
-                      f"(restart {child.restarts}, log {child.log_path})", file=sys.stderr, flush=True)
-                if child.log:
-                    child.log.close()
-                child.start()
+            event = child.keep_alive(RESTART_BACKOFF)
+            if event == DIED:
+                print(f"warning: {child.name} exited with status {child.returncode}; restarting it in "
+                      f"{child.restart_at - time.monotonic():.2f} s (restart {child.restarts + 1}, log "
+                      f"{child.log_path})", file=sys.stderr, flush=True)
+            elif event == GAVE_UP:
+                print(f"error: {child.name} exited with status {child.returncode} after "
+                      f"{RESTART_BACKOFF.max_restarts} restarts within {RESTART_BACKOFF.window_s:.0f} s: "
+                      f"{child.last_error() or 'no output'} (log {child.log_path}); every role is stopped. "
+                      f"Resume with:\n  {resume_line(self.run_dir, self.collectors_wanted)}", file=sys.stderr)
+                return False
+        return True
 
     def learner_ended(self, status: int, stop: signals.StopRequest) -> int:
         if stop.requested:
             print(f"Every role is stopped. Resume the run with:\n  {resume_line(self.run_dir, self.collectors_wanted)}",
                   file=sys.stderr)
-            return signals.exit_status(stop.signum)
-        if status in (0, 1):  # finished, solved, or diverged (the learner said which)
+            return exit_status.for_signal(stop.signum)
+        if status in (exit_status.EXIT_OK, exit_status.EXIT_FAILED):  # finished, solved, or diverged
             return status
         print(f"error: the learner exited with status {status}; every role is stopped. Its newest checkpoint is "
               f"kept; resume with:\n  {resume_line(self.run_dir, self.collectors_wanted)}", file=sys.stderr)
-        return EXIT_FAILED
+        return exit_status.EXIT_FAILED
 
     def stop_all(self) -> None:
         """Collectors and the evaluator first (nothing then waits on the server), the learner, then the server
-        (it checkpoints).
+        (it checkpoints); each gets one SIGTERM.
 
         A collector blocked in a Reverb call (a samples-per-insert ratio waiting on a learner that is gone)
         never sees its SIGTERM: after STOP_WAIT_S it is killed, all collectors at once.
         """
-        for child in self.restartable():
-            child.send(signal.SIGTERM)
-        for child in [*self.restartable(), self.learner, self.server]:
-            child.stop()
+        for group in (self.restartable(), [self.learner], [self.server]):
+            stop_all(group, STOP_WAIT_S, signal.SIGTERM)
 
 
-def read_text(path: Optional[str]) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except (OSError, TypeError):
-        return ""
-
-
-def last_line(path: Optional[str]) -> str:
-    lines = [l for l in read_text(path).splitlines() if l.strip()]
-    return lines[-1] if lines else "no output"
+def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.ResumePlan]) -> Config:
+    """The run's config as the roles share it (replay.backend: reverb), or a one-line UserError: a resumed run
+    must have kept its replay in Reverb, and with a shared table, its checkpoint must hold that table."""
+    if plan is not None and config.replay.backend != "reverb":  # its replay is in the checkpoint, not in a server
+        raise UserError(f"--resume {run_dir}: the run's replay is {config.replay.backend}, and --topology local "
+                        f"shares a Reverb server; continue it in one process: {resume_command(run_dir)}")
+    if config.distributed.replay == "server" and plan is not None and plan.found is not None and not os.path.isdir(
+            os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
+        raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
+    if config.replay.backend == "reverb":
+        return config
+    print("note: --topology local shares the replay through a Reverb server: replay.backend: reverb", file=sys.stderr)
+    return dataclasses.replace(config, replay=dataclasses.replace(config.replay, backend="reverb", sampling="dataset"))
 
 
 def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
-           quiet: bool) -> int:
-    """Writes the run's config, stages a resumed table, then runs the local topology. The caller holds the lock."""
+           quiet: bool, created: bool) -> int:
+    """Runs the local topology; bad input removes the run folder if this command `created` it. The caller holds
+    the lock."""
+    try:
+        return run_topology(config, run_dir, collectors, plan, quiet)
+    except UserError:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
+        raise
+
+
+def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
+                 quiet: bool) -> int:
+    """Writes the run's config, stages a resumed table, then runs the local topology."""
     from dqn_cartpole.replay.reverb_tables import check_port_free
 
     port = config.replay.reverb_port or free_port()

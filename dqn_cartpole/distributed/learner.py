@@ -32,11 +32,13 @@ from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.policy_lag import IntervalLag
 from dqn_cartpole.distributed.variables import WeightPusher, WeightSync
+from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training.loop import Chunk, make_train_step
+from dqn_cartpole.training.outcome import RunEnd
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import TrainingSession
 
@@ -60,12 +62,10 @@ class LearnerSession(TrainingSession):
     def replay_on_learner(self) -> bool:
         return self.config.distributed.replay == "learner"
 
-    def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
-        return None  # a learner-side buffer is in the agent's checkpoint; a server loaded its table itself
-
-    def make_pipeline(self, reverb_dir: Optional[str]) -> Pipeline:
+    def make_pipeline(self, found: Optional[checkpointing.Found]) -> Pipeline:
         import reverb
 
+        # A learner-side buffer is in the agent's checkpoint; a server loaded its table itself.
         make_replay = parts.learner_replay(self.config, self.address, self.stack,
                                            self.config.distributed.rate_limiter_timeout_ms)
         pipeline = parts.remote_pipeline(self.config, self.address, self.stack, make_replay)
@@ -75,9 +75,6 @@ class LearnerSession(TrainingSession):
     def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
         # At every eval_interval: the evaluator evaluates the newest weights once the interval has passed.
         return lambda: self.pusher.request()
-
-    def fill_replay(self) -> tuple[Any, Any]:
-        return (), ()  # the collectors fill it: `iterate` waits for them
 
     def iterate(self, time_step: Any, policy_state: Any) -> None:
         # Made only now: a restore re-seeds TensorFlow, which clears the eager kernels and with them the
@@ -106,7 +103,7 @@ class LearnerSession(TrainingSession):
 
     def after_chunk(self, chunk: Chunk) -> None:
         self.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam
-        self.state.policy_lag, self.state.policy_lag_max = self.lag.add(chunk.first, chunk.lags)
+        self.state.row_extras = self.lag.row(chunk.first, chunk.extras)
         parts.count_env_steps(self.pipeline, self.pipeline.replay.inserts)
         self.follow_evaluator(self.watch.evaluation)
 
@@ -126,18 +123,12 @@ class LearnerSession(TrainingSession):
 
     def starve(self) -> None:
         """No collector wrote within `rate_limiter_timeout_ms`: stop with a checkpoint, exit status 1."""
-        self.starved = True
+        self.starved = self.state.failed = True
         self.state.stopped_by = "no data"
         self.progress.message(
             f"error: the replay had no new data for {self.config.distributed.rate_limiter_timeout_ms / 1000:g} s "
             f"(distributed.rate_limiter_timeout_ms): are the collectors running? Stopping with a checkpoint.")
         self.checkpoints.save()
-
-    def finish(self) -> dict:
-        summary = super().finish()
-        if self.starved:
-            summary["exit_status"] = self.state.exit_status = 1
-        return summary
 
     # -- the evaluator's results
     def follow_evaluator(self, evaluation: Optional[status.Evaluation]) -> Optional[status.Evaluation]:
@@ -187,3 +178,17 @@ def learn(config: Config, layout: RunLayout, progress: Progress, plan: Optional[
           address: str) -> dict:
     """Trains from the server at `address`, writing everything under `layout.root`; returns the summary."""
     return LearnerSession(config, layout, progress, plan, address).run()
+
+
+def run_learner(config: Config, run_dir: str, address: str, plan: Optional[checkpointing.ResumePlan], created: bool,
+                quiet: bool, supervised: bool) -> int:
+    """The learn role from start to end: the training, then summary.json, report.html and the summary; returns
+    its exit status. Supervised, the launcher prints how to resume the whole topology; by hand, the role
+    resumes alone."""
+    progress = Progress(config.training.num_iterations, enabled=not quiet)
+    progress.message(f"Learning {config.env.id} from the replay server at {address} -> {run_dir}")
+    hint = None if supervised else continue_command(
+        ["learn", "--resume", "--config", f"{run_dir}/config.yaml", "--replay-address", address, "--run-dir", run_dir])
+    with RunEnd(run_dir, created, progress, hint) as end:
+        end.summary = learn(config, RunLayout(run_dir), progress, plan, address)
+    return end.finish()

@@ -39,3 +39,8 @@ class IntervalLag:
         if not self.means:
             return None, None
         return float(np.mean(self.means)), float(np.max(self.maxima))
+
+    def row(self, first_iteration: int, lags: Optional[np.ndarray]) -> dict:
+        """`add`, as the train row's columns (the run state's `row_extras`)."""
+        mean, maximum = self.add(first_iteration, lags)
+        return {"policy_lag": mean, "policy_lag_max": maximum}

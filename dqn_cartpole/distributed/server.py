@@ -16,7 +16,7 @@ import sys
 import time
 
 from dqn_cartpole.config import Config
-from dqn_cartpole.console import signals
+from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.core import build
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.variables import VARIABLES_TABLE, make_variables_table
@@ -61,4 +61,4 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         if holds_replay:
             client.checkpoint()  # a stopped server leaves its newest table behind
         announce(f"replay server on port {server.port} stopped")
-    return signals.exit_status(stop.signum)
+    return exit_status.for_signal(stop.signum)

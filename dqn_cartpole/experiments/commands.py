@@ -9,13 +9,18 @@ from __future__ import annotations
 import argparse
 import time
 
-EXIT_OK, EXIT_FAILED = 0, 1
+from dqn_cartpole.config import add_shortcut_args, locate_config, locate_space, shortcut_overrides
+from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, for_signal
 
 
 def add_parsers(sub) -> None:
     """Adds `sweep`, `compare` and `tune` to the CLI's subparsers."""
-    from dqn_cartpole.config import add_shortcut_args
+    add_sweep_parser(sub)
+    add_compare_parser(sub)
+    add_tune_parser(sub)
 
+
+def add_sweep_parser(sub) -> None:
     sweep = sub.add_parser("sweep", help="train a grid of configs x seeds, several runs at a time",
                            description="Train every (grid point, seed) pair as its own run folder under "
                                        "<output.root>/sweeps/NAME/. Running the same command again continues the "
@@ -34,6 +39,8 @@ def add_parsers(sub) -> None:
     sweep.add_argument("--name", help="sweep folder name (default: <config>-<time>); reuse it to continue")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
 
+
+def add_compare_parser(sub) -> None:
     compare = sub.add_parser("compare", help="compare runs across seeds: plot and table with confidence intervals",
                              description="Group runs by the config keys that differ (ignoring the seed and "
                                          "output keys) and report each group across its seeds, with 95%% "
@@ -45,6 +52,8 @@ def add_parsers(sub) -> None:
     compare.add_argument("--statistic", choices=("iqm", "mean"), default="iqm",
                          help="the line drawn per group (default iqm: the mean of the middle 50%%)")
 
+
+def add_tune_parser(sub) -> None:
     tune = sub.add_parser("tune", help="search hyperparameters with Optuna (TPE + median pruning)",
                           description="Run an Optuna study: each trial is a training run folder under "
                                       "<output.root>/tune/NAME/trials/NNNN (NNNN/sSEED with --seeds). The "
@@ -76,7 +85,6 @@ def add_parsers(sub) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from dqn_cartpole.config import locate_config, shortcut_overrides
     from dqn_cartpole.experiments import sweep
 
     args.config = locate_config(args.config)  # a shipped config's name works from any folder, as with train
@@ -86,7 +94,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
     print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start)))
     if outcome.stopped_by is not None:
-        return 128 + int(outcome.stopped_by)
+        return for_signal(outcome.stopped_by)
     return EXIT_FAILED if outcome.failed else EXIT_OK
 
 
@@ -102,7 +110,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from dqn_cartpole.config import locate_config, locate_space, shortcut_overrides
     from dqn_cartpole.experiments import tune
 
     args.config, args.space = locate_config(args.config), locate_space(args.space)

@@ -7,10 +7,8 @@ steps; a run that stopped early (solved) keeps its last evaluated return to the 
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import glob
-import io
 import os
 import sys
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import figures, stats
 from dqn_cartpole.run_folder import RunRecord, read_run
 from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.csv_files import csv_text
 from dqn_cartpole.run_folder.metrics import column
 from dqn_cartpole.run_folder.record import find_runs
 
@@ -233,16 +232,14 @@ def csv_table(rows: Sequence[dict]) -> str:
     header = []
     for name in TABLE_COLUMNS:
         header += [name] if name in ("group", "runs") else ["solved fraction"] if name == "solved" else [name, f"{name} ci_low", f"{name} ci_high"]
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(header)
+    lines = []
     for row in rows:
         cells = []
         for name in TABLE_COLUMNS:
             value = row[name]
             cells += [value.value, value.low, value.high] if isinstance(value, stats.Estimate) else [value]
-        writer.writerow(["" if isinstance(c, float) and np.isnan(c) else c for c in cells])
-    return out.getvalue()
+        lines.append(["" if isinstance(c, float) and np.isnan(c) else c for c in cells])
+    return csv_text(header, lines)
 
 
 def run_compare(runs: Sequence[RunRecord], folder: str, statistic_name: str = "iqm") -> str:

@@ -8,10 +8,8 @@ with the same name but a different grid is refused rather than mixed in.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import os
-import shlex
 import signal
 import time
 from dataclasses import dataclass, field
@@ -19,17 +17,22 @@ from typing import Optional, Sequence
 
 import yaml
 
+from dqn_cartpole.console import exit_status
+from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.experiments import grid, launcher
+from dqn_cartpole.experiments import grid
+from dqn_cartpole.processes.commands import child_command, continue_command, resume_argv, train_argv
+from dqn_cartpole.processes.supervisor import Child, ChildSet
 from dqn_cartpole.run_folder import layout, read_run
 from dqn_cartpole.run_folder.atomic import write_text_atomic
-from dqn_cartpole.run_folder.metrics import read_csv
+from dqn_cartpole.run_folder.csv_files import dict_rows, read_csv, write_csv_atomic
 
 MANIFEST_FILE = "sweep.yaml"
 MEMBERS_FILE = "members.csv"  # one row per member, shown on the sweep's report.html
 LOGS_DIR = "logs"
 MEMORY_PER_RUN_MB = 700  # peak RSS of one training process (TensorFlow + TF-Agents), measured on the default config
 POLL_S = 0.5
+STOP_WAIT_S = 120.0  # a stopped run writes its checkpoint, plots and videos
 
 
 @dataclass(frozen=True)
@@ -60,13 +63,13 @@ class SweepPlan:
 
     def continue_command(self) -> str:
         m = self.manifest
-        argv = ["python", "-m", "dqn_cartpole", "sweep", "--config", m["config"], "--seeds",
+        argv = ["sweep", "--config", m["config"], "--seeds",
                 ",".join(str(s) for s in m["seeds"]), "--name", self.name, "--jobs", str(self.jobs)]
         for axis in m["grid"]:
             argv += ["--grid", axis]
         for item in m["set"]:
             argv += ["--set", item]
-        return shlex.join(argv)
+        return continue_command(argv)
 
 
 @dataclass
@@ -154,13 +157,13 @@ def member_state(member: Member) -> str:
     from dqn_cartpole.run_folder import read_run
 
     status = read_run(member.run_dir).get("exit_status")
-    return "done" if status in (launcher.EXIT_OK, launcher.EXIT_FAILED) else "resume"
+    return "done" if status in (exit_status.EXIT_OK, exit_status.EXIT_FAILED) else "resume"
 
 
 def member_argv(plan: SweepPlan, member: Member, state: str) -> list[str]:
     if state == "resume":
-        return launcher.resume_argv(member.run_dir)
-    return launcher.train_argv(plan.config_path, [*plan.manifest["set"], *member.overrides], member.run_dir)
+        return resume_argv(member.run_dir, "--quiet")
+    return train_argv(plan.config_path, [*plan.manifest["set"], *member.overrides], member.run_dir)
 
 
 # ---------------------------------------------------------------------------- running
@@ -180,24 +183,23 @@ def run_sweep(plan: SweepPlan, show_progress: bool = True) -> Outcome:
             outcome.failed.append((member.name, None, "holds files but no config.yaml; move it away", member.run_dir))
         else:
             queue.append((member, state))
-    children = launcher.ChildSet()
+    children = ChildSet()
     running: dict = {}  # Child -> Member
     bar = _progress_bar(plan, show_progress)
-    with launcher.StopFlag() as stop:
+    with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
         try:
             while (queue or running) and not stop.requested:
                 while queue and len(running) < plan.jobs and not stop.requested:
                     member, state = queue.pop(0)
-                    child = launcher.start(member_argv(plan, member, state), member.run_dir,
-                                           os.path.join(plan.logs, f"{member.name}.log"))
-                    children.add(child)
+                    child = children.add(Child(member.run_dir, child_command(member_argv(plan, member, state)),
+                                               os.path.join(plan.logs, f"{member.name}.log"), header=True).start())
                     running[child] = member
                 time.sleep(POLL_S)
                 _collect_finished(running, children, outcome)
                 _update_bar(bar, plan, outcome)
         finally:  # a signal, or an error in this loop: no child outlives the sweep
             outcome.stopped_by = stop.signum
-            children.stop(stop.signum or signal.SIGTERM)
+            children.stop(stop.signum or signal.SIGTERM, STOP_WAIT_S)
             _collect_finished(running, children, outcome)
     _update_bar(bar, plan, outcome)
     bar.close()
@@ -217,10 +219,7 @@ def write_page(plan: SweepPlan) -> str:
                      "best return": summary.get("best_return", ""), "final return": summary.get("final_return", ""),
                      "wall s": round(summary["wall_s"], 1) if summary.get("wall_s") is not None else ""})
     table = os.path.join(plan.folder, MEMBERS_FILE)
-    with open(table, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv_atomic(table, list(rows[0]), dict_rows(list(rows[0]), rows))
     links = [(m.name, os.path.join(m.run_dir, layout.REPORT_FILE)) for m in plan.members]
     return render_collection_page(os.path.join(plan.folder, layout.REPORT_FILE), f"Sweep {plan.name}", [], table,
                                   links)
@@ -234,13 +233,13 @@ def read_summary(run_dir: str) -> dict:
         return {}
 
 
-def _collect_finished(running: dict, children: launcher.ChildSet, outcome: Outcome) -> None:
+def _collect_finished(running: dict, children: ChildSet, outcome: Outcome) -> None:
     for child in [c for c in running if c.returncode is not None]:
         member = running.pop(child)
         children.remove(child)
-        if child.returncode == launcher.EXIT_OK:
+        if child.returncode == exit_status.EXIT_OK:
             outcome.ok.append(member.name)
-        elif outcome.stopped_by is None or child.returncode not in (130, 143):
+        elif outcome.stopped_by is None or not exit_status.is_stop(child.returncode):
             outcome.failed.append((member.name, child.returncode, child.last_error(), child.log_path))
 
 
@@ -279,5 +278,5 @@ def summary_lines(plan: SweepPlan, outcome: Outcome, wall_s: float) -> list[str]
         lines.append(f"Continue the sweep (finished runs are skipped, stopped ones resume) with:\n  "
                      f"{plan.continue_command()}")
     else:
-        lines.append(f"Compare the runs with:\n  python -m dqn_cartpole compare {shlex.quote(plan.folder)}")
+        lines.append(f"Compare the runs with:\n  {continue_command(['compare', plan.folder])}")
     return lines

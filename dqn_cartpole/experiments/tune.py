@@ -34,12 +34,18 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from dqn_cartpole.console import exit_status
+from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.experiments import grid, launcher, space, storage
+from dqn_cartpole.experiments import grid, space, storage
+from dqn_cartpole.processes import commands
+from dqn_cartpole.processes.commands import child_command, train_argv
+from dqn_cartpole.processes.supervisor import Child, ChildSet
 
 JOURNAL_FILE = "journal.log"
 TRIALS_DIR = "trials"
 POLL_S = 0.5
+STOP_WAIT_S = 120.0  # a stopped run writes its checkpoint, plots and videos
 PENALTY_FACTOR = 2
 # --objective: (what it measures, the summary's key for a solved run, the key of the run's own total)
 OBJECTIVES = {"env_steps": ("env steps to a confirmed solve", "solved_env_steps", "env_steps"),
@@ -162,28 +168,26 @@ def run_tune(plan: TunePlan) -> int:
     remaining = plan.trials - len(study.get_trials(deepcopy=False))
     print(f"study {plan.study_name} in {storage.describe(plan.storage_url)}: {len(study.trials)} trials so far, "
           f"running up to {max(0, remaining)} more with {plan.jobs} at a time; trials in {plan.trials_dir}")
-    children = launcher.ChildSet()
-    with launcher.StopFlag() as stop:
+    children = ChildSet()
+    with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
         if remaining > 0:
             objective = Objective(plan, children, stop, study)
             study.optimize(objective, n_trials=remaining, n_jobs=plan.jobs, catch=(TrialFailed, TrialStopped),
                            callbacks=[optuna.study.MaxTrialsCallback(plan.trials, states=None),
                                       lambda study, _trial: study.stop() if stop.requested else None],
                            gc_after_trial=False)
-        children.stop(stop.signum or signal.SIGTERM)  # nothing is left running, even after an error
+        children.stop(stop.signum or signal.SIGTERM, STOP_WAIT_S)  # nothing is left running, even after an error
     for line in tune_outputs.write_outputs(study, plan):
         print(line)
     if stop.signum is not None:
-        print(f"Stopped by {signal.Signals(stop.signum).name}. Continue the study with the same command:\n  "
+        print(f"Stopped by {signal_name(stop.signum)}. Continue the study with the same command:\n  "
               f"{continue_command(plan)}")
-        return 128 + int(stop.signum)
-    return 0
+        return exit_status.for_signal(stop.signum)
+    return exit_status.EXIT_OK
 
 
 def continue_command(plan: TunePlan) -> str:
-    import shlex
-
-    argv = ["python", "-m", "dqn_cartpole", "tune", "--config", plan.config_path, "--space", plan.space_path,
+    argv = ["tune", "--config", plan.config_path, "--space", plan.space_path,
             "--trials", str(plan.trials), "--jobs", str(plan.jobs), "--study", plan.study_name,
             "--storage", storage.describe(plan.storage_url)]
     if plan.seeds:
@@ -192,13 +196,13 @@ def continue_command(plan: TunePlan) -> str:
         argv += ["--objective", plan.objective]
     for item in plan.overrides:
         argv += ["--set", item]
-    return shlex.join(argv)
+    return commands.continue_command(argv)
 
 
 class Objective:
     """One trial: start its run (or one run per seed), report progress, prune or score it."""
 
-    def __init__(self, plan: TunePlan, children: launcher.ChildSet, stop: launcher.StopFlag, study) -> None:
+    def __init__(self, plan: TunePlan, children: ChildSet, stop: StopRequest, study) -> None:
         self.plan, self.children, self.stop, self.study = plan, children, stop, study
         self.worker = storage.worker_id()
 
@@ -233,7 +237,7 @@ class Objective:
         for index, seed in enumerate(self.plan.seeds):
             if self.stop.requested:  # between two seeds: no run is left to stop
                 self.study.stop()
-                trial.set_user_attr("reason", f"stopped by {signal.Signals(self.stop.signum).name} after "
+                trial.set_user_attr("reason", f"stopped by {signal_name(self.stop.signum)} after "
                                               f"{len(rows)} seeds")
                 raise TrialStopped("stopped by the user")
             child = self._start(trial, [*overrides, f"training.seed={seed}"], os.path.join(folder, f"s{seed}"),
@@ -254,35 +258,32 @@ class Objective:
               f"{OBJECTIVES[self.plan.objective][0]} {mean:g} ({per_seed_text(rows)})")
         return mean
 
-    def _start(self, trial, overrides: Sequence[str], run_dir: str, log_name: str) -> launcher.Child:
-        argv = launcher.train_argv(self.plan.config_path, [*self.plan.overrides, *overrides], run_dir)
-        child = launcher.start(argv, run_dir, os.path.join(self.plan.folder, "logs", f"{log_name}.log"))
-        self.children.add(child)
-        return child
+    def _start(self, trial, overrides: Sequence[str], run_dir: str, log_name: str) -> Child:
+        argv = train_argv(self.plan.config_path, [*self.plan.overrides, *overrides], run_dir)
+        log = os.path.join(self.plan.folder, "logs", f"{log_name}.log")
+        return self.children.add(Child(run_dir, child_command(argv), log, header=True).start())
 
-    def _run(self, child: launcher.Child, trial, follow_evaluations: bool) -> Optional[str]:
+    def _run(self, child: Child, trial, follow_evaluations: bool) -> Optional[str]:
         """Waits for the run (reporting its evaluations, with one seed); returns why it was pruned, if it was."""
         try:
             return self._follow(child, trial, follow_evaluations)
         finally:
-            if child.returncode is None:
-                child.process.terminate()
-            child.process.wait()
+            child.stop(STOP_WAIT_S)  # SIGTERM if it still runs, SIGKILL after the grace
             self.children.remove(child)
 
-    def _follow(self, child: launcher.Child, trial, follow_evaluations: bool) -> Optional[str]:
+    def _follow(self, child: Child, trial, follow_evaluations: bool) -> Optional[str]:
         """Reports each new evaluation until the run ends; SIGTERMs it if pruned (returns why) or stopped."""
         from dqn_cartpole.run_folder.layout import RunLayout
-        from dqn_cartpole.run_folder.metrics import read_csv
+        from dqn_cartpole.run_folder.csv_files import read_csv
 
-        reported, eval_csv = 0, RunLayout(child.run_dir).eval_metrics
+        reported, eval_csv = 0, RunLayout(child.name).eval_metrics
         while child.returncode is None:
             time.sleep(POLL_S)
             if self.stop.requested:
-                child.process.send_signal(self.stop.signum)
+                child.send(self.stop.signum)
                 child.process.wait()
                 self.study.stop()
-                trial.set_user_attr("reason", f"stopped by {signal.Signals(self.stop.signum).name}; the run folder "
+                trial.set_user_attr("reason", f"stopped by {signal_name(self.stop.signum)}; the run folder "
                                               f"can be continued with train --resume")
                 raise TrialStopped("stopped by the user")
             if not follow_evaluations:
@@ -294,13 +295,13 @@ class Objective:
                 step, value = int(row["env_steps"]), -float(row["average_return"])
                 trial.report(value, step)
                 if trial.should_prune():
-                    child.process.send_signal(signal.SIGTERM)  # it saves a checkpoint and exits 143
+                    child.send(signal.SIGTERM)  # it saves a checkpoint and exits 143
                     child.process.wait()
                     return f"pruned by the median rule at env step {step} (average return {-value:g})"
             reported = len(rows)
         return None
 
-    def _result(self, trial, child: launcher.Child, pruned_at: Optional[str], seeds: bool = False):
+    def _result(self, trial, child: Child, pruned_at: Optional[str], seeds: bool = False):
         """The finished run's record; raises TrialPruned (pruned, or diverged with one seed) or TrialFailed."""
         import optuna
 
@@ -311,16 +312,16 @@ class Objective:
             print(f"trial {trial.number}: {pruned_at}")
             raise optuna.TrialPruned(pruned_at)
         status = child.returncode
-        run = read_run(child.run_dir) if os.path.isfile(os.path.join(child.run_dir, "config.yaml")) else None
+        run = read_run(child.name) if os.path.isfile(os.path.join(child.name, "config.yaml")) else None
         diverged = run is not None and run.get("diverged_at_iteration") is not None
-        if status == launcher.EXIT_FAILED and diverged and run.finished:
+        if status == exit_status.EXIT_FAILED and diverged and run.finished:
             if seeds:  # one seed of several: an unsolved seed, scored with the penalty
                 return run
             reason = f"diverged (loss NaN/Inf) at iteration {run.get('diverged_at_iteration')}"
             trial.set_user_attr("reason", reason)
             print(f"trial {trial.number}: pruned, {reason}")
             raise optuna.TrialPruned(reason)
-        if status != launcher.EXIT_OK or run is None or not run.finished:
+        if status != exit_status.EXIT_OK or run is None or not run.finished:
             reason = f"exit status {status}: {child.last_error() or 'no summary'} (log: {child.log_path})"
             trial.set_user_attr("reason", reason)
             print(f"trial {trial.number}: failed, {reason}", file=sys.stderr)

@@ -6,14 +6,14 @@ including the trials of other processes and machines.
 
 from __future__ import annotations
 
-import csv
 import fcntl
-import io
 import os
 import warnings
 
 from dqn_cartpole.experiments import grid
+from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.csv_files import dict_rows, write_csv_atomic
 
 BEST_FILE = "best.yaml"
 TRIALS_CSV = "trials.csv"
@@ -68,11 +68,7 @@ def write_trials(study, folder: str) -> str:
     if not rows:
         return ""
     columns = list(rows[0])
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(os.path.join(folder, TRIALS_CSV), out.getvalue())
+    write_csv_atomic(os.path.join(folder, TRIALS_CSV), columns, dict_rows(columns, rows))
     md = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     md += ["| " + " | ".join(str(row[c]).replace("|", "\\|") for c in columns) + " |" for row in rows]
     write_text_atomic(os.path.join(folder, TRIALS_MD), "\n".join(md) + "\n")
@@ -102,7 +98,7 @@ def write_best(study, plan) -> str:
     path = os.path.join(plan.folder, BEST_FILE)
     write_text_atomic(path, header + yaml.safe_dump(config, sort_keys=False, default_flow_style=None))
     return f"wrote {path} (trial {best.number}, objective {best.value:g}); train it with: " \
-           f"python -m dqn_cartpole train --config {path}"
+           f"{continue_command(['train', '--config', path])}"
 
 
 def write_plots(study, folder: str) -> list[str]:

@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
+from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
 PEAK_RSS_LINE = "peak_rss_mb "
 
 
@@ -112,21 +114,21 @@ def main(argv: Sequence[str]) -> int:
     `wrote PATH` for each); nothing on stdin: exits."""
     if list(argv) != ["plots"]:
         print("usage: python -m dqn_cartpole.report.background plots  (RUN_DIR on stdin)", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     from dqn_cartpole.report import figures  # matplotlib: while the trainer still trains
     from dqn_cartpole.run_folder import RunLayout
 
     run_dir = sys.stdin.read().strip()
     if not run_dir:
-        return 0
+        return EXIT_OK
     try:
         for path in figures.plot_run(RunLayout(run_dir)):
             print(f"wrote {path}", flush=True)
     except Exception as exc:  # pylint: disable=broad-except  # one line for the trainer to show
         print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     report_peak_rss()
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

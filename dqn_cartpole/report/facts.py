@@ -10,7 +10,7 @@ from typing import Optional
 
 import gymnasium
 
-from dqn_cartpole.core.env_ids import max_return, min_return, reward_threshold
+from dqn_cartpole.env_ids import max_return, min_return, reward_threshold
 from dqn_cartpole.run_folder import RunRecord
 from dqn_cartpole.run_folder.metrics import number
 

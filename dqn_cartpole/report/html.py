@@ -8,13 +8,13 @@ given to a helper is made relative to the page's folder, so a copied or zipped f
 
 from __future__ import annotations
 
-import csv
 import html
 import os
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.csv_files import read_csv
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1300px;
@@ -109,8 +109,7 @@ def csv_table(path: str, columns: Optional[Sequence[str]] = None) -> str:
     """A CSV file as a table (all columns, or `columns` in that order)."""
     if not os.path.exists(path):
         return f'<p class="note">{esc(os.path.basename(path))} is missing.</p>'
-    with open(path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_csv(path)
     if not rows:
         return f'<p class="note">{esc(os.path.basename(path))} has no rows yet.</p>'
     columns = [c for c in (columns or rows[0].keys()) if c in rows[0]]

@@ -22,13 +22,15 @@ import contextlib
 import functools
 import json
 import math
+import signal
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from dqn_cartpole.core.env_ids import make_gymnasium
+from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, for_signal
+from dqn_cartpole.env_ids import make_gymnasium
 from dqn_cartpole.report.background import Background, report_peak_rss
 from dqn_cartpole.run_folder.atomic import replacing
 
@@ -343,7 +345,7 @@ def main() -> int:
     then `peak_rss_mb M`."""
     text = sys.stdin.read()
     if not text.strip():
-        return 0
+        return EXIT_OK
     job = VideoJob.from_json(text)
     done = 0
 
@@ -357,13 +359,13 @@ def main() -> int:
         for video in job.videos:
             render_video(video, job.env_id, job.max_episode_steps, job.timing, count)
     except KeyboardInterrupt:  # the trainer was stopped: it reports the stop
-        return 130
+        return for_signal(signal.SIGINT)
     except Exception as exc:  # pylint: disable=broad-except  # one line for the trainer to show
         print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     print(f"frames {done}", flush=True)
     report_peak_rss()
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ One checkpoint is one folder under `RUN/checkpoints/`:
       metrics/*.csv             the metrics CSVs as they were at this checkpoint
       state.json                the loop: iteration, best return so far, RNG states, wall time, config
       MANIFEST.json             written last: every file above with its size and SHA-256
-    ckpt-0000010000.tmp/        being written, or left behind by a crash: never read
+    ckpt-0000010000.<pid>-<hex>.tmp/
+                                being written, or left behind by a crash: never read
     reverb-server/              where the Reverb server writes (and, on resume, loads) its checkpoint
 
-A checkpoint is written into `ckpt-N.tmp/`, every file is fsync'ed, then the folder is renamed
-to `ckpt-N` (a single atomic rename). A SIGKILL at any moment therefore leaves either the old
-set of checkpoints or the old set plus the new one. On resume the newest folder whose manifest
+A checkpoint is written into a temporary folder of a name unique to the write (`atomic.replacing_dir`),
+every file is fsync'ed, then the folder is renamed to `ckpt-N` (a single atomic rename). A SIGKILL at
+any moment therefore leaves either the old set of checkpoints or the old set plus the new one. On resume the newest folder whose manifest
 checks out is used; partial (`.tmp`) and damaged ones are reported on one line each and set
 aside. The newest `keep` complete checkpoints are kept.
 
@@ -38,14 +39,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from dqn_cartpole.run_folder.atomic import fsync_dir, replacing, write_json_atomic, write_text_atomic
+from dqn_cartpole.console import quiet
+from dqn_cartpole.run_folder.atomic import OLD_SUFFIX, TMP_SUFFIX, replacing, replacing_dir
 from dqn_cartpole.run_folder.layout import CHECKPOINTS_DIR
 
 FORMAT = 1
 PREFIX = "ckpt-"
-TMP_SUFFIX = ".tmp"
 DAMAGED_SUFFIX = ".damaged"
-OLD_SUFFIX = ".old"
 MANIFEST_FILE = "MANIFEST.json"
 STATE_FILE = "state.json"
 TF_PREFIX = os.path.join("tf", "ckpt")
@@ -53,7 +53,7 @@ REVERB_DIR = "reverb"
 METRICS_DIR = "metrics"
 REVERB_SERVER_DIR = "reverb-server"
 _NAME = re.compile(r"^ckpt-(\d+)$")
-_OLD_NAME = re.compile(r"^ckpt-(\d+)\.old$")  # replaced by a newer write of the same iteration
+_OLD_NAME = re.compile(r"^ckpt-(\d+)(?:\.[0-9a-f-]+)?\.old$")  # being replaced by a newer write of the iteration
 
 # Config keys a resumed run cannot change: they fix the shapes of what the checkpoint holds
 # (env spaces, network weights, replay storage and sequence length) or the run's identity.
@@ -165,7 +165,7 @@ def scan(root: str) -> tuple[list[Found], list[Bad]]:
         match = _NAME.match(name) or _OLD_NAME.match(name)
         if not match or not os.path.isdir(path):
             continue
-        if name.endswith(OLD_SUFFIX) and os.path.isdir(path[:-len(OLD_SUFFIX)]):
+        if name.endswith(OLD_SUFFIX) and os.path.isdir(os.path.join(root, checkpoint_name(int(match.group(1))))):
             continue  # the replacement is complete; the old one is only left over
         try:
             state = verify(path)
@@ -264,19 +264,6 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def fsync_tree(path: str) -> None:
-    """fsyncs every file and folder under `path`, then `path`'s parent, so a rename is durable."""
-    for folder, _, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(folder)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
 def dir_size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, files in os.walk(path) for name in files)
 
@@ -292,65 +279,59 @@ class Saved:
 
 
 class CheckpointWriter:
-    """Saves and restores a run's trainable state under `root` (RUN/checkpoints): the agent, the
-    env-step counter and the replay (a uniform buffer's variables, or Reverb's table checkpoint)."""
+    """Saves and restores a run's trainable state under `root` (RUN/checkpoints): the agent's (a `ValueAgent`)
+    `checkpoint_objects()`, the env-step counter and the replay (a uniform buffer's variables, or Reverb's table
+    checkpoint). The agent builds its optimizer's slots itself, so a restore fills them at once."""
 
     def __init__(self, root: str, agent: Any, env_steps: Any, replay: Any, keep: int):
         import tensorflow as tf
 
         self.root, self.agent, self.replay, self.keep = root, agent, replay, keep
-        objects = {"agent": agent, "env_steps": env_steps}
+        objects = {**agent.checkpoint_objects(), "env_steps": env_steps}
         self.reverb = replay.backend == "reverb"
         if not self.reverb:
             objects["replay"] = replay.buffer  # TFUniformReplayBuffer variables / PyUniform's NumpyState
         self._checkpoint = tf.train.Checkpoint(**objects)
-        self._agent_only = tf.train.Checkpoint(agent=agent)
+        self._agent_only = tf.train.Checkpoint(**agent.checkpoint_objects())
 
     # -- saving
     def save(self, iteration: int, state: dict, metrics: dict[str, str]) -> Saved:
         """Writes checkpoint `iteration`; `metrics` maps CSV names to paths copied in as they are."""
         started = time.perf_counter()
         final = os.path.join(self.root, checkpoint_name(iteration))
-        tmp = final + TMP_SUFFIX
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(os.path.join(tmp, METRICS_DIR), exist_ok=True)
         try:
-            self._checkpoint.write(os.path.join(tmp, TF_PREFIX))
-            crash_point("checkpoint-write")
-            if self.reverb:
-                from dqn_cartpole.console import quiet
-
-                with quiet.NativeStderrFilter():
-                    written = self.replay.checkpoint()
-                os.makedirs(os.path.join(tmp, REVERB_DIR))
-                os.replace(written, os.path.join(tmp, REVERB_DIR, os.path.basename(written.rstrip("/"))))
-            for name, path in metrics.items():
-                if os.path.exists(path):
-                    shutil.copyfile(path, os.path.join(tmp, METRICS_DIR, name))
-            with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as handle:
-                json.dump(dict(state, format=FORMAT, iteration=iteration), handle, indent=1)
-            files = {}
-            for folder, _, names in os.walk(tmp):
-                for name in names:
-                    full = os.path.join(folder, name)
-                    files[os.path.relpath(full, tmp)] = {"size": os.path.getsize(full), "sha256": _sha256(full)}
-            with open(os.path.join(tmp, MANIFEST_FILE), "w", encoding="utf-8") as handle:
-                json.dump({"format": FORMAT, "iteration": iteration, "files": files}, handle, indent=1)
-            fsync_tree(tmp)
-            crash_point("checkpoint-rename")
-            if os.path.exists(final):  # the same iteration again: keep the old one until the new is in place
-                shutil.rmtree(final + OLD_SUFFIX, ignore_errors=True)
-                os.replace(final, final + OLD_SUFFIX)
-            os.replace(tmp, final)
-            fsync_dir(self.root)
+            # The same iteration again keeps the old one (`ckpt-N.<token>.old`) until the new one is in place.
+            with replacing_dir(final, between=lambda: crash_point("checkpoint-rename")) as tmp:
+                self.write_files(tmp, iteration, state, metrics)
         except BaseException as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
             if is_disk_full(exc):
                 raise DiskFullError(f"disk full while writing checkpoint {final} (no space left on device)") from None
             raise
-        shutil.rmtree(final + OLD_SUFFIX, ignore_errors=True)
         self.prune()
         return Saved(final, iteration, dir_size(final), time.perf_counter() - started)
+
+    def write_files(self, tmp: str, iteration: int, state: dict, metrics: dict[str, str]) -> None:
+        """Everything of checkpoint `iteration` into the folder `tmp`, the manifest last."""
+        os.makedirs(os.path.join(tmp, METRICS_DIR))
+        self._checkpoint.write(os.path.join(tmp, TF_PREFIX))
+        crash_point("checkpoint-write")
+        if self.reverb:
+            with quiet.NativeStderrFilter():
+                written = self.replay.checkpoint()
+            os.makedirs(os.path.join(tmp, REVERB_DIR))
+            os.replace(written, os.path.join(tmp, REVERB_DIR, os.path.basename(written.rstrip("/"))))
+        for name, path in metrics.items():
+            if os.path.exists(path):
+                shutil.copyfile(path, os.path.join(tmp, METRICS_DIR, name))
+        with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as handle:
+            json.dump(dict(state, format=FORMAT, iteration=iteration), handle, indent=1)
+        files = {}
+        for folder, _, names in os.walk(tmp):
+            for name in names:
+                full = os.path.join(folder, name)
+                files[os.path.relpath(full, tmp)] = {"size": os.path.getsize(full), "sha256": _sha256(full)}
+        with open(os.path.join(tmp, MANIFEST_FILE), "w", encoding="utf-8") as handle:
+            json.dump({"format": FORMAT, "iteration": iteration, "files": files}, handle, indent=1)
 
     def prune(self) -> None:
         """Keeps the newest `keep` complete checkpoints; removes older ones and stale partial ones."""
@@ -364,7 +345,6 @@ class CheckpointWriter:
     # -- restoring
     def restore(self, found: Found) -> None:
         """Loads everything but Reverb's table (the server loaded that when it started)."""
-        self.agent.build_optimizer()  # so the restore fills its slots at once (see the agent)
         try:
             self._checkpoint.read(found.tf_prefix).assert_consumed()
         except Exception as exc:  # pylint: disable=broad-except

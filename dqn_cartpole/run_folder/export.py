@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Optional
 
 import tensorflow as tf
 from tf_agents.policies import policy_saver
 
-from dqn_cartpole.run_folder.checkpointing import crash_point, fsync_tree
+from dqn_cartpole.run_folder.atomic import replacing_dir
+from dqn_cartpole.run_folder.checkpointing import crash_point
 from dqn_cartpole.run_folder.policy_files import INFO_FILE, recover_policy
 
 
@@ -55,29 +55,18 @@ class PolicyExporter:
 
 
 def save_policy(saver, path: str, info: Optional[dict] = None) -> str:
-    """Writes the SavedModel under a temporary name, then swaps it in, so `path` is never half-written.
-
-    A crash between the two renames leaves `path.old` and a complete `path.tmp`;
-    `recover_policy` (called before reading) finishes the swap.
-    """
-    tmp, old = path + ".tmp", path + ".old"
+    """Writes the SavedModel under a temporary name, then swaps it in (`atomic.replacing_dir`), so `path` is
+    never half-written; `recover_policy` (called before reading) finishes a swap a crash interrupted."""
     recover_policy(path)
-    for stale in (tmp, old):
-        shutil.rmtree(stale, ignore_errors=True)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    if isinstance(saver, PolicyExporter):
-        saver.write(tmp)
-    else:
-        saver.save(tmp)
-    if info is not None:
-        with open(os.path.join(tmp, INFO_FILE), "w", encoding="utf-8") as handle:
-            json.dump(info, handle, indent=1)
-    fsync_tree(tmp)
-    if os.path.exists(path):
-        os.replace(path, old)
-    crash_point(f"policy-swap-{os.path.basename(path)}")
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+    with replacing_dir(path, between=lambda: crash_point(f"policy-swap-{os.path.basename(path)}")) as tmp:
+        if isinstance(saver, PolicyExporter):
+            saver.write(tmp)
+        else:
+            saver.save(tmp)
+        if info is not None:
+            with open(os.path.join(tmp, INFO_FILE), "w", encoding="utf-8") as handle:
+                json.dump(info, handle, indent=1)
     return path
 
 

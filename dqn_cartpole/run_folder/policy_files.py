@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Optional
+
+from dqn_cartpole.run_folder.atomic import recover_dir
 
 INFO_FILE = "policy_info.json"
 
 
-def recover_policy(path: str) -> None:
-    """Completes a swap that a crash interrupted (see `save_policy`)."""
-    tmp, old = path + ".tmp", path + ".old"
-    if os.path.exists(path) or not os.path.exists(old):
-        return
-    # `old` exists only once `tmp` was completely written, so `tmp` is the newer, whole policy.
-    os.replace(tmp if os.path.exists(tmp) else old, path)
-    shutil.rmtree(old, ignore_errors=True)
+def recover_policy(path: str, remove_leftovers: bool = False) -> None:
+    """Completes a swap that a crash interrupted (see `export.save_policy`); `remove_leftovers` when no process
+    writes the policy (see `atomic.recover_dir`)."""
+    recover_dir(path, remove_leftovers)
 
 
 def read_info(path: str) -> Optional[dict]:

@@ -19,7 +19,7 @@ import yaml
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder.atomic import write_json_atomic
 from dqn_cartpole.run_folder.layout import COLLECTOR_METRICS, CONFIG_FILE, RunLayout
-from dqn_cartpole.run_folder.metrics import read_numbers
+from dqn_cartpole.run_folder.csv_files import read_numbers
 
 SUMMARY_VERSION = 1
 

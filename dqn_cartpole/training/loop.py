@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from dqn_cartpole.console.quiet import NativeStderrFilter
+from dqn_cartpole.core import build
 
 # A stop request (Ctrl-C, SIGTERM) waits for the compiled call in flight: keep each one about this short.
 STOP_LATENCY_S = 0.25
@@ -45,9 +46,9 @@ def make_train_step(agent: Any, sample: Callable[[], Any], train_steps: int, jit
                     tagged: bool = False) -> Callable:
     """`train_steps` gradient steps on fresh samples, as one graph function returning the last loss.
 
-    With `tagged` (a learner), `sample()` returns (experience, the train step of the weights that
-    collected each item, [batch] or [batch, time]) and the function returns [loss, mean lag, max lag] of the last
-    batch: the policy lag, the learner's train step at the update minus each collecting step.
+    With `tagged`, `sample()` returns (experience, each item's tag: the train step of the weights that
+    produced it, [batch] or [batch, time]) and the function returns [loss, mean, max] of the last batch's
+    (train step at the update - tag): `distributed.policy_lag` is what a learner makes of them (a chunk's `extras`).
     """
     # XLA fuses the small ops of a DQN step: ~30% less time per gradient step on CPU.
     step = tf.function(lambda experience: agent.train(experience).loss, jit_compile=jit_compile, autograph=False)
@@ -131,6 +132,14 @@ def python_iterations(train: Callable[[], tf.Tensor], collection: Any) -> Callab
     return run_iterations
 
 
+def make_iterations(train: Callable[[], tf.Tensor], collection: Any) -> Callable:
+    """`compile_iterations` with a TF driver, or with none (the data come from other processes), or
+    `python_iterations` with a Python driver (a `build.PyCollection`)."""
+    if isinstance(collection, build.PyCollection):
+        return python_iterations(train, collection)
+    return compile_iterations(train, collection)
+
+
 @dataclass
 class Chunk:
     """One compiled call's outcome."""
@@ -140,7 +149,7 @@ class Chunk:
     time_step: Any
     policy_state: Any
     losses: np.ndarray
-    lags: Optional[np.ndarray] = None  # a learner's [size, 2]: mean and max policy lag of each iteration's batch
+    extras: Optional[np.ndarray] = None  # [size, k]: what a train step returns after its loss (see `split_outputs`)
 
     def first_bad_loss(self) -> Optional[tuple[int, float]]:
         """(iteration, value) of the first NaN or Inf loss in the chunk, if any."""
@@ -176,17 +185,17 @@ class ChunkedLoop:
         with NativeStderrFilter() if first_call else contextlib.nullcontext():  # XLA's one-off notices
             time_step, policy_state, losses = self.run_iterations(time_step, policy_state, tf.constant(size))
         self.traced = True
-        losses, lags = split_outputs(losses.numpy())
+        losses, extras = split_outputs(losses.numpy())
         if not first_call:
             elapsed = time.perf_counter() - started
             self.loop_s += elapsed
             self.loop_iterations += size
             self.max_chunk = max(1, int(size * STOP_LATENCY_S / max(elapsed, 1e-6)))
-        return Chunk(iteration, size, time_step, policy_state, losses, lags)
+        return Chunk(iteration, size, time_step, policy_state, losses, extras)
 
 
 def split_outputs(outputs: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """A chunk's per-iteration outputs -> (losses, policy lags or None): see `make_train_step`'s `tagged`."""
+    """A chunk's per-iteration outputs -> (losses, the values a tagged train step returns after them, or None)."""
     if outputs.ndim == 1:
         return outputs, None
     return outputs[:, 0], outputs[:, 1:]

@@ -11,6 +11,7 @@ from tf_agents.metrics import tf_metrics
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.core import build
+from dqn_cartpole.core.agents import ValueAgent
 from dqn_cartpole.core.episode_returns import EpisodeReturns
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.core.policies import compiled_act_fn
@@ -22,7 +23,7 @@ class Pipeline:
     """Everything built for a run; the ExitStack it was built with releases it."""
 
     envs: build.Envs
-    agent: Any
+    agent: ValueAgent
     replay: Replay
     env_steps: tf_metrics.EnvironmentSteps
     initial_driver: dynamic_step_driver.DynamicStepDriver
@@ -63,7 +64,7 @@ def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callab
                     collect_returns)
 
 
-def make_collect_driver(config: Config, envs: build.Envs, agent: Any, observers: list) -> Any:
+def make_collect_driver(config: Config, envs: build.Envs, agent: ValueAgent, observers: list) -> Any:
     """The collect policy's driver in the compiled loop (a TF driver), writing through the same observers as the
     initial fill, so `Replay.add_batch` stays the one write path (a py driver's is `build.make_py_collection`)."""
     return build.make_collect_driver(envs.tf_env, agent.collect_policy, observers,

@@ -17,19 +17,20 @@ import tensorflow as tf
 from dqn_cartpole.config import Config, dump_yaml, sampling_mode
 from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core import build, env_ids
+from dqn_cartpole import env_ids
+from dqn_cartpole.core import build
 from dqn_cartpole.core.q_probe import QProbe
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS, CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog
+from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import phases as phase, resume, triggers
+from dqn_cartpole.training import checkpoints as run_checkpoints, phases as phase, triggers
 from dqn_cartpole.training.artifacts import ArtifactWorkers
-from dqn_cartpole.training.loop import (Chunk, ChunkedLoop, compile_iterations, make_train_step, python_iterations,
-                                        run_ops_on_one_thread)
+from dqn_cartpole.training.loop import Chunk, ChunkedLoop, make_iterations, make_train_step, run_ops_on_one_thread
 from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
@@ -62,7 +63,11 @@ def solve_return(config: Config) -> float:
 
 
 class TrainingSession:
-    """One training run. `run()` goes through the phases and returns the summary (summary.json's content)."""
+    """One training run. `run()` goes through the phases and returns the summary (summary.json's content).
+
+    The learner role (`distributed.learner`) keeps the phases, loop, triggers and checkpoints, and replaces only
+    these hooks: make_pipeline, make_evaluation, make_train, iterate, after_chunk, final_evaluation and
+    keeps_solved_policy."""
 
     def __init__(self, config: Config, layout: RunLayout, progress: Progress,
                  plan: Optional[checkpointing.ResumePlan] = None):
@@ -74,7 +79,7 @@ class TrainingSession:
         self.stop_request = signals.StopRequest()
         self.stack = contextlib.ExitStack()
         self.pipeline: Optional[Pipeline] = None
-        self.checkpoints: Optional[resume.Checkpoints] = None
+        self.checkpoints: Optional[run_checkpoints.Checkpoints] = None
         self.exporter: Optional[triggers.PolicyExport] = None
         self.evaluate: Optional[triggers.Evaluate] = None
         self.log_train: Optional[triggers.LogTrain] = None
@@ -83,11 +88,11 @@ class TrainingSession:
     def run(self) -> dict:
         with self.stop_request, self.stack:
             try:
-                found = resume.prepare_folder(self.layout, self.plan)
+                found = run_checkpoints.prepare_folder(self.layout, self.plan)
                 # The plotter and the renderer start now: their imports overlap the training.
                 self.workers = ArtifactWorkers(self.config, self.layout, self.progress, self.phases)
                 time_step, policy_state = self.build(found)
-                if found is None or not resume.already_done(found, self.config):
+                if found is None or not run_checkpoints.already_done(found, self.config):
                     self.iterate(time_step, policy_state)
                 return self.finish()
             except checkpointing.DiskFullError:
@@ -110,8 +115,8 @@ class TrainingSession:
             if cfg.collection.driver == "compiled" and sampling_mode(cfg.replay) == "direct":
                 run_ops_on_one_thread()  # a chain of small ops: see there (tf.data and Reverb keep their threads)
             seed_everything(cfg.training.seed)
-            pipeline = self.pipeline = self.make_pipeline(self.stage_replay(found))
-            self.checkpoints = resume.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
+            pipeline = self.pipeline = self.make_pipeline(found)
+            self.checkpoints = run_checkpoints.Checkpoints(layout, pipeline, cfg, self.state, self.clock)
             if found is not None:
                 time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
             self.open_logs()
@@ -120,14 +125,11 @@ class TrainingSession:
                 time_step, policy_state = self.fill_replay()
         return time_step, policy_state
 
-    def stage_replay(self, found: Optional[checkpointing.Found]) -> Optional[str]:
-        """The folder an embedded Reverb server loads its table from (`found`'s, or empty), or None."""
-        if self.config.replay.backend != "reverb":
-            return None
-        return checkpointing.stage_reverb(self.layout.checkpoints, found)
-
-    def make_pipeline(self, reverb_dir: Optional[str]) -> Pipeline:
-        """What this process is made of: envs, agent, replay, drivers (a learner builds no drivers)."""
+    def make_pipeline(self, found: Optional[checkpointing.Found]) -> Pipeline:
+        """What this process is made of: envs, agent, replay, drivers; an embedded Reverb server loads its table
+        from `found`'s copy (or an empty folder)."""
+        reverb_dir = None if self.config.replay.backend != "reverb" else \
+            checkpointing.stage_reverb(self.layout.checkpoints, found)
         return build_pipeline(self.config, self.stack, self.progress.message, reverb_dir)
 
     def open_logs(self) -> None:
@@ -142,12 +144,14 @@ class TrainingSession:
         self.log_train = triggers.LogTrain(pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
 
     def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
-        """The periodic evaluation: here, in this process (a learner follows a separate evaluator instead)."""
+        """The periodic evaluation, here in this process (hook: `distributed.learner` follows an evaluator's)."""
         return make_evaluation(self.pipeline, self.config, self.state, self.exporter, self.layout, scalars,
                                self.clock, self.progress, self.stack, self.phases)
 
     def fill_replay(self) -> tuple[Any, Any]:
-        """Fills the buffer with a random policy, so the first samples have data."""
+        """Fills the buffer with a random policy, so the first samples have data (unless other processes collect)."""
+        if self.pipeline.initial_driver is None:
+            return (), ()
         tf_env = self.pipeline.envs.tf_env
         tf.function(self.pipeline.initial_driver.run, autograph=False)(tf_env.reset(), ())
         self.pipeline.collect_returns.take()  # the random policy's episodes are not the collect policy's
@@ -163,20 +167,14 @@ class TrainingSession:
         cfg, state, pipeline, timed = self.config, self.state, self.pipeline, self.phases.timed
         train = self.make_train()
         total = cfg.training.num_iterations
-        periodic = [*self.extra_triggers(),
-                    (cfg.training.log_interval, timed(phase.TRAIN_ROWS, self.log_train)),
+        periodic = [(cfg.training.log_interval, timed(phase.TRAIN_ROWS, self.log_train)),
                     (cfg.evaluation.eval_interval, timed(phase.EVALUATIONS, self.evaluate)),
                     # last: after the rows it keeps
                     (cfg.training.checkpoint_interval,
                      timed(phase.CHECKPOINTS, triggers.PeriodicCheckpoint(self.checkpoints.save, state, total)))]
-        intervals = [interval for interval, _ in periodic]
-        if pipeline.collect_driver is None:  # a learner: the collectors are other processes
-            loop = ChunkedLoop(compile_iterations(train, driver=None), intervals)
-        elif cfg.collection.driver == "py":  # the Python driver continues from the Python env's own time step
+        loop = ChunkedLoop(make_iterations(train, pipeline.collect_driver), [interval for interval, _ in periodic])
+        if isinstance(pipeline.collect_driver, build.PyCollection):  # it goes on from the Python env's time step
             time_step = pipeline.envs.collect.current_time_step()
-            loop = ChunkedLoop(python_iterations(train, pipeline.collect_driver), intervals)
-        else:
-            loop = ChunkedLoop(compile_iterations(train, pipeline.collect_driver), intervals)
         due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
         if self.checkpoints.restored is None:
             with self.phases(phase.FIRST_EVALUATION):
@@ -190,7 +188,7 @@ class TrainingSession:
             state.loop_s, state.loop_iterations = loop.loop_s, loop.loop_iterations
             bad = chunk.first_bad_loss()
             if bad is not None:
-                self.diverge(*bad)
+                self.checkpoints.diverge(*bad, self.progress.message)
                 return
             time_step, policy_state = chunk.time_step, chunk.policy_state
             state.iteration += chunk.size
@@ -214,28 +212,14 @@ class TrainingSession:
                 self.evaluate()
 
     def make_train(self) -> Callable:
-        """One iteration's gradient step(s) on batches from the replay's sampler (a learner's hook)."""
+        """One iteration's gradient step(s) on batches from the replay's sampler (hook: tagged samples)."""
         cfg = self.config
         sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step))
         return make_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
                                cfg.training.jit_compile)
 
     def after_chunk(self, chunk: Chunk) -> None:
-        """Runs after each compiled chunk, before the triggers (a learner's hook)."""
-
-    def extra_triggers(self) -> list:
-        """(interval, trigger) pairs a subclass runs before the logs, e.g. a learner's weight push."""
-        return []
-
-    def diverge(self, at_iteration: int, value: float) -> None:
-        """The loss is NaN or Inf: stop, and go back to the weights of the last good checkpoint."""
-        self.state.diverged_at_iteration = at_iteration
-        good = self.checkpoints.roll_back()
-        where = (f"The last good checkpoint ({os.path.basename(good)}) is kept and exported as policy/final"
-                 if good else "No checkpoint had been written yet, so there is no policy/final")
-        self.progress.message(
-            f"Training diverged: the loss became {value} at iteration {at_iteration}, so training stopped. {where}; "
-            f"policy/best is the best evaluated policy.")
+        """Runs after each compiled chunk, before the triggers (hook: e.g. the chunk's `extras` into `row_extras`)."""
 
     def finish(self) -> dict:
         """Exports policy/final, then the videos and the plots (child processes: see `artifacts`); returns the
@@ -263,9 +247,7 @@ class TrainingSession:
                                            close_logs=self.stack.close))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
-        signum = self.stop_request.signum
-        diverged = state.diverged_at_iteration is not None
-        state.exit_status = signals.exit_status(signum) if signum else (1 if diverged else 0)
+        state.end(self.stop_request.signum)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
         return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb}
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
+
+from dqn_cartpole.console import exit_status
+from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
 
 # The fields a checkpoint carries over to a resumed run; the rest are per process or per outcome.
 RESUMED_FIELDS = ("loss", "last_return", "best_return", "best_iteration", "solved_at_iteration", "solved_return",
@@ -33,15 +35,24 @@ class RunState:
     loop_s: float = 0.0  # inside compiled chunks, excluding the first (which traces)
     loop_iterations: int = 0
     eval_s: float = 0.0
-    policy_lag: Optional[float] = None  # a learner's, over the current log interval (see distributed.policy_lag)
-    policy_lag_max: Optional[float] = None
+    row_extras: dict = field(default_factory=dict)  # train-row columns a way of running adds (a learner's policy lag)
     interval_losses: list = field(default_factory=list)  # each iteration's loss since the last train row
     # how it ended
     diverged_at_iteration: Optional[int] = None
     stopped_by: Optional[str] = None  # "SIGINT" / "SIGTERM": stopped early, resumable
-    exit_status: int = 0  # 130 / 143 after a signal, 1 after a divergence
+    exit_status: int = 0  # 130 / 143 after a signal, 1 after a divergence or a failure
+    failed: bool = False  # stopped by an error, after a checkpoint (exit status 1 even after a signal)
     resumed_from: Optional[str] = None
     artifacts: dict = field(default_factory=dict)
+
+    def end(self, signum: Optional[int]) -> None:
+        """Sets the exit status: 1 after a failure, else 128 + the signal after a stop, else 1 after a divergence."""
+        if self.failed:
+            self.exit_status = EXIT_FAILED
+        elif signum:
+            self.exit_status = exit_status.for_signal(signum)
+        else:
+            self.exit_status = EXIT_OK if self.diverged_at_iteration is None else EXIT_FAILED
 
     def add_losses(self, losses: np.ndarray) -> None:
         """Keeps a chunk's per-iteration losses for the next train row, and the last one as `loss`."""
@@ -82,38 +93,3 @@ class RunState:
             "checkpoint_bytes": last_checkpoint.bytes if last_checkpoint else None,
             "checkpoint_write_s": last_checkpoint.seconds if last_checkpoint else None,
         }
-
-
-def rng_state() -> dict:
-    """Python's and NumPy's global RNG states, as JSON."""
-    numpy_state = np.random.get_state()
-    return {"python": list(random.getstate()),
-            "numpy": [numpy_state[0], numpy_state[1].tolist(), *[np.asarray(x).item() for x in numpy_state[2:]]]}
-
-
-def restore_rng_state(saved: dict) -> None:
-    python_state = saved["python"]
-    random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
-    name, keys, *rest = saved["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
-
-
-def checkpoint_record(state: RunState, finished: bool, train_steps: int, env_steps: int, replay: Any,
-                      time_step: Any, wall_s: float, config: dict) -> dict:
-    """The loop's part of a checkpoint (state.json): counters, run state, replay seam, RNGs, config."""
-    return {
-        "finished": bool(finished),
-        "train_step": train_steps,
-        "env_steps": env_steps,
-        "replay_size": replay.size(),
-        "replay_inserts": replay.inserts(),
-        "run_state": state.resumed_fields(),
-        # Where each env's stored stream stands: a resumed run ends it there (Replay.write_seam).
-        # A learner (time_step None) has no env stream: its collectors' writers end theirs.
-        "stream": None if time_step is None else {"observation": np.asarray(time_step.observation).tolist(),
-                                                  "held": replay.held_steps()},
-        "wall_s": wall_s,
-        "rng": rng_state(),
-        "config": config,
-        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }

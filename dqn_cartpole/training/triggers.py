@@ -14,11 +14,12 @@ from tf_agents.train import interval_trigger
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core import build, env_ids
+from dqn_cartpole import env_ids
+from dqn_cartpole.core import build
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.core.q_probe import MaxQ
 from dqn_cartpole.run_folder import export
-from dqn_cartpole.run_folder.metrics import CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import phases as phase_names
 from dqn_cartpole.training.phases import Phases, measure
@@ -71,7 +72,7 @@ class PolicyExport:
 
 class LogTrain:
     """A train row: the loss's mean and max over the interval, epsilon, replay counts, speed, the Q-value probe,
-    the collect episodes' returns, a learner's policy lag; to the CSV and TensorBoard."""
+    the collect episodes' returns, and the run state's `row_extras`; to the CSV and TensorBoard."""
 
     def __init__(self, pipeline: Pipeline, config: Config, state: RunState, log: CsvLog, scalars: Scalars,
                  q_probe: Callable[[], float], clock: Clock):
@@ -94,14 +95,13 @@ class LogTrain:
             "replay_samples": samples, "samples_per_insert": samples / inserts if inserts else None,
             "wall_s": wall_s, "mean_max_q": self.q_probe(),
             "train_steps_per_s": self.train_steps_per_s(train_step, wall_s),
-            "policy_lag": self.state.policy_lag, "policy_lag_max": self.state.policy_lag_max,
-            "collect_return": collect_return, "collect_episodes": collect_episodes,
+            "collect_return": collect_return, "collect_episodes": collect_episodes, **self.state.row_extras,
         }
         self.previous = (train_step, wall_s)
         self.log.write(row)
         self.scalars.write("train", train_step, {k: row[k] for k in (
             "loss", "loss_max", "epsilon", "replay_size", "samples_per_insert", "mean_max_q", "train_steps_per_s",
-            "policy_lag", "policy_lag_max", "collect_return")})
+            *self.state.row_extras, "collect_return")})
 
     def train_steps_per_s(self, train_step: int, wall_s: float) -> Optional[float]:
         """Train steps per wall second since this process's previous row (evaluations included)."""

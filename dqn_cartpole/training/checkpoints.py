@@ -1,13 +1,16 @@
-"""Checkpoints of a run and coming back from them: resume a stopped run, roll back a diverged one.
+"""A run's checkpoints, all in one place: what goes in (the run state, RNGs, the replay seam: `checkpoint_record`),
+when one is written, resuming a stopped run and rolling back a diverged one.
 
-Writing and verifying the files is `run_folder.checkpointing`'s job; this module decides what
-goes in (the run state, RNGs, the replay seam) and puts it back into a built pipeline.
+The files' format (writing, verifying, finding the newest good one) is `run_folder.checkpointing`'s job; this
+module decides what goes in and puts it back into a built pipeline.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import time
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -18,7 +21,7 @@ from dqn_cartpole.core import build
 from dqn_cartpole.run_folder import checkpointing, policy_files
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.training.pipeline import Pipeline
-from dqn_cartpole.training.state import RunState, checkpoint_record, restore_rng_state
+from dqn_cartpole.training.state import RunState
 from dqn_cartpole.training.triggers import Clock
 
 
@@ -37,7 +40,7 @@ def prepare_folder(layout: RunLayout, plan: Optional[checkpointing.ResumePlan]) 
     puts back the metrics of the good one. Returns the checkpoint to resume from, if any."""
     os.makedirs(layout.checkpoints, exist_ok=True)
     for path in (layout.best_policy, layout.final_policy):
-        policy_files.recover_policy(path)
+        policy_files.recover_policy(path, remove_leftovers=True)
     if plan is None:
         return None
     checkpointing.set_aside(list(plan.bad))
@@ -138,8 +141,52 @@ class Checkpoints:
             self.rolled_back_to = checkpointing.read_state(good)
         return good
 
+    def diverge(self, at_iteration: int, value: float, announce: Callable[[str], None]) -> None:
+        """The loss is NaN or Inf: stop, and go back to the weights of the last good checkpoint."""
+        self.state.diverged_at_iteration = at_iteration
+        good = self.roll_back()
+        where = (f"The last good checkpoint ({os.path.basename(good)}) is kept and exported as policy/final"
+                 if good else "No checkpoint had been written yet, so there is no policy/final")
+        announce(f"Training diverged: the loss became {value} at iteration {at_iteration}, so training stopped. "
+                 f"{where}; policy/best is the best evaluated policy.")
+
     def newest(self) -> Optional[str]:
         """The newest checkpoint of this run: written by this process, or the one it resumed from."""
         if self.last is not None:
             return self.last.path
         return self.restored.path if self.restored else None
+
+
+def rng_state() -> dict:
+    """Python's and NumPy's global RNG states, as JSON."""
+    numpy_state = np.random.get_state()
+    return {"python": list(random.getstate()),
+            "numpy": [numpy_state[0], numpy_state[1].tolist(), *[np.asarray(x).item() for x in numpy_state[2:]]]}
+
+
+def restore_rng_state(saved: dict) -> None:
+    python_state = saved["python"]
+    random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
+    name, keys, *rest = saved["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+
+
+def checkpoint_record(state: RunState, finished: bool, train_steps: int, env_steps: int, replay: Any,
+                      time_step: Any, wall_s: float, config: dict) -> dict:
+    """The loop's part of a checkpoint (state.json): counters, run state, replay seam, RNGs, config."""
+    return {
+        "finished": bool(finished),
+        "train_step": train_steps,
+        "env_steps": env_steps,
+        "replay_size": replay.size(),
+        "replay_inserts": replay.inserts(),
+        "run_state": state.resumed_fields(),
+        # Where each env's stored stream stands: a resumed run ends it there (Replay.write_seam).
+        # A learner (time_step None) has no env stream: its collectors' writers end theirs.
+        "stream": None if time_step is None else {"observation": np.asarray(time_step.observation).tolist(),
+                                                  "held": replay.held_steps()},
+        "wall_s": wall_s,
+        "rng": rng_state(),
+        "config": config,
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }

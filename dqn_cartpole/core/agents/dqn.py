@@ -94,30 +94,6 @@ class _EpisodeTargetsMixin:
         super().__init__(*args, **kwargs)
         self._as_transition = EpisodeNStepTransition(self.data_context, gamma=self._gamma, n=self._n_step_update)
 
-    @property
-    def q_network(self) -> Any:
-        return self._q_network
-
-    def epsilon(self) -> float:
-        """The collect policy's epsilon now (it follows the train-step counter)."""
-        return float(self.collect_policy._get_epsilon())  # pylint: disable=protected-access  # tf-agents' own
-
-    def set_learning_rate(self, learning_rate: float) -> None:
-        """Changes the optimizer's learning rate (a resumed run may set a new one)."""
-        self._optimizer.learning_rate = learning_rate
-
-    def build_optimizer(self) -> None:
-        """Creates the optimizer's slots and hyperparameters now, so a checkpoint restore fills them at once.
-
-        Without this the optimizer's variables are restored later, on their creation inside the
-        first training step, and would overwrite a learning rate changed on resume.
-        """
-        variables = self._q_network.trainable_variables
-        if hasattr(self._optimizer, "_create_all_weights"):  # Keras 2 legacy optimizers
-            self._optimizer._create_all_weights(variables)  # pylint: disable=protected-access
-        else:
-            self._optimizer.build(variables)
-
     def n_step_transitions(self, experience: trajectory_lib.Trajectory) -> trajectory_lib.Transition:
         """A [B, n + 1] batch of windows as the loss sees them: (first step, action) -> (bootstrap step)."""
         return self._as_transition(experience)
@@ -156,13 +132,56 @@ class DdqnAgent(_EpisodeTargetsMixin, dqn_agent.DdqnAgent):
     """DdqnAgent with episode-aware n-step targets and global-norm clipping."""
 
 
+class DqnFamilyAgent:
+    """The `ValueAgent` of DQN and Double DQN: an adapter around TF-Agents' (Ddqn)DqnAgent above.
+
+    TF-Agents' private names (`_get_epsilon`, `_q_network`, `_optimizer`) are read here only.
+    """
+
+    def __init__(self, agent: DqnAgent):
+        self.tf_agent = agent
+        self.policy, self.collect_policy = agent.policy, agent.collect_policy
+        self.collect_data_spec, self.train_step_counter = agent.collect_data_spec, agent.train_step_counter
+        self.time_step_spec, self.action_spec = agent.time_step_spec, agent.action_spec
+        self.q_network = agent._q_network  # pylint: disable=protected-access
+        self._build_optimizer()
+
+    def train(self, experience: trajectory_lib.Trajectory) -> Any:
+        return self.tf_agent.train(experience)
+
+    def epsilon(self) -> float:
+        """The collect policy's epsilon now (it follows the train-step counter)."""
+        return float(self.collect_policy._get_epsilon())  # pylint: disable=protected-access  # tf-agents' own
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """Changes the optimizer's learning rate (a resumed run may set a new one)."""
+        self.tf_agent._optimizer.learning_rate = learning_rate  # pylint: disable=protected-access
+
+    def checkpoint_objects(self) -> dict:
+        """The TF-Agents agent tracks the Q-network, the target network, the optimizer and the train step."""
+        return {"agent": self.tf_agent}
+
+    def _build_optimizer(self) -> None:
+        """Creates the optimizer's slots and hyperparameters now, so a checkpoint restore fills them at once.
+
+        Without this the optimizer's variables are restored later, on their creation inside the
+        first training step, and would overwrite a learning rate changed on resume.
+        """
+        optimizer = self.tf_agent._optimizer  # pylint: disable=protected-access
+        variables = self.q_network.trainable_variables
+        if hasattr(optimizer, "_create_all_weights"):  # Keras 2 legacy optimizers
+            optimizer._create_all_weights(variables)  # pylint: disable=protected-access
+        else:
+            optimizer.build(variables)
+
+
 def build_agent(
     agent_config: AgentConfig,
     network_config: NetworkConfig,
     time_step_spec: ts.TimeStep,
     action_spec: tensor_spec.BoundedTensorSpec,
-) -> dqn_agent.DqnAgent:
-    """Builds and initialises a DqnAgent (or DdqnAgent) from the config."""
+) -> DqnFamilyAgent:
+    """Builds and initialises a DqnAgent (or DdqnAgent) from the config, behind the `ValueAgent` interface."""
     num_actions = int(action_spec.maximum - action_spec.minimum + 1)
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
     agent_class = DdqnAgent if agent_config.double_dqn else DqnAgent
@@ -182,4 +201,4 @@ def build_agent(
         train_step_counter=train_step,
     )
     agent.initialize()
-    return agent
+    return DqnFamilyAgent(agent)

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import io
 import os
 from typing import Any
 
 from dqn_cartpole.cli.args import add_config_args, config_path
+from dqn_cartpole.config import load_config
+from dqn_cartpole.console.quiet import silence
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.replay.reverb_tables import check_port_free
+from dqn_cartpole.run_folder import checkpointing
+from dqn_cartpole.run_folder.resolve import create_run_dir
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -33,26 +37,29 @@ def add_role_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", metavar="DIR", required=True, help="the run folder the roles share")
 
 
+def add_role(sub: Any, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+    """One role's subcommand, with the arguments every role takes."""
+    parser = sub.add_parser(name, help=help_text, description=description)
+    add_role_args(parser)
+    return parser
+
+
 def add_parsers(sub: Any) -> None:
     """Adds the role commands to `sub` (argparse subparsers)."""
-    server = sub.add_parser("replay-server", help="serve the replay and the learner's weights (Reverb)",
-                            description="A standalone Reverb server: the replay tables and a 'variables' table, "
-                                        "checkpointed into RUN_DIR on a timer and when stopped.")
-    add_role_args(server)
-    collect = sub.add_parser("collect", help="collect experience into a replay server",
-                             description="A PyDriver collector: the agent's collect policy with the learner's "
-                                         "weights, writing windows to the replay server.")
-    add_role_args(collect)
+    add_role(sub, "replay-server", "serve the replay and the learner's weights (Reverb)",
+             "A standalone Reverb server: the replay tables and a 'variables' table, checkpointed into RUN_DIR on a "
+             "timer and when stopped.")
+    collect = add_role(sub, "collect", "collect experience into a replay server",
+                       "A PyDriver collector: the agent's collect policy with the learner's weights, writing windows "
+                       "to the replay server.")
     collect.add_argument("--collector-id", type=int, default=0, help="this collector's number (its seed offset)")
-    evaluate = sub.add_parser("evaluate-live", help="evaluate the learner's weights as they are pushed",
-                              description="The evaluator: the greedy evaluation of the learner's newest weights every "
-                                          "evaluation.eval_interval iterations (eval_metrics.csv, policy/best, the "
-                                          "solve check and policy/final); a confirmed solve stops every role.")
-    add_role_args(evaluate)
-    learn = sub.add_parser("learn", help="train from a replay server and publish the weights",
-                           description="The learner: the single-process gradient step, checkpoints and exports, "
-                                       "reading a replay server; an evaluate-live role evaluates its weights.")
-    add_role_args(learn)
+    add_role(sub, "evaluate-live", "evaluate the learner's weights as they are pushed",
+             "The evaluator: the greedy evaluation of the learner's newest weights every evaluation.eval_interval "
+             "iterations (eval_metrics.csv, policy/best, the solve check and policy/final); a confirmed solve stops "
+             "every role.")
+    learn = add_role(sub, "learn", "train from a replay server and publish the weights",
+                     "The learner: the single-process gradient step, checkpoints and exports, reading a replay server; "
+                     "an evaluate-live role evaluates its weights.")
     learn.add_argument("--resume", action="store_true", help="continue RUN_DIR from its newest good checkpoint")
     learn.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
     learn.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)  # the launcher holds the lock
@@ -60,7 +67,6 @@ def add_parsers(sub: Any) -> None:
 
 def load_role_config(args: argparse.Namespace) -> Any:
     """The role's config, checked, and the replay address parsed; before TensorFlow."""
-    from dqn_cartpole.config import load_config
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         config = load_config(config_path(args.config), args.overrides)
@@ -71,15 +77,7 @@ def load_role_config(args: argparse.Namespace) -> Any:
     return config
 
 
-def silence() -> None:
-    from dqn_cartpole.console import quiet
-
-    quiet.silence()
-
-
 def cmd_replay_server(args: argparse.Namespace) -> int:
-    from dqn_cartpole.replay.reverb_tables import check_port_free
-
     config = load_role_config(args)
     _, port = parse_address(args.replay_address)
     check_port_free(port)
@@ -108,10 +106,6 @@ def cmd_evaluate_live(args: argparse.Namespace) -> int:
 
 
 def cmd_learn(args: argparse.Namespace) -> int:
-    from dqn_cartpole.cli.single_process import run_training
-    from dqn_cartpole.run_folder import checkpointing
-    from dqn_cartpole.run_folder.resolve import create_run_dir
-
     config = load_role_config(args)
     plan, created, lock = None, False, None
     if args.resume:
@@ -121,16 +115,9 @@ def cmd_learn(args: argparse.Namespace) -> int:
     if not args.supervised:
         created, lock = create_run_dir(args.run_dir, overwrite=False)  # noqa: F841 (held as long as this call)
     silence()
-    from dqn_cartpole.console.progress import Progress
-    from dqn_cartpole.distributed.learner import learn
+    from dqn_cartpole.distributed.learner import run_learner
 
-    progress = Progress(config.training.num_iterations, enabled=not args.quiet)
-    progress.message(f"Learning {config.env.id} from the replay server at {args.replay_address} -> {args.run_dir}")
-    # Supervised, the launcher prints how to resume the whole topology; by hand, this role resumes alone.
-    hint = None if args.supervised else (f"python -m dqn_cartpole learn --resume --config {args.run_dir}/config.yaml "
-                                         f"--replay-address {args.replay_address} --run-dir {args.run_dir}")
-    return run_training(config, args.run_dir, progress, plan, created,
-                        train=functools.partial(learn, address=args.replay_address), resume_hint=hint)
+    return run_learner(config, args.run_dir, args.replay_address, plan, created, args.quiet, args.supervised)
 
 
 COMMANDS = {"replay-server": cmd_replay_server, "collect": cmd_collect, "evaluate-live": cmd_evaluate_live,

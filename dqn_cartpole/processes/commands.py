@@ -1,0 +1,41 @@
+"""The command lines of `python -m dqn_cartpole`: what a child process runs, and what a person is told to type.
+
+Every "continue this" line the program prints (resume a run, a topology, a learner, a sweep, a study)
+is built by `continue_command`, so each one is quoted the same way.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Sequence
+
+PROGRAM = ("python", "-m", "dqn_cartpole")
+
+
+def child_command(argv: Sequence[str]) -> list[str]:
+    """`python -m dqn_cartpole ARGV` with this interpreter, for a child process."""
+    return [sys.executable, "-m", "dqn_cartpole", *argv]
+
+
+def continue_command(argv: Sequence[str]) -> str:
+    """The shell line a person types to run `python -m dqn_cartpole ARGV` (quoted where a word needs it)."""
+    return shlex.join([*PROGRAM, *argv])
+
+
+def train_argv(config_path: str, overrides: Sequence[str], run_dir: str) -> list[str]:
+    """Arguments of a fresh run in a child process (quiet: its console output goes to a log)."""
+    argv = ["train", "--config", config_path, "--output-dir", run_dir, "--quiet"]
+    for item in overrides:
+        argv += ["--set", item]
+    return argv
+
+
+def resume_argv(run_dir: str, *extra: str) -> list[str]:
+    """Arguments that continue a stopped run from its newest checkpoint (`extra`: e.g. its topology)."""
+    return ["train", "--resume", run_dir, *extra]
+
+
+def resume_command(run_dir: str, *extra: str) -> str:
+    """The line that continues the run in `run_dir`."""
+    return continue_command(resume_argv(run_dir, *extra))

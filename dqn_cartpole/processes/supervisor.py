@@ -1,0 +1,203 @@
+"""The one process supervisor: sweep's and tune's runs and the local topology's roles are its children.
+
+* `Child.start` runs a command in its own session (a terminal's Ctrl-C reaches only the parent, which
+  decides the order of the stop), its output appended to a log, and tied to the parent's life: the child
+  gets SIGTERM when the parent dies, however it dies (Linux's PR_SET_PDEATHSIG; strictly, when the thread
+  that started it ends, so start children from a thread that outlives them).
+* `stop_all` signals each running child once (a second SIGTERM would make a run stop at once, without its
+  final checkpoint), waits a grace period for all of them together, then kills what is left.
+* `Child.keep_alive` restarts a child that died, after a backoff that doubles up to a cap, and gives up
+  after `Backoff.max_restarts` restarts within `Backoff.window_s`.
+* `Child.output` and `Child.last_error` read what the child wrote since it was last started.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+_PR_SET_PDEATHSIG = 1
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it, between fork and exec
+TAIL_BYTES = 64 * 1024
+
+# What `Child.keep_alive` saw.
+RUNNING, ENDED, DIED, WAITING, RESTARTED, GAVE_UP = "running", "ended", "died", "waiting", "restarted", "gave up"
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies."""
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def package_root() -> str:
+    """The folder that holds this `dqn_cartpole`, so children run the same code as the parent."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def child_env() -> dict:
+    """The parent's environment, with this checkout first on the path and quiet SDL and TensorFlow."""
+    env = dict(os.environ)
+    env.setdefault("SDL_AUDIODRIVER", "dummy")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH")) if p)
+    return env
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """When a child that died starts again: `first_s` after its death, each next restart twice as late (up to
+    `max_s`); none after `max_restarts` restarts within the last `window_s` seconds."""
+
+    first_s: float = 0.25
+    max_s: float = 8.0
+    max_restarts: int = 5
+    window_s: float = 120.0
+
+    def delay(self, recent_restarts: int) -> Optional[float]:
+        """The wait before the next restart, after `recent_restarts` within the window; None: give up."""
+        if recent_restarts >= self.max_restarts:
+            return None
+        return min(self.max_s, self.first_s * 2 ** recent_restarts)
+
+
+@dataclass(eq=False)  # compared and hashed by identity: a dict key while it runs
+class Child:
+    """One child process: its command, its log (None: the parent's console) and its restarts."""
+
+    name: str
+    command: list
+    log_path: Optional[str] = None
+    header: bool = False  # start each stretch of the log with the command line
+    process: Optional[subprocess.Popen] = field(default=None, repr=False)
+    restarts: int = 0
+    restart_at: Optional[float] = None  # a pending restart (time.monotonic())
+    _restart_times: list = field(default_factory=list, repr=False)
+    _log_offset: int = 0
+
+    def start(self) -> "Child":
+        """Starts the command in its own session, tied to this process's life; its output appended to the log."""
+        if not self.log_path:
+            self.process = _spawn(self.command, None)
+            return self
+        os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            if self.header:
+                log.write(f"$ {' '.join(['python', *self.command[1:]])}\n".encode())
+            log.flush()
+            self._log_offset = log.tell()
+            self.process = _spawn(self.command, log)
+        return self
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return None if self.process is None else self.process.poll()
+
+    def send(self, signum: int) -> bool:
+        """Sends `signum` if the child runs; whether it was sent."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        try:
+            self.process.send_signal(signum)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def stop(self, grace_s: float, signum: int = signal.SIGTERM) -> Optional[int]:
+        """`signum` once, then SIGKILL after `grace_s`; returns the exit status."""
+        stop_all([self], grace_s, signum)
+        return self.returncode
+
+    def output(self) -> str:
+        """What the child wrote to its log since it was last started (its last TAIL_BYTES)."""
+        try:
+            with open(self.log_path, "rb") as log:  # type: ignore[arg-type]
+                size = log.seek(0, os.SEEK_END)
+                log.seek(max(self._log_offset, size - TAIL_BYTES))
+                return log.read().decode("utf-8", errors="replace")
+        except (OSError, TypeError):
+            return ""
+
+    def last_line(self) -> str:
+        lines = [line.strip() for line in self.output().splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
+    def last_error(self) -> str:
+        """The last `error: ...` line of the output (else its last line), for a one-line report."""
+        lines = [line.strip() for line in self.output().splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("error:")]
+        return (errors or lines or [""])[-1]
+
+    def keep_alive(self, backoff: Backoff, now: Optional[float] = None) -> str:
+        """For a child that should keep running: RUNNING; ENDED (status 0: it stopped by itself, and stays
+        out); DIED (just seen dead: a restart is due at `restart_at`); WAITING for it; RESTARTED; GAVE_UP."""
+        now = time.monotonic() if now is None else now
+        status = self.returncode
+        if status is None or status == 0:
+            return RUNNING if status is None else ENDED
+        if self.restart_at is None:
+            self._restart_times = [t for t in self._restart_times if now - t < backoff.window_s]
+            delay = backoff.delay(len(self._restart_times))
+            if delay is None:
+                return GAVE_UP
+            self.restart_at = now + delay
+            return DIED
+        if now < self.restart_at:
+            return WAITING
+        self.restart_at = None
+        self._restart_times.append(now)
+        self.restarts += 1
+        self.start()
+        return RESTARTED
+
+
+def _spawn(command: list, log) -> subprocess.Popen:
+    out = subprocess.STDOUT if log is not None else None
+    return subprocess.Popen(command, stdout=log, stderr=out, stdin=subprocess.DEVNULL, env=child_env(),
+                            start_new_session=True, preexec_fn=die_with_parent)
+
+
+def stop_all(children: Iterable[Child], grace_s: float, signum: int = signal.SIGTERM) -> None:
+    """Sends `signum` once to every running child, waits up to `grace_s` for them together, then kills what is
+    left (a child blocked where it never sees the signal still ends)."""
+    children = [child for child in children if child.process is not None]
+    for child in children:
+        child.send(signum)
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        try:
+            child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            child.process.wait()
+
+
+class ChildSet:
+    """The children of one command; thread-safe, so tune's worker threads can share one."""
+
+    def __init__(self) -> None:
+        self._children: list[Child] = []
+        self._lock = threading.Lock()
+
+    def add(self, child: Child) -> Child:
+        with self._lock:
+            self._children.append(child)
+        return child
+
+    def remove(self, child: Child) -> None:
+        with self._lock:
+            if child in self._children:
+                self._children.remove(child)
+
+    def running(self) -> list[Child]:
+        with self._lock:
+            return [c for c in self._children if c.returncode is None]
+
+    def stop(self, signum: int, grace_s: float) -> None:
+        """Forwards `signum` once to every running child, waits up to `grace_s`, then kills what is left."""
+        stop_all(self.running(), grace_s, signum)

@@ -1,0 +1,106 @@
+"""How a run ends, whichever way it ran (one process, or the learner of the roles): the errors it can end in,
+then summary.json, report.html, the summary lines and how to continue it.
+
+    with RunEnd(run_dir, created, progress, resume_hint) as end:
+        end.summary = train(...)
+    return end.finish()
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import sys
+from typing import Optional
+
+from dqn_cartpole.console.exit_status import EXIT_FAILED
+from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.report.run_page import write_run_report
+from dqn_cartpole.run_folder import write_summary
+from dqn_cartpole.run_folder.checkpointing import CheckpointError, DiskFullError
+from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.run_folder.provenance import provenance
+
+
+class RunEnd:
+    """A context manager around a run's training: bad input removes a folder the run created (and goes on to
+    the CLI's one line); a full disk is one line with the resume command (exit status 1); an unreadable
+    checkpoint is bad input. `resume_hint` continues the run (None: the caller prints how)."""
+
+    def __init__(self, run_dir: str, created: bool, progress: Progress, resume_hint: Optional[str]) -> None:
+        self.run_dir, self.created, self.progress, self.resume_hint = run_dir, created, progress, resume_hint
+        self.summary: Optional[dict] = None
+
+    def __enter__(self) -> "RunEnd":
+        return self
+
+    def __exit__(self, kind, exc, _traceback) -> bool:
+        self.progress.close()
+        if kind is not None and issubclass(kind, UserError) and self.created:
+            shutil.rmtree(self.run_dir, ignore_errors=True)  # bad input leaves no run folder behind
+        if kind is not None and issubclass(kind, DiskFullError):
+            print(f"error: {exc}. Free some space" + (f", then resume with: {self.resume_hint}"
+                                                      if self.resume_hint else ""), file=sys.stderr)
+            return True
+        if kind is not None and issubclass(kind, CheckpointError):
+            raise UserError(str(exc)) from None
+        return False
+
+    def finish(self) -> int:
+        """summary.json and report.html, the summary on the console; returns the run's exit status."""
+        if self.summary is None:  # the disk was full
+            return EXIT_FAILED
+        summary, run = self.summary, RunLayout(self.run_dir)
+        summary["artifacts"]["report"] = run.report
+        write_run_summary(summary, run.summary)
+        write_run_report(self.run_dir)  # after the summary, which it shows
+        print("\n".join(summary_lines(summary)))
+        print_how_it_stopped(summary, self.resume_hint)
+        return summary["exit_status"]
+
+
+def print_how_it_stopped(summary: dict, resume_hint: Optional[str]) -> None:
+    """A stopped run: how to resume it; a diverged one: what to change, and how to continue."""
+    if summary["stopped_by"]:
+        print(f"Stopped by {summary['stopped_by']} at iteration {summary['iterations']}; the checkpoint, plots and "
+              f"policy are saved." + (f" Resume with:\n  {resume_hint}" if resume_hint else ""))
+    elif summary["diverged_at_iteration"] is not None:
+        print(f"Training diverged (the loss became NaN or Inf at iteration {summary['diverged_at_iteration']}) and "
+              f"stopped. Lower agent.learning_rate or set agent.gradient_clipping" +
+              (f", then continue with:\n  {resume_hint} --set agent.learning_rate=..." if resume_hint else "."),
+              file=sys.stderr)
+
+
+def write_run_summary(summary: dict, path: str) -> None:
+    """summary.json, with this process's peak memory and what produced the run (code, libraries, machine), for
+    scripts and tools that read a finished run."""
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    write_summary(path, {**summary, "peak_rss_mb": peak_rss_mb, "provenance": provenance()})
+
+
+def summary_lines(summary: dict) -> list[str]:
+    def fmt(value: Optional[float]) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    rate = summary.get("iterations_per_s")
+    lines = [
+        f"Done in {summary['wall_s']:.1f} s: {summary['iterations']} iterations, {summary['train_steps']} train "
+        f"steps, {summary['env_steps']} env steps"
+        + (f" ({rate:.0f} it/s in the loop, {summary['eval_s']:.1f} s evaluating)." if rate else "."),
+        f"  best average return   {fmt(summary['best_return'])}",
+        f"  final average return  {fmt(summary['final_return'])}",
+    ]
+    if summary["solved_at_iteration"] is not None:
+        lines.append(f"  solved                at iteration {summary['solved_at_iteration']}, "
+                     f"policy saved after {summary['solved_wall_s']:.1f} s")
+    if summary["resumed_from"]:
+        lines.append(f"  resumed from          {summary['resumed_from']}")
+    if summary["checkpoint_bytes"] is not None:
+        lines.append(f"  last checkpoint       {summary['checkpoint_bytes'] / 1e6:.2f} MB, written in "
+                     f"{summary['checkpoint_write_s']:.2f} s")
+    artifacts = summary["artifacts"]
+    lines.append(f"Artifacts in {summary['run_dir']}:")
+    width = max(len(k) for k in artifacts)
+    lines += [f"  {name:<{width}}  {path}" for name, path in artifacts.items()]
+    return lines

@@ -1,0 +1,359 @@
+"""The process supervisor, in this process: tiny `python -c` children in their own session, tied to the parent's
+life, stopped with exactly one SIGTERM then SIGKILL after the grace, restarted with a doubling backoff until the
+cap, their log's tail; the exit-status rule, the continue command and the stop request. Every test is bounded in
+time (a few seconds) and kills every child it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from dqn_cartpole.console import exit_status
+from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
+from dqn_cartpole.processes import commands, supervisor
+from dqn_cartpole.processes.supervisor import Backoff, Child, ChildSet, stop_all
+
+# A child that writes one line per SIGTERM it receives (and otherwise ignores it), then says it is ready.
+COUNT_TERMS = textwrap.dedent("""
+    import signal, sys, time
+    def on_term(signum, frame):
+        with open(sys.argv[1], "a") as out:
+            out.write("TERM\\n")
+    signal.signal(signal.SIGTERM, on_term)
+    print("ready", flush=True)
+    while True:
+        time.sleep(60)
+""")
+
+
+@pytest.fixture
+def started():
+    """Children a test starts go in here; whatever still runs at the end is killed."""
+    children: list[Child] = []
+    yield children
+    for child in children:
+        if child.returncode is None:
+            child.process.kill()
+        if child.process is not None:
+            child.process.wait(10)
+
+
+def python(code: str, *args: str) -> list[str]:
+    return [sys.executable, "-c", code, *args]
+
+
+def wait_until(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def start(started: list, name: str, command: list, log_path=None, **kwargs) -> Child:
+    child = Child(name, command, str(log_path) if log_path else None, **kwargs)
+    started.append(child)
+    return child.start()
+
+
+def test_a_child_runs_in_its_own_session_and_its_output_goes_to_its_log(tmp_path, started):
+    log = tmp_path / "logs" / "child.log"
+    child = start(started, "sleeper", python("import os, time; print('pid', os.getpid(), flush=True); time.sleep(30)"),
+                  log, header=True)
+    wait_until(lambda: "pid" in child.output())
+    assert os.getsid(child.process.pid) == child.process.pid != os.getsid(0)  # a new session, led by the child
+    assert child.output().split() == ["pid", str(child.process.pid)]  # the header is not the child's output
+    assert log.read_text().startswith("$ python -c ")
+    assert child.stop(5) == -signal.SIGTERM
+
+
+def test_a_child_gets_sigterm_when_its_parent_dies_however_it_dies(tmp_path, started):
+    """A parent that starts a child and is then SIGKILLed: the child still ends (PR_SET_PDEATHSIG)."""
+    parent_code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {supervisor.package_root()!r})
+        from dqn_cartpole.processes.supervisor import Child
+        child = Child("orphan", [sys.executable, "-c", "import time; time.sleep(30)"]).start()
+        print(child.process.pid, flush=True)
+        import time; time.sleep(30)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    try:
+        orphan = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait(10)
+
+        def gone() -> bool:
+            try:
+                os.kill(orphan, 0)
+            except ProcessLookupError:
+                return True
+            with open(f"/proc/{orphan}/stat") as stat:  # a zombie waiting for init to reap it counts as gone
+                return stat.read().split()[2] == "Z"
+        wait_until(gone, 10)
+    finally:
+        parent.kill()
+        parent.wait(10)
+        try:
+            os.kill(orphan, signal.SIGKILL)
+        except (ProcessLookupError, UnboundLocalError):
+            pass
+
+
+def test_stop_sends_exactly_one_sigterm_then_sigkill_after_the_grace(tmp_path, started, sent):
+    children = [start(started, f"stubborn {i}", python(COUNT_TERMS, str(tmp_path / f"terms-{i}")),
+                      tmp_path / f"{i}.log") for i in range(2)]
+    for child in children:
+        wait_until(lambda child=child: "ready" in child.output())
+    began = time.monotonic()
+    stop_all(children, grace_s=1.0)
+    took = time.monotonic() - began
+    assert 1.0 <= took < 1.9  # one grace for all of them together, not one each
+    for signum in (signal.SIGTERM, signal.SIGKILL):  # one TERM each, then one KILL each
+        assert sorted(pid for pid, sig in sent if sig == signum) == sorted(child.process.pid for child in children)
+    for i, child in enumerate(children):
+        assert child.returncode == -signal.SIGKILL
+        assert (tmp_path / f"terms-{i}").read_text() == "TERM\n"
+
+
+def test_a_child_that_leaves_on_sigterm_is_not_killed_and_a_finished_one_gets_no_signal(tmp_path, started):
+    polite = start(started, "polite", python("import time; print('ready', flush=True); time.sleep(30)"),
+                   tmp_path / "polite.log")
+    done = start(started, "done", python("pass"))
+    wait_until(lambda: "ready" in polite.output() and done.returncode is not None)
+    began = time.monotonic()
+    stop_all([polite, done], grace_s=5.0)
+    assert time.monotonic() - began < 2.0
+    assert (polite.returncode, done.returncode) == (-signal.SIGTERM, 0)
+    assert not done.send(signal.SIGTERM)
+
+
+def test_the_backoff_doubles_to_its_cap_and_then_gives_up():
+    backoff = Backoff(first_s=0.25, max_s=2.0, max_restarts=6, window_s=60.0)
+    assert [backoff.delay(n) for n in range(7)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0, None]
+
+
+def test_a_dead_child_restarts_after_its_backoff_until_the_cap_within_the_window(tmp_path, started):
+    child = start(started, "crasher", python("import sys; sys.exit(3)"), tmp_path / "crash.log")
+    backoff = Backoff(first_s=1.0, max_s=5.0, max_restarts=3, window_s=100.0)
+    now = 1000.0
+    expected_delays = [1.0, 2.0, 4.0]
+    for restart, delay in enumerate(expected_delays, start=1):
+        wait_until(lambda: child.returncode is not None)
+        assert child.returncode == 3
+        assert child.keep_alive(backoff, now) == supervisor.DIED
+        assert child.restart_at == now + delay
+        assert child.keep_alive(backoff, now + delay - 0.01) == supervisor.WAITING
+        now += delay
+        assert child.keep_alive(backoff, now) == supervisor.RESTARTED
+        assert child.restarts == restart
+    wait_until(lambda: child.returncode is not None)
+    assert child.keep_alive(backoff, now) == supervisor.GAVE_UP  # 3 restarts within 100 s
+    # Restarts older than the window no longer count: the backoff starts again from its first delay.
+    assert child.keep_alive(backoff, now + 100.0) == supervisor.DIED
+    assert child.restart_at == now + 100.0 + 1.0
+
+
+def test_a_child_that_ends_with_status_0_stays_out(started):
+    child = start(started, "leaver", python("pass"))
+    wait_until(lambda: child.returncode is not None)
+    assert child.keep_alive(Backoff(), 0.0) == supervisor.ENDED and child.restarts == 0
+
+
+def test_the_log_tail_is_what_the_child_wrote_since_its_last_start(tmp_path, started):
+    log = tmp_path / "role.log"
+    log.write_text("replay server ready\nerror: from an earlier run\n")
+    child = start(started, "role", python("print('warning: slow'); print('error: bad thing'); print('bye')"), log)
+    wait_until(lambda: child.returncode is not None)
+    assert "earlier run" not in child.output() and "replay server ready" not in child.output()
+    assert child.last_error() == "error: bad thing"
+    assert child.last_line() == "bye"
+    child.start()  # a restart: only its own output counts
+    wait_until(lambda: child.returncode is not None)
+    assert child.output().count("error: bad thing") == 1
+    assert len(child.output()) < supervisor.TAIL_BYTES
+    assert Child("console", python("pass")).output() == ""  # no log: nothing to read
+
+
+def test_a_child_set_stops_only_the_children_still_running(tmp_path, started):
+    children = ChildSet()
+    running = children.add(start(started, "runner", python(COUNT_TERMS, str(tmp_path / "terms")),
+                                 tmp_path / "runner.log"))
+    gone = children.add(start(started, "gone", python("pass")))
+    wait_until(lambda: "ready" in running.output() and gone.returncode is not None)
+    assert children.running() == [running]
+    children.stop(signal.SIGINT, grace_s=0.3)
+    assert running.returncode == -signal.SIGINT and not (tmp_path / "terms").exists()  # the signal given, once
+
+
+def test_the_exit_status_of_a_stop_is_128_plus_the_signal():
+    assert exit_status.for_signal(signal.SIGINT) == 130
+    assert exit_status.for_signal(signal.SIGTERM) == 143
+    assert [exit_status.is_stop(s) for s in (130, 143, 0, 1, 2, 137)] == [True, True, False, False, False, False]
+
+
+def test_every_continue_command_is_one_quoted_python_m_dqn_cartpole_line():
+    assert commands.resume_command("outputs/my run") == "python -m dqn_cartpole train --resume 'outputs/my run'"
+    assert commands.resume_command("r", "--topology", "local", "--collectors", "2") == \
+        "python -m dqn_cartpole train --resume r --topology local --collectors 2"
+    assert commands.child_command(["train"]) == [sys.executable, "-m", "dqn_cartpole", "train"]
+
+
+def test_a_second_signal_stops_a_run_at_once_but_a_supervisor_keeps_waiting(capsys):
+    before = signal.getsignal(signal.SIGINT)
+    with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert stop.signum == signal.SIGTERM
+    assert "SIGTERM received: stopping every run" in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt):
+        with StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            assert stop.signum == signal.SIGINT
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    assert "send Ctrl-C again to stop at once" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+# ---------------------------------------------------------------------------- the local topology on the supervisor
+
+# A role that writes one line per signal it receives to argv[1]; `exit_on` (a signal name or "") makes it leave.
+ROLE = textwrap.dedent("""
+    import signal, sys, time
+    out, exit_on, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+    def on_signal(signum, frame):
+        with open(out, "a") as handle:
+            handle.write(signal.Signals(signum).name + "\\n")
+        if signal.Signals(signum).name == exit_on:
+            sys.exit(128 + signum)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    print(ready, flush=True)
+    while True:
+        time.sleep(60)
+""")
+
+
+@pytest.fixture
+def bounded():
+    """The test fails (instead of hanging) if it takes longer than 30 s."""
+    def expire(_signum, _frame):
+        raise TimeoutError("the test took longer than 30 s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, 30.0)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list:
+    """Every signal this process sends through Popen, as (pid, signal)."""
+    calls: list = []
+    send_signal = subprocess.Popen.send_signal
+    monkeypatch.setattr(subprocess.Popen, "send_signal",
+                        lambda process, signum: (calls.append((process.pid, signum)), send_signal(process, signum)))
+    return calls
+
+
+def fake_topology(tmp_path, monkeypatch, learner_exits_on: str, collector_code: str = ""):
+    """A LocalTopology whose roles are tiny Python processes; signals they get are logged in tmp_path/NAME."""
+    from dqn_cartpole.distributed import launcher
+
+    monkeypatch.setattr(launcher, "STOP_WAIT_S", 0.5)
+    monkeypatch.setattr(launcher, "POLL_S", 0.05)
+    monkeypatch.setattr(launcher, "RESTART_BACKOFF", Backoff(first_s=0.01, max_s=0.04, max_restarts=3, window_s=60))
+    topology = launcher.LocalTopology("config.yaml", str(tmp_path / "run"), 1, 2, resume=False, quiet=True)
+    topology.learner.log_path = str(tmp_path / "learner.log")  # to see it is ready
+    for child in topology.children():
+        name = child.name.replace(" ", "-")
+        exits_on = learner_exits_on if child is topology.learner else ""
+        child.command = python(ROLE, str(tmp_path / name), exits_on, launcher.READY_LINE)
+    for child in topology.collectors:
+        child.command = python(collector_code) if collector_code else child.command
+    return topology
+
+
+def signals_of(sent: list, child: Child) -> list:
+    """The signals the launcher sent to the child's current process."""
+    return [signal.Signals(signum).name for pid, signum in sent if pid == child.process.pid]
+
+
+def signals_got(tmp_path, name: str) -> list[str]:
+    path = tmp_path / name
+    return path.read_text().split() if path.exists() else []
+
+
+def test_a_role_that_keeps_dying_stops_the_run_with_status_1_and_every_role_gets_one_sigterm(
+        tmp_path, monkeypatch, capsys, bounded, sent):
+    topology = fake_topology(tmp_path, monkeypatch, learner_exits_on="", collector_code="import sys; sys.exit(3)")
+    try:
+        began = time.monotonic()
+        assert topology.run(StopRequest()) == exit_status.EXIT_FAILED
+        assert time.monotonic() - began < 15
+        err = capsys.readouterr().err
+        assert "warning: collector 0 exited with status 3; restarting it in" in err
+        assert "error: collector 0 exited with status 3 after 3 restarts within 60 s" in err
+        assert "train --resume" in err and "--topology local --collectors 2" in err
+        assert topology.collectors[0].restarts == 3
+        for child in (topology.learner, topology.evaluator, topology.server):
+            assert signals_of(sent, child) == ["SIGTERM", "SIGKILL"], child.name  # one TERM; KILL after the grace
+            assert signals_got(tmp_path, child.name.replace(" ", "-")) == ["SIGTERM"], child.name
+        assert all(child.returncode is not None for child in topology.children())
+    finally:
+        stop_all(topology.children(), 0.0)
+
+
+def test_a_stop_goes_to_the_learner_first_and_the_launcher_exits_128_plus_the_signal(
+        tmp_path, monkeypatch, capsys, bounded, sent):
+    topology = fake_topology(tmp_path, monkeypatch, learner_exits_on="SIGINT")
+    try:
+        stop = StopRequest()
+        stop.signum = signal.SIGINT  # as if Ctrl-C reached the launcher
+        for child in topology.children():
+            child.start()
+        wait_until(lambda: all("ready" in child.output() for child in topology.children()))
+        assert topology.supervise(stop) == 130
+        topology.stop_all()
+        assert "Every role is stopped. Resume the run with:" in capsys.readouterr().err
+        assert signals_of(sent, topology.learner) == ["SIGINT"] and signals_got(tmp_path, "learner") == ["SIGINT"]
+        for child in (topology.evaluator, *topology.collectors, topology.server):
+            assert signals_of(sent, child) == ["SIGTERM", "SIGKILL"], child.name
+            assert signals_got(tmp_path, child.name.replace(" ", "-")) == ["SIGTERM"], child.name
+    finally:
+        stop_all(topology.children(), 0.0)
+
+
+def test_the_local_topology_shares_its_replay_through_reverb_and_checks_what_a_resume_needs(tmp_path, capsys):
+    import dataclasses
+
+    from dqn_cartpole.config import Config
+    from dqn_cartpole.distributed.launcher import local_config
+    from dqn_cartpole.errors import UserError
+    from dqn_cartpole.run_folder.checkpointing import REVERB_DIR, Found, ResumePlan
+
+    base = Config()
+    tf_uniform = dataclasses.replace(base, replay=dataclasses.replace(base.replay, backend="tf_uniform"))
+    shared = local_config(tf_uniform, "run", None)
+    assert (shared.replay.backend, shared.replay.sampling) == ("reverb", "dataset")
+    assert "note: --topology local shares the replay through a Reverb server" in capsys.readouterr().err
+    with pytest.raises(UserError, match="continue it in one process: python -m dqn_cartpole train --resume run$"):
+        local_config(tf_uniform, "run", ResumePlan(None))
+    reverb = dataclasses.replace(base, replay=dataclasses.replace(base.replay, backend="reverb"))
+    server = dataclasses.replace(reverb, distributed=dataclasses.replace(reverb.distributed, replay="server"))
+    checkpoint = tmp_path / "ckpt-0000000100"
+    checkpoint.mkdir()
+    plan = ResumePlan(Found(str(checkpoint), 100, {}))
+    with pytest.raises(UserError, match="ckpt-0000000100 holds no Reverb table to restore"):
+        local_config(server, "run", plan)
+    (checkpoint / REVERB_DIR).mkdir()
+    assert local_config(server, "run", plan) is server
+    assert local_config(reverb, "run", ResumePlan(None)) is reverb and capsys.readouterr().err == ""
