@@ -128,6 +128,7 @@ def learner_child(mode: str, steps: int) -> None:
     from dqn_cartpole.config import load_config
     from dqn_cartpole.core import build
     from dqn_cartpole.replay.base import sequence_length_for
+    from dqn_cartpole.distributed.policy_lag import make_lagged_train_step
     from dqn_cartpole.training.loop import compile_iterations, make_train_step
 
     default = os.path.join(REPO, "configs", "default.yaml")
@@ -160,8 +161,8 @@ def learner_child(mode: str, steps: int) -> None:
         if mode == "learner":
             replay.fill(lambda: False)
         sample = replay.sampler(config.training.batch_size, length, with_tags=mode != "tf_uniform")
-        run = compile_iterations(make_train_step(agent, sample, 1, config.training.jit_compile,
-                                                 tagged=mode != "tf_uniform"))
+        make_step = make_train_step if mode == "tf_uniform" else make_lagged_train_step
+        run = compile_iterations(make_step(agent, sample, 1, config.training.jit_compile))
         run((), (), tf.constant(300))  # traces and warms up
         started = time.perf_counter()
         run((), (), tf.constant(steps))

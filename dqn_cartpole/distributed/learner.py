@@ -30,14 +30,14 @@ import tensorflow as tf
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
-from dqn_cartpole.distributed.policy_lag import IntervalLag
+from dqn_cartpole.distributed.policy_lag import IntervalLag, make_lagged_train_step
 from dqn_cartpole.distributed.variables import WeightPusher, WeightSync
 from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training.loop import Chunk, make_train_step
+from dqn_cartpole.training.loop import Chunk
 from dqn_cartpole.training.outcome import RunEnd
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import TrainingSession
@@ -98,8 +98,8 @@ class LearnerSession(TrainingSession):
         cfg = self.config
         sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step),
                                               with_tags=True)
-        return make_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
-                               cfg.training.jit_compile, tagged=True)
+        return make_lagged_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
+                                      cfg.training.jit_compile)
 
     def after_chunk(self, chunk: Chunk) -> None:
         self.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam

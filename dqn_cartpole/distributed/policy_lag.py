@@ -5,15 +5,37 @@ Each collector tags the items it writes with the train step of the weights it co
 it). The learner's sampler hands each item's tag back with the batch (`Replay.sampler(...,
 with_tags=True)`: the learner-side buffer stores it next to the window, a server's table returns it
 as `SampleInfo.priority`), and its compiled step returns, per iteration, the mean and max of (its
-train step at the update - the collecting step) over the batch (`loop.make_train_step`'s
-`tagged`). `IntervalLag` folds those into one value per log row.
+train step at the update - the collecting step) over the batch (`make_lagged_train_step`).
+`IntervalLag` folds those into one value per log row.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
+import tensorflow as tf
+
+from dqn_cartpole.training.loop import gradient_step, repeat_steps
+
+
+def make_lagged_train_step(agent: Any, sample: Callable[[], Any], train_steps: int, jit_compile: bool) -> Callable:
+    """`train_steps` gradient steps on samples that carry their tags, in one graph function.
+
+    `sample()` returns (experience, each item's tag: the train step of the weights that collected it,
+    [batch] or [batch, time]); the function returns [loss, mean, max] of the last batch's (train step at
+    the update - tag), which a chunk hands on as its `extras`.
+    """
+    step = gradient_step(agent, jit_compile)
+
+    def once() -> tf.Tensor:
+        experience, collected_at = sample()
+        lag = tf.cast(agent.train_step_counter, tf.float64) - tf.cast(collected_at, tf.float64)
+        with tf.control_dependencies([lag]):  # the counter is read before the update increments it
+            loss = step(experience)
+        return tf.stack([loss, tf.cast(tf.reduce_mean(lag), tf.float32), tf.cast(tf.reduce_max(lag), tf.float32)])
+
+    return repeat_steps(once, train_steps, tf.zeros([3]))
 
 
 class IntervalLag:

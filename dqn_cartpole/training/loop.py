@@ -42,29 +42,15 @@ def run_ops_on_one_thread() -> bool:
     return True
 
 
-def make_train_step(agent: Any, sample: Callable[[], Any], train_steps: int, jit_compile: bool,
-                    tagged: bool = False) -> Callable:
-    """`train_steps` gradient steps on fresh samples, as one graph function returning the last loss.
-
-    With `tagged`, `sample()` returns (experience, each item's tag: the train step of the weights that
-    produced it, [batch] or [batch, time]) and the function returns [loss, mean, max] of the last batch's
-    (train step at the update - tag): `distributed.policy_lag` is what a learner makes of them (a chunk's `extras`).
-    """
+def gradient_step(agent: Any, jit_compile: bool) -> Callable[[Any], tf.Tensor]:
+    """The agent's update on one batch of experience, as a graph function returning its loss."""
     # XLA fuses the small ops of a DQN step: ~30% less time per gradient step on CPU.
-    step = tf.function(lambda experience: agent.train(experience).loss, jit_compile=jit_compile, autograph=False)
+    return tf.function(lambda experience: agent.train(experience).loss, jit_compile=jit_compile, autograph=False)
 
-    def train_once() -> tf.Tensor:
-        return step(sample())
 
-    def train_once_tagged() -> tf.Tensor:
-        experience, collected_at = sample()
-        lag = tf.cast(agent.train_step_counter, tf.float64) - tf.cast(collected_at, tf.float64)
-        with tf.control_dependencies([lag]):  # the counter is read before the update increments it
-            loss = step(experience)
-        return tf.stack([loss, tf.cast(tf.reduce_mean(lag), tf.float32), tf.cast(tf.reduce_max(lag), tf.float32)])
-
-    once = train_once_tagged if tagged else train_once
-    initial = tf.zeros([3]) if tagged else tf.constant(0.0)
+def repeat_steps(once: Callable[[], tf.Tensor], train_steps: int, initial: tf.Tensor) -> Callable[[], tf.Tensor]:
+    """`train_steps` calls of `once` (one gradient step each) in one graph, returning the last one's output
+    (shaped like `initial`)."""
 
     def train_many() -> tf.Tensor:
         if train_steps == 1:
@@ -76,11 +62,21 @@ def make_train_step(agent: Any, sample: Callable[[], Any], train_steps: int, jit
     return train_many
 
 
+def make_train_step(agent: Any, sample: Callable[[], Any], train_steps: int, jit_compile: bool) -> Callable:
+    """`train_steps` gradient steps on fresh samples, as one graph function returning the last loss.
+
+    A way of running that wants more from each step than its loss builds it from `gradient_step` and
+    `repeat_steps` (a learner's policy lag: `distributed.policy_lag.make_lagged_train_step`).
+    """
+    step = gradient_step(agent, jit_compile)
+    return repeat_steps(lambda: step(sample()), train_steps, tf.constant(0.0))
+
+
 def compile_iterations(train: Callable[[], tf.Tensor], driver: Optional[Any] = None) -> Callable:
     """Compiles `num_iterations` x (collect with `driver`, if any, then `train`) into one graph call.
 
     Returns f(time_step, policy_state, num_iterations) -> (time_step, policy_state, losses): the
-    losses are [num_iterations], or [num_iterations, 3] when `train` returns a tagged step's vector.
+    losses are [num_iterations], or [num_iterations, k] when `train` returns a vector per step (loss first).
     """
 
     # autograph=False: TF-Agents is written for graph mode, and skipping autograph cuts the
@@ -195,7 +191,7 @@ class ChunkedLoop:
 
 
 def split_outputs(outputs: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """A chunk's per-iteration outputs -> (losses, the values a tagged train step returns after them, or None)."""
+    """A chunk's per-iteration outputs -> (losses, the values a train step returns after its loss, or None)."""
     if outputs.ndim == 1:
         return outputs, None
     return outputs[:, 0], outputs[:, 1:]

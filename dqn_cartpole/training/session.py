@@ -212,7 +212,7 @@ class TrainingSession:
                 self.evaluate()
 
     def make_train(self) -> Callable:
-        """One iteration's gradient step(s) on batches from the replay's sampler (hook: tagged samples)."""
+        """One iteration's gradient step(s) on batches from the replay's sampler (a hook)."""
         cfg = self.config
         sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step))
         return make_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
