@@ -38,10 +38,12 @@ def test_tutorial_settings_reach_195_on_cartpole_v0(tmp_path, backend, sampling)
 @pytest.mark.parametrize("backend", ["tf_uniform", "py_uniform", "reverb"])
 def test_default_config_with_n_step_targets_solves_cartpole_v1_on_every_backend(tmp_path, backend):
     # The default config (2-step double DQN) switched to each backend with one key: replay.sampling
-    # follows the backend. Solved means 475 averaged over 100 fresh greedy episodes.
+    # follows the backend. Solved means 475 averaged over 100 fresh greedy episodes. The budget is the
+    # default's 30,000 iterations: the default solves seeds 0-9 in 2,500-18,500 env steps, and a Reverb run
+    # (read through tf.data, not reproducible) once missed at 20,000 (best 455.9).
     run_dir = str(tmp_path / "run")
     result = run_cli("train", "--output-dir", run_dir, "--quiet", "--set", f"replay.backend={backend}",
-                     "--set", "training.num_iterations=20000", "--set", "video.enabled=false",
+                     "--set", "training.num_iterations=30000", "--set", "video.enabled=false",
                      "--set", "output.tensorboard=false", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as handle:
