@@ -71,3 +71,15 @@ def test_a_terminal_that_reports_no_width_still_gets_a_line(monkeypatch):
     progress.update(300, 0.25, 42.0)
     progress.close()
     assert "300/1000" in out.getvalue()
+
+
+def test_a_run_says_what_it_starts_before_tensorflow_is_imported():
+    # `train` prints its first line from training.run, then imports TensorFlow (about 3 s): that module and its
+    # imports must stay light, or the user stares at a silent terminal.
+    import subprocess
+    import sys
+
+    code = ("import sys, dqn_cartpole.training.run, dqn_cartpole.cli.main; "
+            "assert 'tensorflow' not in sys.modules, 'TensorFlow imported before the first line'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]

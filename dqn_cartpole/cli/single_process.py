@@ -98,8 +98,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = load_config(path, config_overrides(args))
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     created, _lock = create_run_dir(run_dir, args.overwrite)  # the lock lives as long as this call
-    silence()
-    from dqn_cartpole.training.run import run_new
+    from dqn_cartpole.training.run import run_new  # light: it says what starts, then imports TensorFlow
 
     return run_new(config, run_dir, path, created, args.quiet)
 
@@ -131,8 +130,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         config, plan = check_resume(args.resume, args)
     run_dir = args.resume
     _lock = lock_run(run_dir)  # noqa: F841  (held as long as this call)
-    silence()
-    from dqn_cartpole.training.run import run_resumed
+    from dqn_cartpole.training.run import run_resumed  # light: it says what starts, then imports TensorFlow
 
     return run_resumed(config, run_dir, plan, args.quiet)
 

@@ -1,5 +1,2 @@
-"""The single-process training run: the session's phases, the compiled loop, triggers, resume and the run state."""
-
-from dqn_cartpole.training.session import train
-
-__all__ = ["train"]
+"""The single-process training run: the session's phases, the compiled loop, triggers, checkpoints and the run
+state. `training.run` starts one; `training.session.train` is the session itself."""
