@@ -2,7 +2,8 @@
 the default), a collector killed, the learner killed and resumed with its buffer, a solve that stops every role,
 Ctrl-C, and the one-line errors (wrong address, port in use). Every test is bounded in time and checks that no
 child process and no port is left behind. Then, in this process, the learner's parts: its replay read from a
-queue at the run's ratio, in its checkpoint, and its background weight pushes and evaluator watch.
+queue at the run's ratio, in its checkpoint, and its background weight pushes and evaluator watch; and a
+collector's loop (both drivers) and the live evaluator against an embedded server.
 (tests/test_netns.py runs the shared replay on the server, across network namespaces.)"""
 
 from __future__ import annotations
@@ -459,3 +460,190 @@ def test_the_learners_policy_lag_is_its_train_rows_extra_columns_over_each_log_i
     assert lag.row(2, np.array([[5.0, 6.0], [7.0, 9.0]])) == {"policy_lag": 4.0, "policy_lag_max": 9.0}
     assert lag.row(4, np.array([[10.0, 10.0]])) == {"policy_lag": 10.0, "policy_lag_max": 10.0}  # a new interval
     assert IntervalLag(4).row(0, None) == {"policy_lag": None, "policy_lag_max": None}
+
+
+# ---------------------------------------------------------------------------- in-process: a collector, an evaluator
+
+
+def serving_roles(stack, config, agent, queue_size: int = 100_000) -> str:
+    """An embedded server as the replay-server role starts it for `config` (the queue to the learner, `variables`,
+    `evaluation`, `stop`), with room for `queue_size` windows; returns its address."""
+    from dqn_cartpole.core import build
+    from dqn_cartpole.distributed import status
+    from dqn_cartpole.distributed.variables import make_variables_table
+    from dqn_cartpole.replay import reverb_tables
+    from dqn_cartpole.replay.base import sequence_length_for
+
+    spec = agent.collect_data_spec
+    server = build.start_replay_server(config.replay, spec, config.agent.n_step, stack,
+                                       extra_tables=[make_variables_table(agent), *status.make_tables()],
+                                       replay_tables=[reverb_tables.make_queue_table(
+                                           spec, sequence_length_for(config.agent.n_step), queue_size)])
+    return server.address
+
+
+def in_thread(stack, target, stop):
+    """Runs `target` in a daemon thread; on cleanup, asks it to stop (`stop`, a StopRequest never entered: its
+    signal handlers belong to the main thread) and waits for it."""
+    import threading
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    stack.callback(thread.join, 30)
+    stack.callback(setattr, stop, "signum", signal.SIGTERM)
+    return thread
+
+
+@pytest.mark.parametrize("driver", ["compiled", "py"])
+def test_a_collector_writes_one_window_per_env_step_tagged_with_its_weights_and_leaves_on_the_stop(driver):
+    import contextlib
+
+    import numpy as np
+    import reverb
+
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.console import signals
+    from dqn_cartpole.core import build
+    from dqn_cartpole.distributed import collector, parts, status
+    from dqn_cartpole.distributed.variables import WeightPusher, WeightSync
+    from dqn_cartpole.replay import reverb_tables
+
+    config = load_config(SMOKE, ["replay.backend=reverb", f"collection.driver={driver}",
+                                 "distributed.weight_refresh_steps=20"])
+    with contextlib.ExitStack() as stack:
+        _, _, learner = parts.agent_with_envs(config, 1, 0, stack)
+        env, tf_env, agent = parts.agent_with_envs(config, 1, 1, stack)
+        address = serving_roles(stack, config, learner)
+        client = reverb.Client(address)
+        learner.train_step_counter.assign(40)
+        variable = learner.collect_policy.variables()[0]
+        variable.assign(variable + 1.0)
+        pusher = WeightPusher(WeightSync(address, learner), every_steps=1000)
+        stack.callback(pusher.close)
+        assert pusher.push_now() == 40
+        replay = build.make_stream_writers(config, agent.collect_data_spec, address, stack)
+        sync = WeightSync(address, agent)
+        driver_class = {"compiled": collector.CompiledCollectorDriver, "py": collector.PyCollectorDriver}[driver]
+        collecting = driver_class(env, tf_env, agent.collect_policy, replay.add_batch, 20)
+        logged, stop = [], signals.StopRequest()
+        thread = in_thread(stack, lambda: collector.run_driver(collecting, sync, logged.append, stop, replay,
+                                                               log_every_s=0.2), stop)
+
+        def queued() -> int:
+            return int(client.server_info()[reverb_tables.QUEUE_TABLE_NAME].current_size)
+
+        wait_for(lambda: queued() >= 200, 60, "the collector's first windows")
+        assert thread.is_alive()  # it collects on until the run's stop
+        status.publish_stop(client, 40, solved=False)
+        thread.join(15)
+        assert not thread.is_alive(), "the collector did not leave on the run's stop"
+        steps, episodes = collecting.counts()
+        # Each weight pull runs 20 env steps, then flushes the writers.
+        # One window per step the env took (each episode's boundary step too), none twice: all of them but the
+        # newest step (held for the next window) and, if the episode just ended, its boundary still to come.
+        held = sum(len(steps_held) for steps_held in replay.held_steps())
+        pending = int(np.all(env.current_time_step().is_last()))
+        assert steps > 0 and steps % 20 == 0 and queued() == steps + episodes - pending - held, (
+            steps, episodes, pending, held, queued())
+        assert len(logged) >= 2 and logged[-1]["env_steps"] == steps and logged[-1]["episodes"] == episodes
+        assert [row["env_steps"] for row in logged] == sorted(row["env_steps"] for row in logged)
+        assert all(row["weights_train_step"] == 40 for row in logged) and logged[-1]["env_steps_per_s"] > 0
+        assert int(agent.train_step_counter.numpy()) == 40  # the pulled train step (it sets epsilon)
+        np.testing.assert_array_equal(agent.collect_policy.variables()[0].numpy(), variable.numpy())
+        every = client.sample(reverb_tables.QUEUE_TABLE_NAME, num_samples=queued(), emit_timesteps=False)
+        np.testing.assert_array_equal([float(np.squeeze(item.info.priority)) for item in every], 40.0)  # their tag
+
+
+def test_the_live_evaluator_evaluates_once_per_interval_passed_at_the_weights_train_step_and_publishes_it(tmp_path):
+    import contextlib
+
+    import numpy as np
+    import reverb
+
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.console import signals
+    from dqn_cartpole.distributed import evaluator, parts, status
+    from dqn_cartpole.distributed.variables import WeightSync
+    from dqn_cartpole.run_folder.layout import RunLayout
+
+    assert evaluator.next_due(0, 100) == 100 and evaluator.next_due(250, 100) == 300
+    config = load_config(SMOKE, ["replay.backend=reverb", "output.tensorboard=false"])  # eval_interval: 100
+    layout = RunLayout(str(tmp_path / "run"))
+    os.makedirs(layout.root)
+    with contextlib.ExitStack() as stack:
+        _, _, learner = parts.agent_with_envs(config, 1, 0, stack)
+        address = serving_roles(stack, config, learner)
+        client = reverb.Client(address)
+
+        def push(train_step: int) -> None:
+            # A new container each time: the evaluator's seeding (tf.random.set_seed) clears TensorFlow's eager
+            # caches, and with them the Reverb client resource an earlier container made in this process.
+            learner.train_step_counter.assign(train_step)
+            WeightSync(address, learner).push()
+
+        def evaluated() -> list[int]:
+            return [int(r["train_step"]) for r in rows(layout.eval_metrics)] if os.path.exists(layout.eval_metrics) else []
+
+        def published() -> int:
+            evaluation = status.read_evaluation(client)
+            return -1 if evaluation is None else evaluation.train_step
+
+        push(0)
+        live = evaluator.LiveEvaluator(config, layout, address, signals.StopRequest())
+        exit_statuses = []
+        thread = in_thread(stack, lambda: exit_statuses.append(live.run()), live.stop)
+        wait_for(lambda: published() == 0, 60, "the evaluation of train step 0")
+        push(60)  # before the next multiple of 100: nothing is due
+        time.sleep(4 * evaluator.POLL_S)
+        variable = learner.collect_policy.variables()[0]
+        variable.assign(variable + 1.0)
+        push(250)  # two intervals passed: one evaluation, of the newest weights
+        wait_for(lambda: published() == 250, 30, "the evaluation of train step 250")
+        np.testing.assert_array_equal(live.pipeline.agent.collect_policy.variables()[0].numpy(), variable.numpy())
+        push(280)  # the next is due at 300
+        time.sleep(4 * evaluator.POLL_S)
+        assert evaluated() == [0, 250] and published() == 250
+        status.publish_stop(client, 280, solved=False)  # the learner's last step: its weights are evaluated too
+        thread.join(30)
+        assert not thread.is_alive() and exit_statuses == [0]
+        assert evaluated() == [0, 250, 280]
+        result = status.read_evaluation(client)
+        assert result.train_step == 280 and not result.solved
+        assert result.average_return == pytest.approx(float(rows(layout.eval_metrics)[-1]["average_return"]), rel=1e-5)
+        assert os.path.exists(os.path.join(layout.best_policy, "saved_model.pb"))
+        assert not os.path.exists(layout.final_policy)  # no solve: the smoke config does not stop when solved
+
+
+def test_the_live_evaluator_confirms_a_solve_exports_the_final_policy_and_leaves_without_a_stop(tmp_path):
+    import contextlib
+    import json
+
+    import reverb
+
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.console import signals
+    from dqn_cartpole.distributed import evaluator, parts, status
+    from dqn_cartpole.distributed.variables import WeightSync
+    from dqn_cartpole.run_folder.layout import RunLayout
+
+    # A threshold the untrained policy reaches: its first evaluation passes, then the check on 4 fresh episodes.
+    config = load_config(SMOKE, ["replay.backend=reverb", "output.tensorboard=false", "evaluation.solve_return=5",
+                                 "evaluation.stop_when_solved=true", "evaluation.solve_episodes=4"])
+    layout = RunLayout(str(tmp_path / "run"))
+    os.makedirs(layout.root)
+    with contextlib.ExitStack() as stack:
+        _, _, learner = parts.agent_with_envs(config, 1, 0, stack)
+        address = serving_roles(stack, config, learner)
+        learner.train_step_counter.assign(300)
+        WeightSync(address, learner).push()
+        live = evaluator.LiveEvaluator(config, layout, address, signals.StopRequest())
+        exit_statuses = []
+        thread = in_thread(stack, lambda: exit_statuses.append(live.run()), live.stop)
+        thread.join(30)  # no stop is written: the evaluator leaves on its own solve
+        assert not thread.is_alive() and exit_statuses == [0]
+        assert status.read_stop(reverb.Client(address)) is None
+        result = status.read_evaluation(reverb.Client(address))
+        assert result.solved and result.train_step == 300 and result.solved_episodes == 4 and result.solved_return >= 5
+        assert [int(r["train_step"]) for r in rows(layout.eval_metrics)] == [300]
+        final = json.load(open(os.path.join(layout.final_policy, "policy_info.json")))
+        assert final["train_step"] == 300 and final["episodes"] == 4
