@@ -60,20 +60,6 @@ def run_train(config: str, out: str, overrides: list[str]) -> dict:
         return json.load(handle)
 
 
-def time_to_solve(seeds: list[int], workdir: str, overrides: list[str]) -> list[dict]:
-    results = []
-    for seed in seeds:
-        out = os.path.join(workdir, f"default-s{seed}")
-        summary = run_train("default.yaml", out, ["video.enabled=false", f"training.seed={seed}", *overrides])
-        solved = summary["solved_at_iteration"] is not None
-        results.append({"seed": seed, "solved": solved, "time_s": summary["solved_wall_s"],
-                        "env_steps": summary["solved_env_steps"],
-                        "peak_rss_mb": summary["peak_rss_mb"], "run": out})
-        print(f"  seed {seed}: {'solved' if solved else 'NOT solved'} "
-              f"{summary['solved_wall_s'] or summary['wall_s']:.1f} s", file=sys.stderr, flush=True)
-    return results
-
-
 def reference_rate(reference: str, iterations: int) -> float:
     """Steady-state iterations/s of the tutorial loop (after its first 1,000 iterations)."""
     result = subprocess.run([sys.executable, reference, str(iterations)], cwd=REPO, capture_output=True, text=True)

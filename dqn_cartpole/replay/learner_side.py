@@ -1,9 +1,9 @@
 """A replay that lives on the learner: the collectors' windows reach it through a Reverb queue, and it keeps
 them in its own in-graph uniform buffer, samples there and checkpoints them with the agent.
 
-Sampling from a Reverb server costs about 50 µs per item over loopback, and a DQN learner samples
-64 items per gradient step: reading a server can never keep pace with an in-graph buffer. Reading
-each *new* item once costs one item per env step instead. So here:
+Sampling from a Reverb server costs about 50 µs per item over loopback, and a DQN learner samples a
+batch (128 items in the default config) per gradient step: reading a server can never keep pace with
+an in-graph buffer. Reading each *new* item once costs one item per env step instead. So here:
 
 * collectors write (n_step + 1)-step windows into the server's queue table (`QUEUE_TABLE_NAME`)
   with the same writers as a Reverb replay (`StreamWriters`: every collected step starts one

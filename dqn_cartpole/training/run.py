@@ -8,7 +8,7 @@ import sys
 from typing import Optional
 
 from dqn_cartpole.config import Config
-from dqn_cartpole.console import quiet
+from dqn_cartpole.console.quiet import silence
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.processes.commands import resume_command
 from dqn_cartpole.run_folder.checkpointing import ResumePlan
@@ -42,8 +42,8 @@ def run_resumed(config: Config, run_dir: str, plan: ResumePlan, quiet: bool) -> 
 def run(config: Config, run_dir: str, progress: Progress, plan: Optional[ResumePlan], created: bool) -> int:
     """Trains in this process, then writes summary.json and report.html and prints the summary."""
     # TensorFlow's import (about 3 s) waits until here, so the run's first line is already on the screen: this
-    # module stays light (training/__init__ imports nothing heavy), and `quiet.silence` imports TensorFlow quietly.
-    quiet.silence()
+    # module stays light (training/__init__ imports nothing heavy), and `silence` imports TensorFlow quietly.
+    silence()
     from dqn_cartpole.training.session import train
 
     with RunEnd(run_dir, created, progress, resume_command(run_dir)) as end:
