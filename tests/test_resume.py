@@ -307,7 +307,7 @@ def test_one_process_at_a_time_per_run_folder(tmp_path):
             result = cli(*args, timeout=60)
             lines = [line for line in result.stderr.splitlines() if line.strip()]
             assert result.returncode == 2 and len(lines) == 1, result.stderr
-            assert f"in use by another dqn_cartpole process (pid {proc.pid})" in lines[0]
+            assert f"in use by another dqn_cartpole process (pid {proc.pid} (train))" in lines[0]
             assert sorted(os.listdir(run_dir)) == before  # --overwrite touched nothing
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -138,13 +138,13 @@ def test_resolve_run_dir_never_replaces_a_run_or_a_folder_that_is_not_one(tmp_pa
 
 
 def test_create_run_dir_overwrites_under_its_lock(tmp_path):
-    from dqn_cartpole.run_folder.layout import LOCK_FILE
+    from dqn_cartpole.run_folder.layout import LOCK_FILE, ROLES_LOCK_FILE
     from dqn_cartpole.run_folder.lock import lock_run
     from dqn_cartpole.run_folder.resolve import create_run_dir
 
     run = make_run(str(tmp_path / "run"))
     created, lock = create_run_dir(run.root, overwrite=True)
-    assert created and os.listdir(run.root) == [LOCK_FILE]
+    assert created and sorted(os.listdir(run.root)) == sorted([LOCK_FILE, ROLES_LOCK_FILE])
     with pytest.raises(UserError, match=f"in use by another dqn_cartpole process \\(pid {os.getpid()}\\)"):
         lock_run(run.root)  # a second lock on the folder (flock locks are per open file)
     lock.close()

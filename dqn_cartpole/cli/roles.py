@@ -1,7 +1,8 @@
 """The distributed roles as subcommands: replay-server, collect, evaluate-live, learn (and `train --topology local`).
 
 Each reads the same YAML (`--config`, `--set`) plus `--replay-address HOST:PORT` and
-`--run-dir`, checks its input first (one line, exit status 2), and only then imports
+`--run-dir`, checks its input first (one line, exit status 2), takes its hold on the run folder's lock
+(`run_folder.lock`: a role never runs beside a `train` of the same folder), and only then imports
 TensorFlow.
 """
 
@@ -19,7 +20,8 @@ from dqn_cartpole.console.quiet import silence
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.replay.reverb_tables import check_port_free
 from dqn_cartpole.run_folder import checkpointing
-from dqn_cartpole.run_folder.resolve import create_run_dir
+from dqn_cartpole.run_folder.lock import RunLock, join_run
+from dqn_cartpole.run_folder.resolve import check_can_create, create_run_dir
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -77,47 +79,64 @@ def load_role_config(args: argparse.Namespace) -> Any:
     return config
 
 
+def join_role(run_dir: str) -> RunLock:
+    """The role's shared hold on the run folder (created if missing), kept as long as the role lives."""
+    check_can_create(run_dir, "--run-dir ")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--run-dir {run_dir}: cannot create the folder: {exc.strerror}") from None
+    return join_run(run_dir)
+
+
 def cmd_replay_server(args: argparse.Namespace) -> int:
     config = load_role_config(args)
     _, port = parse_address(args.replay_address)
     check_port_free(port)
-    silence()
-    from dqn_cartpole.distributed.server import serve
+    with contextlib.closing(join_role(args.run_dir)):
+        silence()
+        from dqn_cartpole.distributed.server import serve
 
-    return serve(config, port, args.run_dir)
+        return serve(config, port, args.run_dir)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
     config = load_role_config(args)
     if args.collector_id < 0:
         raise UserError(f"--collector-id: must be 0 or more, got {args.collector_id}")
-    silence()
-    from dqn_cartpole.distributed.collector import collect
+    with contextlib.closing(join_role(args.run_dir)):
+        silence()
+        from dqn_cartpole.distributed.collector import collect
 
-    return collect(config, args.replay_address, args.collector_id, args.run_dir)
+        return collect(config, args.replay_address, args.collector_id, args.run_dir)
 
 
 def cmd_evaluate_live(args: argparse.Namespace) -> int:
     config = load_role_config(args)
-    silence()
-    from dqn_cartpole.distributed.evaluator import evaluate_live
+    with contextlib.closing(join_role(args.run_dir)):
+        silence()
+        from dqn_cartpole.distributed.evaluator import evaluate_live
 
-    return evaluate_live(config, args.replay_address, args.run_dir)
+        return evaluate_live(config, args.replay_address, args.run_dir)
 
 
 def cmd_learn(args: argparse.Namespace) -> int:
+    """The learner; by hand it owns the run folder (beside its hand-started roles), supervised it holds the
+    launcher's lock. A resume is planned only under the lock."""
     config = load_role_config(args)
-    plan, created, lock = None, False, None
-    if args.resume:
-        if not os.path.isdir(args.run_dir):
-            raise UserError(f"--run-dir {args.run_dir}: no such folder to resume")
-        plan = checkpointing.plan_resume(args.run_dir)
+    if args.resume and not os.path.isdir(args.run_dir):
+        raise UserError(f"--run-dir {args.run_dir}: no such folder to resume")
+    created, lock = False, None
     if not args.supervised:
-        created, lock = create_run_dir(args.run_dir, overwrite=False)  # noqa: F841 (held as long as this call)
-    silence()
-    from dqn_cartpole.distributed.learner import run_learner
+        created, lock = create_run_dir(args.run_dir, overwrite=False, beside_roles=True)
+    with contextlib.ExitStack() as held:
+        if lock is not None:
+            held.callback(lock.close)
+        plan = checkpointing.plan_resume(args.run_dir) if args.resume else None
+        silence()
+        from dqn_cartpole.distributed.learner import run_learner
 
-    return run_learner(config, args.run_dir, args.replay_address, plan, created, args.quiet, args.supervised)
+        return run_learner(config, args.run_dir, args.replay_address, plan, created, args.quiet, args.supervised)
 
 
 COMMANDS = {"replay-server": cmd_replay_server, "collect": cmd_collect, "evaluate-live": cmd_evaluate_live,

@@ -97,46 +97,59 @@ def cmd_train(args: argparse.Namespace) -> int:
         path = config_path(args.config)
         config = load_config(path, config_overrides(args))
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
-    created, _lock = create_run_dir(run_dir, args.overwrite)  # the lock lives as long as this call
+    created, lock = create_run_dir(run_dir, args.overwrite)
     from dqn_cartpole.training.run import run_new  # light: it says what starts, then imports TensorFlow
 
-    return run_new(config, run_dir, path, created, args.quiet)
+    with contextlib.closing(lock):  # held as long as the run lives
+        return run_new(config, run_dir, path, created, args.quiet)
 
 
 def cmd_train_local(args: argparse.Namespace) -> int:
     """`train --topology local`: the same checks and run folder as `train`, then every role as a process."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
-        if args.resume:
-            config, plan = check_resume(args.resume, args)
-            run_dir = args.resume
-        else:
+    if args.resume:
+        run_dir = args.resume
+        config, plan, lock = lock_and_plan_resume(run_dir, args)
+        config = launcher.local_config(config, run_dir, plan)
+        created = False
+    else:
+        with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
             if args.output_dir:
                 resolve_run_dir(None, args.output_dir, args.overwrite)
-            config, plan = load_config(config_path(args.config), config_overrides(args)), None
+            config = load_config(config_path(args.config), config_overrides(args))
             run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
-    config = launcher.local_config(config, run_dir, plan)
-    if args.resume:
-        created, _lock = False, lock_run(run_dir)  # noqa: F841 (held as long as this call; children inherit it)
-    else:
-        created, _lock = create_run_dir(run_dir, args.overwrite)
-    return launcher.launch(config, run_dir, args.collectors, plan, args.quiet, created)
+        config, plan = launcher.local_config(config, run_dir, None), None
+        created, lock = create_run_dir(run_dir, args.overwrite)
+    with contextlib.closing(lock):  # every role inherits it: it lives as long as any of them does
+        return launcher.launch(config, run_dir, args.collectors, plan, args.quiet, created, lock)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """`train --resume RUN_DIR`: the run's config (plus --set), from its newest good checkpoint."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with contextlib.redirect_stderr(io.StringIO()):
-        config, plan = check_resume(args.resume, args)
-    run_dir = args.resume
-    _lock = lock_run(run_dir)  # noqa: F841  (held as long as this call)
+    config, plan, lock = lock_and_plan_resume(args.resume, args)
     from dqn_cartpole.training.run import run_resumed  # light: it says what starts, then imports TensorFlow
 
-    return run_resumed(config, run_dir, plan, args.quiet)
+    with contextlib.closing(lock):
+        return run_resumed(config, args.resume, plan, args.quiet)
 
 
-def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
-    """Checks `--resume RUN_DIR` before anything heavy: a run folder, a compatible config, a checkpoint plan."""
+def lock_and_plan_resume(run_dir: str, args: argparse.Namespace) -> tuple:
+    """Checks `--resume RUN_DIR` (touching nothing), locks the run folder (refused beside any live process of the
+    run), then plans the resume: the checkpoints are read only once no other process can write them."""
+    check_resume_folder(run_dir, args)
+    lock = lock_run(run_dir)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
+            config, plan = check_resume(run_dir, args)
+    except BaseException:
+        lock.close()
+        raise
+    return config, plan, lock
+
+
+def check_resume_folder(run_dir: str, args: argparse.Namespace) -> None:
+    """`--resume RUN_DIR` names a run folder this process may write in, with no flag a resume cannot take."""
     for flag, given in (("--config", args.config), ("--output-dir", args.output_dir), ("--overwrite", args.overwrite)):
         if given:
             raise UserError(f"--resume cannot be combined with {flag}: a resumed run keeps its folder and its "
@@ -145,10 +158,16 @@ def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
         raise UserError(f"--resume {run_dir}: no such folder")
     if not os.path.isdir(run_dir):
         raise UserError(f"--resume {run_dir}: is a file, not a run folder")
-    config_file = os.path.join(run_dir, layout.CONFIG_FILE)
-    if not os.path.isfile(config_file):
+    if not os.path.isfile(os.path.join(run_dir, layout.CONFIG_FILE)):
         raise UserError(f"--resume {run_dir}: not a run folder (no {layout.CONFIG_FILE}); give a folder that "
                         f"'train' wrote, e.g. outputs/<run-name>")
+    if not os.access(run_dir, os.W_OK):
+        raise UserError(f"--resume {run_dir}: cannot write there (no permission)")
+
+
+def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
+    """The resumed run's config (a compatible one) and its checkpoint plan; under the run folder's lock."""
+    config_file = os.path.join(run_dir, layout.CONFIG_FILE)
     original = load_config(config_file)
     config = load_config(config_file, config_overrides(args))
     plan = checkpointing.plan_resume(run_dir)
@@ -159,8 +178,6 @@ def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
             raise UserError(f"--resume {run_dir}: cannot change {', '.join(changes)} from {label} config; a resumed "
                             f"run keeps its env, network, n_step, replay backend and capacity, and seed; start a "
                             f"new run instead")
-    if not os.access(run_dir, os.W_OK):
-        raise UserError(f"--resume {run_dir}: cannot write there (no permission)")
     return config, plan
 
 

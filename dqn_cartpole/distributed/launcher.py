@@ -10,7 +10,11 @@ then starts the replay server, the learner, the evaluator and N collectors and w
   through the server's `stop` table, then the launcher stops the server;
 * the learner dying stops everything and prints the command that resumes the run;
 * Ctrl-C / SIGTERM is passed to the learner (which checkpoints), then the rest are stopped;
-  the exit status is 130 / 143. Every child also gets SIGTERM if the launcher itself dies.
+  the exit status is 130 / 143. Every child also gets SIGTERM if the launcher itself dies, and a
+  watchdog process (`watchdog`) kills what is left of them 10 s later.
+
+Every role inherits the run folder's lock (`run_folder.lock`): no `train --resume` starts beside any of them,
+even after the launcher's death.
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ from typing import Optional
 
 from dqn_cartpole.config import Config, dump_yaml
 from dqn_cartpole.console import exit_status, signals
+from dqn_cartpole.distributed import watchdog
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.processes.commands import child_command, resume_command
 from dqn_cartpole.processes.supervisor import DIED, GAVE_UP, Backoff, Child, stop_all
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.run_folder.lock import RunLock
 
 POLL_S = 0.25
 SERVER_START_S = 120.0  # TensorFlow's import on a loaded machine
@@ -53,7 +59,8 @@ def resume_line(run_dir: str, collectors: int) -> str:
 class LocalTopology:
     """The replay server, the learner and the collectors of one run, as child processes."""
 
-    def __init__(self, config_file: str, run_dir: str, port: int, collectors: int, resume: bool, quiet: bool):
+    def __init__(self, config_file: str, run_dir: str, port: int, collectors: int, resume: bool, quiet: bool,
+                 keep_fds: tuple = ()):
         self.run_dir, self.collectors_wanted = run_dir, collectors
         roles = RunLayout(run_dir).roles
         os.makedirs(roles, exist_ok=True)
@@ -69,7 +76,8 @@ class LocalTopology:
                                os.path.join(roles, "evaluator.log"))
         self.collectors = [Child(f"collector {i}", child_command(["collect", *common, "--collector-id", str(i)]),
                                  os.path.join(roles, f"collector-{i}.log")) for i in range(collectors)]
-
+        for child in self.children():
+            child.keep_fds = keep_fds  # the run's lock lives as long as any role does
     def children(self) -> list:
         return [self.server, self.learner, self.evaluator, *self.collectors]
 
@@ -93,6 +101,7 @@ class LocalTopology:
 
     def run(self, stop: signals.StopRequest) -> int:
         """Starts every role and supervises them; returns the launcher's exit status."""
+        guard = watchdog.start(self.run_dir)
         try:
             for child in self.children():
                 child.start()
@@ -100,6 +109,7 @@ class LocalTopology:
             return self.supervise(stop)
         finally:
             self.stop_all()
+            watchdog.finish(guard)
 
     def supervise(self, stop: signals.StopRequest) -> int:
         forwarded = False
@@ -173,11 +183,11 @@ def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.Resu
 
 
 def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
-           quiet: bool, created: bool) -> int:
+           quiet: bool, created: bool, lock: RunLock) -> int:
     """Runs the local topology; bad input removes the run folder if this command `created` it. The caller holds
-    the lock."""
+    the `lock`, which every role inherits."""
     try:
-        return run_topology(config, run_dir, collectors, plan, quiet)
+        return run_topology(config, run_dir, collectors, plan, quiet, lock)
     except UserError:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
@@ -185,7 +195,7 @@ def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpo
 
 
 def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
-                 quiet: bool) -> int:
+                 quiet: bool, lock: RunLock) -> int:
     """Writes the run's config, stages a resumed table, then runs the local topology."""
     from dqn_cartpole.replay.reverb_tables import check_port_free
 
@@ -200,7 +210,7 @@ def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[c
     print(f"Local topology: a replay server on port {port}, a learner, an evaluator and {collectors} collector(s) -> "
           f"{run_dir} "
           f"(logs in {layout.roles})", flush=True)
-    topology = LocalTopology(layout.config, run_dir, port, collectors, plan is not None, quiet)
+    topology = LocalTopology(layout.config, run_dir, port, collectors, plan is not None, quiet, lock.fds())
     with signals.StopRequest() as stop:
         status = topology.run(stop)
     redraw(run_dir)

@@ -3,7 +3,8 @@
 * `Child.start` runs a command in its own session (a terminal's Ctrl-C reaches only the parent, which
   decides the order of the stop), its output appended to a log, and tied to the parent's life: the child
   gets SIGTERM when the parent dies, however it dies (Linux's PR_SET_PDEATHSIG; strictly, when the thread
-  that started it ends, so start children from a thread that outlives them).
+  that started it ends, so start children from a thread that outlives them). `Child.keep_fds` are
+  descriptors the child keeps open (the run folder's lock: see `run_folder.lock`); every other one is closed.
 * `stop_all` signals each running child once (a second SIGTERM would make a run stop at once, without its
   final checkpoint), waits a grace period for all of them together, then kills what is left.
 * `Child.keep_alive` restarts a child that died, after a backoff that doubles up to a cap, and gives up
@@ -74,6 +75,7 @@ class Child:
     command: list
     log_path: Optional[str] = None
     header: bool = False  # start each stretch of the log with the command line
+    keep_fds: tuple = ()  # descriptors the child inherits (the run's lock), besides its output
     process: Optional[subprocess.Popen] = field(default=None, repr=False)
     restarts: int = 0
     restart_at: Optional[float] = None  # a pending restart (time.monotonic())
@@ -83,7 +85,7 @@ class Child:
     def start(self) -> "Child":
         """Starts the command in its own session, tied to this process's life; its output appended to the log."""
         if not self.log_path:
-            self.process = _spawn(self.command, None)
+            self.process = _spawn(self.command, None, self.keep_fds)
             return self
         os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
@@ -91,7 +93,7 @@ class Child:
                 log.write(f"$ {' '.join(['python', *self.command[1:]])}\n".encode())
             log.flush()
             self._log_offset = log.tell()
-            self.process = _spawn(self.command, log)
+            self.process = _spawn(self.command, log, self.keep_fds)
         return self
 
     @property
@@ -156,10 +158,10 @@ class Child:
         return RESTARTED
 
 
-def _spawn(command: list, log) -> subprocess.Popen:
+def _spawn(command: list, log, keep_fds: tuple = ()) -> subprocess.Popen:
     out = subprocess.STDOUT if log is not None else None
     return subprocess.Popen(command, stdout=log, stderr=out, stdin=subprocess.DEVNULL, env=child_env(),
-                            start_new_session=True, preexec_fn=die_with_parent)
+                            start_new_session=True, preexec_fn=die_with_parent, pass_fds=keep_fds)
 
 
 def stop_all(children: Iterable[Child], grace_s: float, signum: int = signal.SIGTERM) -> None:

@@ -24,7 +24,8 @@ FINAL_POLICY = "final"  # policy/final: the policy at the end of the run
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 SUMMARY_FILE = "summary.json"
-LOCK_FILE = "run.lock"  # held by the process that trains in the folder
+LOCK_FILE = "run.lock"  # held by the process that owns the run, and passed to the roles it starts (run_folder.lock)
+ROLES_LOCK_FILE = "roles.lock"  # held shared by every role of a distributed run (run_folder.lock)
 ROLES_DIR = "roles"  # a distributed run: each role's log, and each collector's metrics CSV
 COLLECTOR_METRICS = "collector-{id}.csv"
 

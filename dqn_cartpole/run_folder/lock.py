@@ -1,36 +1,153 @@
-"""One process at a time per run folder: an exclusive `flock` on RUN/run.lock, held until exit.
+"""One run per folder, for the run's whole life: `flock` locks on RUN/run.lock and RUN/roles.lock.
 
-The kernel drops the lock when the process ends however it ends (even on SIGKILL), so a
-crashed run never leaves a stale lock behind.
+* The process that owns the run (`train`, `train --topology local`'s launcher, a hand-started `learn`) holds
+  run.lock exclusively (`lock_run`). The launcher passes that descriptor to every role it starts
+  (`RunLock.fds`): a flock belongs to the open file description, so the lock lives while the launcher or
+  any of its roles lives, also after a SIGKILL of the launcher.
+* Every role of a distributed run (`collect`, `evaluate-live`, `replay-server`, supervised or started by
+  hand) holds roles.lock shared (`join_run`). A `train` (new, `--overwrite` or `--resume`) takes it
+  exclusively first, so it refuses to run beside a live role; then it keeps it shared, so its own roles can
+  join. A hand-started `learn` joins too: it runs beside its hand-started roles, never beside another owner.
+
+The kernel drops a lock when the last process holding it ends, however it ends (even on SIGKILL), so a
+crashed run never leaves a stale lock behind. A refusal names the processes that hold either file open
+(pid and role, read from /proc), and is raised before anything in the folder is touched.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+from dataclasses import dataclass
 from typing import IO
 
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.run_folder.layout import LOCK_FILE
+from dqn_cartpole.run_folder.layout import LOCK_FILE, ROLES_LOCK_FILE
+
+ROLE_COMMANDS = ("train", "learn", "collect", "evaluate-live", "replay-server", "sweep", "tune")
 
 
-def lock_run(run_dir: str) -> IO:
-    """Locks `run_dir` for this process; keep the returned file open as long as the run lives.
+@dataclass
+class RunLock:
+    """The open lock files of one process; keep it as long as the run lives (closing drops this process's
+    hold; children given `fds()` keep theirs)."""
 
-    Raises UserError naming the other process when the folder is already in use.
+    run_dir: str
+    handles: tuple
+
+    def fds(self) -> tuple:
+        """The descriptors a child keeps open (`subprocess.Popen(pass_fds=...)`) to hold the run's lock."""
+        return tuple(handle.fileno() for handle in self.handles)
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.close()
+
+
+def lock_run(run_dir: str, beside_roles: bool = False) -> RunLock:
+    """Locks `run_dir` for the process that owns the run: no other owner may live, nor (unless `beside_roles`:
+    a hand-started `learn`) any role of the run.
+
+    Raises a one-line UserError naming the live processes when the folder is in use.
     """
-    path = os.path.join(run_dir, LOCK_FILE)
-    handle = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+    run = _open_locked(run_dir, LOCK_FILE, fcntl.LOCK_EX)
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        roles = _open_locked(run_dir, ROLES_LOCK_FILE, fcntl.LOCK_SH if beside_roles else fcntl.LOCK_EX)
+    except UserError:
+        run.close()
+        raise
+    fcntl.flock(roles.fileno(), fcntl.LOCK_SH)  # no role lives (or may); from now on this run's roles may join
+    run.seek(0)
+    run.truncate()
+    run.write(f"{os.getpid()}\n")
+    run.flush()
+    return RunLock(run_dir, (run, roles))
+
+
+def join_run(run_dir: str) -> RunLock:
+    """A role's hold on `run_dir`: shared with the run's other roles, refused while a `train` checks the folder
+    or runs in one process. Creates nothing but the lock file in an existing folder."""
+    return RunLock(run_dir, (_open_locked(run_dir, ROLES_LOCK_FILE, fcntl.LOCK_SH),))
+
+
+def _open_locked(run_dir: str, name: str, how: int) -> IO:
+    path = os.path.join(run_dir, name)
+    try:
+        handle = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+    except OSError as exc:
+        raise UserError(f"{run_dir}: cannot open {name}: {exc.strerror}") from None
+    try:
+        fcntl.flock(handle.fileno(), how | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
         handle.close()
-        raise UserError(f"{run_dir}: in use by another dqn_cartpole process (pid {holder}); wait for it to end "
-                        f"or stop it first") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+        raise UserError(f"{run_dir}: in use by another dqn_cartpole process ({describe_holders(run_dir)}); wait "
+                        f"for it to end or stop it first") from None
     return handle
+
+
+def describe_holders(run_dir: str) -> str:
+    """`pid 123 (collect --collector-id 0), pid 456 (learn)`: the other processes that hold the run's lock
+    files open; the pid written in run.lock if none can be seen (another user's processes)."""
+    found = holders(run_dir)
+    if found:
+        return ", ".join(f"pid {pid} ({role})" for pid, role in found)
+    try:
+        with open(os.path.join(run_dir, LOCK_FILE), encoding="utf-8") as handle:
+            written = handle.read().strip()
+    except OSError:
+        written = ""
+    return f"pid {written or 'unknown'}"
+
+
+def holders(run_dir: str, names: tuple = (LOCK_FILE, ROLES_LOCK_FILE)) -> list[tuple[int, str]]:
+    """(pid, role) of every other live process that has one of the run's lock files `names` open, by pid."""
+    targets = set()
+    for name in names:
+        try:
+            info = os.stat(os.path.join(run_dir, name))
+        except OSError:
+            continue
+        targets.add((info.st_dev, info.st_ino))
+    found = []
+    for pid in _pids():
+        if pid != os.getpid() and _has_open(pid, targets):
+            found.append((pid, role_of(pid)))
+    return found
+
+
+def _pids() -> list[int]:
+    try:
+        return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+    except OSError:
+        return []
+
+
+def _has_open(pid: int, targets: set) -> bool:
+    folder = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:  # ended, or another user's
+        return False
+    for name in names:
+        try:
+            info = os.stat(os.path.join(folder, name))
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) in targets:
+            return True
+    return False
+
+
+def role_of(pid: int) -> str:
+    """`collect --collector-id 0`, `learn`, `train`...: the dqn_cartpole command a process runs."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().decode(errors="replace").split("\0")
+    except OSError:
+        return "ended"
+    command = next((word for word in argv if word in ROLE_COMMANDS), None)
+    if command is None:
+        return os.path.basename(argv[0]) if argv and argv[0] else "unknown"
+    if command == "collect" and "--collector-id" in argv[:-1]:
+        return f"collect --collector-id {argv[argv.index('--collector-id') + 1]}"
+    return command

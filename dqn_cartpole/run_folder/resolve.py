@@ -9,11 +9,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-from typing import IO, Any, Optional
+from typing import Any, Optional
 
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder import layout
-from dqn_cartpole.run_folder.lock import lock_run
+from dqn_cartpole.run_folder.lock import RunLock, lock_run
 from dqn_cartpole.run_folder.policy_files import recover_policy
 
 
@@ -62,8 +62,8 @@ def check_can_create(path: str, label: str = "") -> None:
         raise UserError(f"{label}{path}: cannot write there (no permission on {probe})")
 
 
-def create_run_dir(path: str, overwrite: bool) -> tuple[bool, IO]:
-    """Creates (or, with `overwrite`, empties) the run folder and locks it for this process.
+def create_run_dir(path: str, overwrite: bool, beside_roles: bool = False) -> tuple[bool, RunLock]:
+    """Creates (or, with `overwrite`, empties) the run folder and locks it for this process (`lock.lock_run`).
 
     Returns whether the folder is new, and the lock to keep open while the run lives. A folder
     in use by another process is refused before anything in it is touched.
@@ -73,10 +73,10 @@ def create_run_dir(path: str, overwrite: bool) -> tuple[bool, IO]:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{path}: cannot create the run folder: {exc.strerror}") from None
-    lock = lock_run(path)
+    lock = lock_run(path, beside_roles)
     if existed and overwrite:
         for name in os.listdir(path):
-            if name != layout.LOCK_FILE:
+            if name not in (layout.LOCK_FILE, layout.ROLES_LOCK_FILE):
                 target = os.path.join(path, name)
                 if os.path.isdir(target) and not os.path.islink(target):
                     shutil.rmtree(target)

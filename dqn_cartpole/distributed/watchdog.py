@@ -1,0 +1,97 @@
+"""A dead launcher takes its roles with it: SIGTERM at once, SIGKILL after a grace period.
+
+Each role gets SIGTERM when the launcher dies (PR_SET_PDEATHSIG, `processes.supervisor`), but a role stuck
+where it never sees the signal would live on. So `train --topology local` also starts this small process
+(no TensorFlow, not tied to the launcher's life). It reads its stdin, a pipe from the launcher:
+
+* the launcher ends normally: it writes `done` first, and the watchdog leaves;
+* the pipe ends without `done` (the launcher was killed): every process that still holds the run's lock
+  (RUN/run.lock, which only the launcher's roles inherit) has `grace_s` to end; then it and its own
+  children are killed, and the watchdog leaves. The run's lock is then free.
+
+Run as `python -m dqn_cartpole.distributed.watchdog RUN_DIR GRACE_S`.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from dqn_cartpole.run_folder.layout import LOCK_FILE
+from dqn_cartpole.run_folder.lock import holders
+
+DONE = "done"
+GRACE_S = 10.0  # the rule every role keeps: it ends within 10 s of SIGTERM
+POLL_S = 0.2
+
+
+def start(run_dir: str, grace_s: float = GRACE_S) -> subprocess.Popen:
+    """Starts the watchdog of `run_dir`'s roles; `finish` it when the launcher ends normally."""
+    from dqn_cartpole.processes.supervisor import child_env
+
+    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole.distributed.watchdog", run_dir, f"{grace_s:g}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=child_env(), start_new_session=True)
+
+
+def finish(watchdog: subprocess.Popen) -> None:
+    """The launcher's roles are stopped: the watchdog leaves without touching anything."""
+    try:
+        watchdog.communicate(f"{DONE}\n".encode(), timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        watchdog.kill()
+        watchdog.wait()
+
+
+def left_behind(run_dir: str) -> list[psutil.Process]:
+    """The processes that still hold the run's lock (the launcher's roles, after its death)."""
+    found = []
+    for pid, _ in holders(run_dir, (LOCK_FILE,)):
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return found
+
+
+def reap(run_dir: str, grace_s: float) -> None:
+    """Waits up to `grace_s` for the roles left behind to end (they got SIGTERM from the kernel), then kills the
+    rest with their children."""
+    roles = left_behind(run_dir)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(role) for role in roles):
+        time.sleep(POLL_S)
+    for role in roles:
+        try:
+            family = [*role.children(recursive=True), role]
+        except psutil.Error:
+            continue
+        for process in family:
+            try:
+                process.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def main(argv: list) -> int:
+    run_dir, grace_s = argv[0], float(argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the launcher's to handle
+    if sys.stdin.readline().strip() == DONE:
+        return 0
+    reap(run_dir, grace_s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

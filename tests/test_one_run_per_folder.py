@@ -1,0 +1,161 @@
+"""One run per folder, for the run's whole life, and one writer per artifact (issue 16, defects 2, 6, 7 and 9).
+
+Fast tests: small processes that hold the run's lock as its roles do (no TensorFlow), in-process checks of the
+exports, the checkpoints and a collector's counts; the CLI only where its refusal is what is tested.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from helpers import REPO, SMOKE, cli_command, cli_env, run_cli
+
+from dqn_cartpole.config import dump_yaml, load_config
+from dqn_cartpole.run_folder import layout
+
+
+def make_run_folder(run_dir: str) -> dict:
+    """A run folder as a crashed distributed run leaves it: its config, an orphan's partial checkpoint and the
+    server's staged table. Returns the folder's files, to check that a refused resume touched none of them."""
+    os.makedirs(os.path.join(run_dir, layout.CHECKPOINTS_DIR, "ckpt-0000000010.123-abcdef01.tmp"))
+    os.makedirs(os.path.join(run_dir, layout.CHECKPOINTS_DIR, "reverb-server", "2026-01-01"))
+    with open(os.path.join(run_dir, layout.CONFIG_FILE), "w", encoding="utf-8") as handle:
+        handle.write(dump_yaml(load_config(SMOKE, ["replay.backend=reverb"])))
+    with open(os.path.join(run_dir, layout.TRAIN_METRICS_FILE), "w", encoding="utf-8") as handle:
+        handle.write("train_step,loss\n100,0.5\n")
+    return tree(run_dir)
+
+
+def tree(run_dir: str) -> dict:
+    """Every file and folder under `run_dir` (but the lock files) with its size and mtime."""
+    found = {}
+    for folder, dirs, files in os.walk(run_dir):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            if name not in (layout.LOCK_FILE, layout.ROLES_LOCK_FILE):
+                info = os.stat(path)
+                found[os.path.relpath(path, run_dir)] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def resume_is_refused(run_dir: str, *extra: str) -> str:
+    """`train --resume RUN_DIR` (plus `extra`): exit status 2 and one line; returns the line."""
+    result = run_cli("train", "--resume", run_dir, "--quiet", *extra, timeout=60)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, (result.returncode, result.stderr[-2000:])
+    assert "in use by another dqn_cartpole process" in lines[0]
+    return lines[0]
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def lock_holders(run_dir: str) -> list:
+    from dqn_cartpole.run_folder.lock import holders
+
+    return holders(run_dir)
+
+
+# A launcher whose roles are stuck: each ignores SIGTERM (as a role blocked in a call would), and the replay
+# server says it is ready. The real LocalTopology starts them, with the run's lock, and its watchdog.
+STUCK_LAUNCHER = textwrap.dedent("""
+    import sys
+    from dqn_cartpole.console import signals
+    from dqn_cartpole.distributed import launcher
+    from dqn_cartpole.run_folder.lock import lock_run
+
+    run_dir = sys.argv[1]
+    lock = lock_run(run_dir)
+    topology = launcher.LocalTopology("config.yaml", run_dir, 1, 1, resume=False, quiet=True, keep_fds=lock.fds())
+    stuck = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+             "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]; "
+             "open(os.path.join(os.path.dirname(run_dir), f'stuck-{os.getpid()}'), 'w').close(); "
+             "print('replay server ready', flush=True); time.sleep(300)")
+    for child in topology.children():
+        child.command = [sys.executable, "-c", stuck, *child.command[3:]]  # the role's own arguments
+    with signals.StopRequest() as stop:
+        topology.run(stop)
+""")
+
+
+def test_a_killed_launchers_roles_keep_the_lock_until_its_watchdog_kills_them_then_resume_may_start(tmp_path):
+    run_dir = str(tmp_path / "run")
+    make_run_folder(run_dir)
+    launcher = subprocess.Popen([sys.executable, "-c", STUCK_LAUNCHER, run_dir], env=cli_env(), cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # The launcher, its 4 roles (server, learner, evaluator, collector) and its watchdog's view of them.
+        wait_for(lambda: len(lock_holders(run_dir)) == 5, 60, "the launcher and its 4 roles to hold the lock")
+        wait_for(lambda: len([n for n in os.listdir(tmp_path) if n.startswith("stuck-")]) == 4, 60,
+                 "the 4 roles to ignore SIGTERM")
+        roles = [(pid, role) for pid, role in lock_holders(run_dir) if pid != launcher.pid]
+        assert sorted(role for _, role in roles) == ["collect --collector-id 0", "evaluate-live", "learn",
+                                                     "replay-server"]
+        before = tree(run_dir)  # with the roles' logs
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(10)
+        killed_at = time.monotonic()
+        # Orphans: each got SIGTERM (and ignores it), and still holds the run's lock.
+        line = resume_is_refused(run_dir)
+        collector = next(pid for pid, role in roles if role.startswith("collect"))
+        assert f"pid {collector} (collect --collector-id 0)" in line
+        resume_is_refused(run_dir, "--topology", "local")
+        assert tree(run_dir) == before  # no set-aside of the orphan's ckpt-N.tmp, no staging of reverb-server/
+        wait_for(lambda: not lock_holders(run_dir), 20, "the watchdog to kill every role")
+        assert time.monotonic() - killed_at < 15
+        from dqn_cartpole.run_folder.lock import lock_run
+
+        lock_run(run_dir).close()  # the lock is free
+    finally:
+        launcher.kill()
+        launcher.wait(10)
+        for pid, _ in lock_holders(run_dir):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_resume_refuses_to_run_beside_a_hand_started_role_and_names_it(tmp_path):
+    run_dir = str(tmp_path / "run")
+    before = make_run_folder(run_dir)
+    role = subprocess.Popen(cli_command("collect", "--config", os.path.join(run_dir, layout.CONFIG_FILE),
+                                        "--replay-address", "localhost:1", "--run-dir", run_dir,
+                                        "--collector-id", "3", "--set", "distributed.connect_timeout_s=60"),
+                            env=cli_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: lock_holders(run_dir), 30, "the collector to join the run")
+        assert f"pid {role.pid} (collect --collector-id 3)" in resume_is_refused(run_dir)
+        resume_is_refused(run_dir, "--topology", "local")
+        assert tree(run_dir) == before
+    finally:
+        role.kill()
+        role.wait(30)
+
+
+def test_a_role_cannot_join_a_run_that_a_train_owns(tmp_path):
+    from dqn_cartpole.errors import UserError
+    from dqn_cartpole.run_folder.lock import join_run, lock_run
+
+    run_dir = str(tmp_path / "run")
+    os.makedirs(run_dir)
+    role = join_run(run_dir)
+    with pytest.raises(UserError, match="in use by another dqn_cartpole process"):
+        lock_run(run_dir)  # a train beside a live role
+    learner = lock_run(run_dir, beside_roles=True)  # a hand-started learn runs beside its roles
+    with pytest.raises(UserError, match="in use by another dqn_cartpole process"):
+        lock_run(run_dir, beside_roles=True)  # but never beside another owner
+    learner.close()
+    role.close()
+    owner = lock_run(run_dir)
+    join_run(run_dir).close()  # the owner's own roles join it
+    owner.close()
