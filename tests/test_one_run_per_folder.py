@@ -159,3 +159,99 @@ def test_a_role_cannot_join_a_run_that_a_train_owns(tmp_path):
     owner = lock_run(run_dir)
     join_run(run_dir).close()  # the owner's own roles join it
     owner.close()
+
+
+# ---------------------------------------------------------------------------- one writer per artifact
+
+
+class FakeSaver:
+    """Writes a policy folder as PolicySaver lays it out (a saved_model.pb and variables), with a tag."""
+
+    def __init__(self, tag: str):
+        self.tag = tag
+
+    def save(self, folder: str) -> None:
+        os.makedirs(os.path.join(folder, "variables"), exist_ok=True)
+        with open(os.path.join(folder, "saved_model.pb"), "w", encoding="utf-8") as handle:
+            handle.write(self.tag)
+
+
+def policy_run(tmp_path) -> str:
+    run_dir = str(tmp_path / "run")
+    os.makedirs(os.path.join(run_dir, layout.POLICY_DIR))
+    with open(os.path.join(run_dir, layout.CONFIG_FILE), "w", encoding="utf-8") as handle:
+        handle.write(dump_yaml(load_config(SMOKE)))
+    return run_dir
+
+
+def read_tag(policy_dir: str) -> str:
+    with open(os.path.join(policy_dir, "saved_model.pb"), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def pause_between_renames(monkeypatch, reached: threading.Event, hold_s: float) -> None:
+    """Every export stops `hold_s` between its two renames (where `policy/final` does not exist)."""
+    from dqn_cartpole.run_folder import export
+
+    def between(stage: str) -> None:
+        reached.set()
+        time.sleep(hold_s)
+
+    monkeypatch.setattr(export, "crash_point", between)
+
+
+def in_thread(target, *args) -> threading.Thread:
+    """Runs `target(*args)` in a started thread whose `errors` lists what it raised."""
+    thread = threading.Thread(target=lambda: _record_errors(thread, target, args))
+    thread.errors = []
+    thread.start()
+    return thread
+
+
+def _record_errors(thread: threading.Thread, target, args) -> None:
+    try:
+        target(*args)
+    except Exception as exc:  # pylint: disable=broad-except
+        thread.errors.append(exc)
+
+
+def test_evaluate_and_record_finding_a_policy_never_move_a_live_exports_folder_away(tmp_path, monkeypatch):
+    from dqn_cartpole.run_folder.export import save_policy
+    from dqn_cartpole.run_folder.resolve import resolve_policy
+
+    run_dir = policy_run(tmp_path)
+    final = os.path.join(run_dir, layout.POLICY_DIR, layout.FINAL_POLICY)
+    save_policy(FakeSaver("first"), final)
+    reached = threading.Event()
+    pause_between_renames(monkeypatch, reached, 0.5)
+    writer = in_thread(save_policy, FakeSaver("second"), final)
+    try:
+        assert reached.wait(10)
+        found, _ = resolve_policy(run_dir, final=True)  # what `evaluate RUN --final` and `record RUN` do first
+    finally:
+        writer.join(10)
+    assert writer.errors == []  # the export was not broken under it
+    assert found == final and read_tag(final) == "second"
+    assert sorted(os.listdir(os.path.dirname(final))) == [".final.lock", "final"]  # no .tmp or .old left
+
+
+def test_an_unsolved_final_policy_never_replaces_a_solved_one_whatever_the_order(tmp_path, monkeypatch):
+    from dqn_cartpole.run_folder.export import save_policy
+    from dqn_cartpole.run_folder.policy_files import read_info
+
+    run_dir = policy_run(tmp_path)
+    final = os.path.join(run_dir, layout.POLICY_DIR, layout.FINAL_POLICY)
+    # The learner's finish (past final_evaluation_timeout_s) is writing when the evaluator's solve export comes.
+    reached = threading.Event()
+    pause_between_renames(monkeypatch, reached, 0.3)
+    learner = in_thread(save_policy, FakeSaver("learner"), final, {"solved": False}, True)
+    assert reached.wait(10)
+    save_policy(FakeSaver("evaluator"), final, {"solved": True})  # waits for the learner's export, then replaces it
+    learner.join(10)
+    assert learner.errors == []
+    assert read_tag(final) == "evaluator" and read_info(final)["solved"]
+    # The other order: the solve export first; the learner's finish keeps it.
+    save_policy(FakeSaver("learner"), final, {"solved": False}, keep_solved=True)
+    assert read_tag(final) == "evaluator"
+    save_policy(FakeSaver("resumed"), final, {"solved": False})  # a single process's own finish replaces it
+    assert read_tag(final) == "resumed"

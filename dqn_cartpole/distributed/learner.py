@@ -48,6 +48,8 @@ WAIT_POLL_S = 0.2
 class LearnerSession(TrainingSession):
     """A training session whose data comes from collectors, and whose returns from an evaluator, in other processes."""
 
+    solved_elsewhere = True  # the evaluator's solve check exports policy/final (see TrainingSession)
+
     def __init__(self, config: Config, layout: RunLayout, progress: Progress,
                  plan: Optional[checkpointing.ResumePlan], address: str):
         super().__init__(config, layout, progress, plan)

@@ -1,7 +1,8 @@
 """Exports the greedy policy as a SavedModel with TF-Agents' PolicySaver, atomically.
 
 A run keeps two: `policy/best` (the highest evaluation return so far; ties go to the later one)
-and `policy/final` (the policy at the end). Each is a plain SavedModel that loads with
+and `policy/final` (the policy at the end; the one that passed the solve check, if one did: its
+`policy_info.json` says `"solved": true`). Each is a plain SavedModel that loads with
 `tf.saved_model.load` alone, plus `policy_info.json` (train step, iteration, measured return).
 """
 
@@ -14,9 +15,9 @@ from typing import Optional
 import tensorflow as tf
 from tf_agents.policies import policy_saver
 
-from dqn_cartpole.run_folder.atomic import replacing_dir
+from dqn_cartpole.run_folder.atomic import recover_dir, replacing_dir
 from dqn_cartpole.run_folder.checkpointing import crash_point
-from dqn_cartpole.run_folder.policy_files import INFO_FILE, recover_policy
+from dqn_cartpole.run_folder.policy_files import INFO_FILE, is_solved, read_info, writing
 
 
 def make_saver(policy, train_step: tf.Variable) -> policy_saver.PolicySaver:
@@ -54,19 +55,25 @@ class PolicyExporter:
         self.saver.save_checkpoint(folder)
 
 
-def save_policy(saver, path: str, info: Optional[dict] = None) -> str:
-    """Writes the SavedModel under a temporary name, then swaps it in (`atomic.replacing_dir`), so `path` is
-    never half-written; `recover_policy` (called before reading) finishes a swap a crash interrupted."""
-    recover_policy(path)
+def save_policy(saver, path: str, info: Optional[dict] = None, keep_solved: bool = False) -> str:
+    """Writes the SavedModel under a temporary name unique to the call, then swaps it in
+    (`atomic.replacing_dir`), so `path` is never half-written; `recover_policy` (called before reading) finishes
+    a swap a crash interrupted. The policy's lock (`policy_files.writing`) is held throughout: one writer at a
+    time, and no reader's recovery in between. With `keep_solved`, a policy that passed the solve check
+    (another process's) is not replaced by one that did not; returns `path` either way."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with replacing_dir(path, between=lambda: crash_point(f"policy-swap-{os.path.basename(path)}")) as tmp:
-        if isinstance(saver, PolicyExporter):
-            saver.write(tmp)
-        else:
-            saver.save(tmp)
-        if info is not None:
-            with open(os.path.join(tmp, INFO_FILE), "w", encoding="utf-8") as handle:
-                json.dump(info, handle, indent=1)
+    with writing(path):
+        recover_dir(path)
+        if keep_solved and is_solved(read_info(path)) and not is_solved(info):
+            return path
+        with replacing_dir(path, between=lambda: crash_point(f"policy-swap-{os.path.basename(path)}")) as tmp:
+            if isinstance(saver, PolicyExporter):
+                saver.write(tmp)
+            else:
+                saver.save(tmp)
+            if info is not None:
+                with open(os.path.join(tmp, INFO_FILE), "w", encoding="utf-8") as handle:
+                    json.dump(info, handle, indent=1)
     return path
 
 

@@ -1,20 +1,67 @@
-"""A saved policy's files, without TensorFlow: finishing an interrupted swap, reading `policy_info.json`."""
+"""A saved policy's files, without TensorFlow: one writer at a time, finishing an interrupted swap, reading
+`policy_info.json`.
+
+Every export of a policy folder (`export.save_policy`) and every `recover_policy` hold an exclusive `flock`
+on a lock file next to it (`policy/.final.lock` for `policy/final`), so a reader that finishes a swap
+(`evaluate RUN`, `record RUN`) never moves the temporary folder of a live export away, and two roles
+exporting the same policy (the learner's finish and the evaluator's solve) take turns.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from typing import Optional
+import time
+from typing import Iterator, Optional
 
+from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder.atomic import recover_dir
 
 INFO_FILE = "policy_info.json"
+LOCK_WAIT_S = 120.0  # an export takes well under a second; a writer stopped (SIGSTOP) longer is reported
+POLL_S = 0.05
+
+
+def lock_path(path: str) -> str:
+    """`policy/.final.lock` for `policy/final`: hidden, and not one of `recover_dir`'s leftovers."""
+    folder, base = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{base}.lock")
+
+
+@contextlib.contextmanager
+def writing(path: str, wait_s: float = LOCK_WAIT_S) -> Iterator[bool]:
+    """Holds the policy's lock (waiting up to `wait_s` for another writer); yields False without it where the
+    lock file cannot be made (a read-only folder: then nothing can write there either)."""
+    try:
+        handle = open(lock_path(path), "a", encoding="utf-8")  # pylint: disable=consider-using-with
+    except OSError:
+        yield False
+        return
+    with handle:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise UserError(f"{path}: another process has been writing this policy for over {wait_s:g} s; "
+                                    f"try again once it is done") from None
+                time.sleep(POLL_S)
+        yield True
 
 
 def recover_policy(path: str, remove_leftovers: bool = False) -> None:
-    """Completes a swap that a crash interrupted (see `export.save_policy`); `remove_leftovers` when no process
-    writes the policy (see `atomic.recover_dir`)."""
-    recover_dir(path, remove_leftovers)
+    """Completes a swap that a crash interrupted (see `export.save_policy`), under the policy's lock, so never
+    one that a live export is making; `remove_leftovers` when no process writes the policy (see
+    `atomic.recover_dir`). Creates nothing where the policy's folder does not exist."""
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        return
+    with writing(path) as locked:
+        if locked:
+            recover_dir(path, remove_leftovers)
 
 
 def read_info(path: str) -> Optional[dict]:
@@ -25,3 +72,8 @@ def read_info(path: str) -> Optional[dict]:
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) else None
+
+
+def is_solved(info: Optional[dict]) -> bool:
+    """The policy passed the solve check (`policy_info.json` says `"solved": true`)."""
+    return bool(info and info.get("solved"))

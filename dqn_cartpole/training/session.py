@@ -69,6 +69,10 @@ class TrainingSession:
     these hooks: make_pipeline, make_evaluation, make_train, iterate, after_chunk, final_evaluation and
     keeps_solved_policy."""
 
+    # Whether a solve check in another process (the evaluator) may export policy/final: then the finish never
+    # replaces a solved policy/final with its own (the two may race past `final_evaluation_timeout_s`).
+    solved_elsewhere = False
+
     def __init__(self, config: Config, layout: RunLayout, progress: Progress,
                  plan: Optional[checkpointing.ResumePlan] = None):
         self.config, self.layout, self.progress, self.plan = config, layout, progress, plan
@@ -233,9 +237,10 @@ class TrainingSession:
         if checkpoints.rolled_back_to is not None:
             good = checkpoints.rolled_back_to
             self.exporter.save(layout.final_policy, good["run_state"].get("last_return"),
-                               iteration=good["iteration"], env_steps=good["env_steps"])
+                               keep_solved=self.solved_elsewhere, iteration=good["iteration"],
+                               env_steps=good["env_steps"])
         elif trained and not self.keeps_solved_policy():
-            self.exporter.save(layout.final_policy, state.last_return)
+            self.exporter.save(layout.final_policy, state.last_return, keep_solved=self.solved_elsewhere)
         for name, path in (("best policy", layout.best_policy), ("final policy", layout.final_policy)):
             if os.path.exists(path):
                 artifacts[name] = path

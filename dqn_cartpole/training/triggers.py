@@ -54,20 +54,23 @@ class PolicyExport:
         self.pipeline, self.config, self.state, self.phases = pipeline, config, state, phases
         self.saver: Optional[export.PolicyExporter] = None  # made at the first export
 
-    def save(self, path: str, average_return: Optional[float], episodes: Optional[int] = None, **where: int) -> str:
+    def save(self, path: str, average_return: Optional[float], episodes: Optional[int] = None,
+             keep_solved: bool = False, **where: int) -> str:
         """`where` overrides the iteration and env steps (after a divergence the weights are the last
-        good checkpoint's, not the current iteration's)."""
+        good checkpoint's, not the current iteration's), or marks a solved policy (`solved=True`); with
+        `keep_solved`, a solved policy on disk stays (`export.save_policy`)."""
         with measure(self.phases, phase_names.EXPORT):
-            return self._save(path, average_return, episodes, **where)
+            return self._save(path, average_return, episodes, keep_solved, **where)
 
-    def _save(self, path: str, average_return: Optional[float], episodes: Optional[int], **where: int) -> str:
+    def _save(self, path: str, average_return: Optional[float], episodes: Optional[int], keep_solved: bool,
+              **where: int) -> str:
         if self.saver is None:
             self.saver = export.PolicyExporter(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
         info = {"train_step": self.pipeline.train_step_count(), "iteration": self.state.iteration,
                 "env_steps": self.pipeline.env_step_count(), "average_return": average_return,
                 "episodes": episodes or self.config.evaluation.num_eval_episodes, "env_id": self.config.env.id}
         info.update(where)
-        return export.save_policy(self.saver, path, info)
+        return export.save_policy(self.saver, path, info, keep_solved)
 
 
 class LogTrain:
@@ -141,7 +144,7 @@ class SolveCheck:
         state.stop = True
         state.solved_at_iteration, state.solved_return = state.iteration, result.average_return
         state.solved_env_steps = self.pipeline.env_step_count()
-        self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns))
+        self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns), solved=True)
         state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), time.process_time()
         self.progress.message(
             f"Solved at iteration {state.iteration}: average return {result.average_return:.1f} over "
