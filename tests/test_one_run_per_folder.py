@@ -255,3 +255,72 @@ def test_an_unsolved_final_policy_never_replaces_a_solved_one_whatever_the_order
     assert read_tag(final) == "evaluator"
     save_policy(FakeSaver("resumed"), final, {"solved": False})  # a single process's own finish replaces it
     assert read_tag(final) == "resumed"
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+class TinyAgent:
+    """The part of a ValueAgent a checkpoint writer reads: its checkpoint objects."""
+
+    def __init__(self):
+        import tensorflow as tf
+
+        self.weights = tf.Variable([1.0, 2.0])
+
+    def checkpoint_objects(self) -> dict:
+        return {"weights": self.weights}
+
+
+class ServerTable:
+    """A Reverb replay's checkpoint call as the server answers it: a new timestamped folder in its own
+    checkpoint folder, its DONE file written last."""
+
+    backend = "reverb"
+
+    def __init__(self, server_dir: str):
+        self.server_dir, self.count = server_dir, 0
+
+    def checkpoint(self) -> str:
+        self.count += 1
+        path = os.path.join(self.server_dir, f"2026-01-01T00:00:{10 + self.count:02d}.000000000+00:00")
+        os.makedirs(path)
+        for name in ("tables.tfrecord", "chunks.tfrecord", "DONE"):
+            with open(os.path.join(path, name), "w", encoding="utf-8") as handle:
+                handle.write(name)
+        return path
+
+
+def test_a_checkpoint_leaves_no_partial_table_and_prunes_what_no_resume_reads(tmp_path):
+    import tensorflow as tf
+
+    from dqn_cartpole.run_folder import checkpointing
+
+    root = str(tmp_path / "checkpoints")
+    server_dir = checkpointing.reverb_server_dir(root)
+    interrupted = os.path.join(server_dir, "2026-01-01T00:00:05.000000000+00:00")  # a write cut short: no DONE
+    os.makedirs(interrupted)
+    for name in ("ckpt-0000000001.damaged", "ckpt-0000000002.damaged", "ckpt-0000000004.123-abcdef01.old"):
+        os.makedirs(os.path.join(root, name))
+    writer = checkpointing.CheckpointWriter(root, TinyAgent(), tf.Variable(0, dtype=tf.int64),
+                                            ServerTable(server_dir), keep=3)
+    writer.save(4, {"config": {}}, {})
+    writer.save(5, {"config": {}}, {})
+    assert os.listdir(server_dir) == []  # each table went into its checkpoint; the interrupted one is gone
+    assert sorted(os.listdir(root)) == ["ckpt-0000000002.damaged", "ckpt-0000000004", "ckpt-0000000005",
+                                        "reverb-server"]  # the newest damaged one is kept for a look
+    good, bad = checkpointing.scan(root)
+    assert [found.iteration for found in good] == [5, 4] and not bad
+    assert os.listdir(os.path.join(root, "ckpt-0000000005", checkpointing.REVERB_DIR)) == [
+        "2026-01-01T00:00:12.000000000+00:00"]
+
+
+def test_set_aside_keeps_only_the_newest_damaged_checkpoint(tmp_path):
+    from dqn_cartpole.run_folder import checkpointing
+
+    root = str(tmp_path / "checkpoints")
+    for name in ("ckpt-0000000100.damaged", "ckpt-0000000200", "ckpt-0000000300"):
+        os.makedirs(os.path.join(root, name))
+    checkpointing.set_aside([checkpointing.Bad(os.path.join(root, "ckpt-0000000200"), "damaged: x"),
+                             checkpointing.Bad(os.path.join(root, "ckpt-0000000300"), "damaged: y")])
+    assert sorted(os.listdir(root)) == ["ckpt-0000000300.damaged"]

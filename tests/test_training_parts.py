@@ -120,7 +120,7 @@ def test_resume_plan_takes_the_newest_good_checkpoint(tmp_path):
     assert reasons == ["damaged", "partial"]
 
 
-def test_prepare_folder_sets_bad_checkpoints_aside_and_restores_their_metrics(tmp_path):
+def test_prepare_folder_sets_bad_checkpoints_aside_and_leaves_the_metrics_until_the_restore_succeeded(tmp_path):
     from dqn_cartpole.run_folder.layout import RunLayout
 
     run = RunLayout(str(tmp_path / "run"))
@@ -134,6 +134,9 @@ def test_prepare_folder_sets_bad_checkpoints_aside_and_restores_their_metrics(tm
     write_checkpoint(run.checkpoints, 200, damage=True)
     found = resume.prepare_folder(run, checkpointing.plan_resume(run.root))
     assert found.iteration == 100
+    # The restore can still fail (a build, a TF read, the replay's size): the CSVs stay as they were till then.
+    assert open(run.eval_metrics).read() == "train_step\n0\n100\n200\n"
+    checkpointing.restore_metrics(found, resume.metrics_files(run))  # what a successful restore ends with
     assert open(run.eval_metrics).read() == "train_step\n0\n100\n"
     assert not os.path.exists(os.path.join(run.checkpoints, checkpointing.checkpoint_name(200)))
 

@@ -14,13 +14,19 @@ One checkpoint is one folder under `RUN/checkpoints/`:
       MANIFEST.json             written last: every file above with its size and SHA-256
     ckpt-0000010000.<pid>-<hex>.tmp/
                                 being written, or left behind by a crash: never read
+    ckpt-0000005000.damaged/    set aside on resume (a failed checksum): the newest one is kept for a look
     reverb-server/              where the Reverb server writes (and, on resume, loads) its checkpoint
 
 A checkpoint is written into a temporary folder of a name unique to the write (`atomic.replacing_dir`),
 every file is fsync'ed, then the folder is renamed to `ckpt-N` (a single atomic rename). A SIGKILL at
 any moment therefore leaves either the old set of checkpoints or the old set plus the new one. On resume the newest folder whose manifest
 checks out is used; partial (`.tmp`) and damaged ones are reported on one line each and set
-aside. The newest `keep` complete checkpoints are kept.
+aside. The newest `keep` complete checkpoints are kept, and the newest `.damaged` one; older `.damaged` ones and
+`.old` ones whose replacement is complete are removed.
+
+Reverb writes its table checkpoint into the server's own folder (`reverb-server/<timestamp>/`, a `DONE` file
+last); the writer moves it into the temporary checkpoint folder before that folder is renamed, and removes
+the tables an interrupted write left there (no `DONE`), so no partial table outlives the next checkpoint.
 
 This module imports TensorFlow only inside `CheckpointWriter`, so the CLI can look for a
 usable checkpoint before any heavy import.
@@ -52,8 +58,10 @@ TF_PREFIX = os.path.join("tf", "ckpt")
 REVERB_DIR = "reverb"
 METRICS_DIR = "metrics"
 REVERB_SERVER_DIR = "reverb-server"
+REVERB_DONE_FILE = "DONE"  # Reverb writes it last into each table checkpoint
 _NAME = re.compile(r"^ckpt-(\d+)$")
 _OLD_NAME = re.compile(r"^ckpt-(\d+)(?:\.[0-9a-f-]+)?\.old$")  # being replaced by a newer write of the iteration
+_DAMAGED_NAME = re.compile(r"^ckpt-(\d+).*\.damaged$")
 
 # Config keys a resumed run cannot change: they fix the shapes of what the checkpoint holds
 # (env spaces, network weights, replay storage and sequence length) or the run's identity.
@@ -216,7 +224,7 @@ def read_state(path: str) -> dict:
 
 
 def set_aside(bad: list[Bad]) -> None:
-    """Deletes partial checkpoints and renames damaged ones to `<name>.damaged` (kept for a look)."""
+    """Deletes partial checkpoints and renames damaged ones to `<name>.damaged` (the newest kept for a look)."""
     for item in bad:
         if item.partial:
             shutil.rmtree(item.path, ignore_errors=True)
@@ -224,6 +232,21 @@ def set_aside(bad: list[Bad]) -> None:
             target = item.path + DAMAGED_SUFFIX
             shutil.rmtree(target, ignore_errors=True)
             os.replace(item.path, target)
+    if bad:
+        prune_set_aside(os.path.dirname(bad[0].path))
+
+
+def prune_set_aside(root: str) -> None:
+    """Removes what no resume reads: `.old` checkpoints whose replacement is complete, and every `.damaged` one
+    but the newest (a user may want to look at what went wrong)."""
+    names = os.listdir(root) if os.path.isdir(root) else []
+    for name in names:
+        match = _OLD_NAME.match(name)
+        if match and os.path.isdir(os.path.join(root, checkpoint_name(int(match.group(1))))):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    damaged = sorted((int(m.group(1)), name) for name in names for m in [_DAMAGED_NAME.match(name)] if m)
+    for _, name in damaged[:-1]:
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 def frozen_changes(old: dict, new: dict) -> list[str]:
@@ -317,9 +340,10 @@ class CheckpointWriter:
         crash_point("checkpoint-write")
         if self.reverb:
             with quiet.NativeStderrFilter():
-                written = self.replay.checkpoint()
+                written = self.replay.checkpoint().rstrip("/")
             os.makedirs(os.path.join(tmp, REVERB_DIR))
-            os.replace(written, os.path.join(tmp, REVERB_DIR, os.path.basename(written.rstrip("/"))))
+            os.replace(written, os.path.join(tmp, REVERB_DIR, os.path.basename(written)))
+            discard_unfinished_tables(os.path.dirname(written), os.path.basename(written))
         for name, path in metrics.items():
             if os.path.exists(path):
                 shutil.copyfile(path, os.path.join(tmp, METRICS_DIR, name))
@@ -334,13 +358,15 @@ class CheckpointWriter:
             json.dump({"format": FORMAT, "iteration": iteration, "files": files}, handle, indent=1)
 
     def prune(self) -> None:
-        """Keeps the newest `keep` complete checkpoints; removes older ones and stale partial ones."""
+        """Keeps the newest `keep` complete checkpoints; removes older ones, stale partial ones and what
+        `prune_set_aside` removes. (This process holds the run's lock: no other writes here.)"""
         names = sorted(n for n in os.listdir(self.root) if _NAME.match(n))
         for name in names[:-self.keep]:
             shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
         for name in os.listdir(self.root):
             if name.startswith(PREFIX) and name.endswith(TMP_SUFFIX):
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+        prune_set_aside(self.root)
 
     # -- restoring
     def restore(self, found: Found) -> None:
@@ -353,6 +379,16 @@ class CheckpointWriter:
     def restore_agent(self, tf_prefix: str) -> None:
         """Loads only the agent's variables (after a divergence, to export the last good policy)."""
         self._agent_only.read(tf_prefix).expect_partial()
+
+
+def discard_unfinished_tables(server_dir: str, newest: str) -> None:
+    """Removes the table checkpoints the server began before `newest` (its names are timestamps) and never
+    finished (no DONE file): a write that was interrupted. The server writes one at a time, so none of them is
+    still being written; a later one may be (the server's own timer), and is left alone."""
+    for name in os.listdir(server_dir) if os.path.isdir(server_dir) else []:
+        path = os.path.join(server_dir, name)
+        if name < newest and os.path.isdir(path) and not os.path.exists(os.path.join(path, REVERB_DONE_FILE)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def reverb_server_dir(root: str) -> str:

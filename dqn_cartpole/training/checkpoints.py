@@ -36,8 +36,9 @@ def metrics_files(layout: RunLayout) -> dict[str, str]:
 
 
 def prepare_folder(layout: RunLayout, plan: Optional[checkpointing.ResumePlan]) -> Optional[checkpointing.Found]:
-    """Before anything is built: finishes interrupted policy swaps, sets aside bad checkpoints and
-    puts back the metrics of the good one. Returns the checkpoint to resume from, if any."""
+    """Before anything is built (under the run folder's lock): finishes interrupted policy swaps and sets aside bad
+    checkpoints. Returns the checkpoint to resume from, if any; its metrics are put back only once it is restored
+    (`Checkpoints.restore`), so a restore that fails leaves the CSVs as they were."""
     os.makedirs(layout.checkpoints, exist_ok=True)
     for path in (layout.best_policy, layout.final_policy):
         policy_files.recover_policy(path, remove_leftovers=True)
@@ -51,7 +52,6 @@ def prepare_folder(layout: RunLayout, plan: Optional[checkpointing.ResumePlan]) 
                 os.remove(path)
         shutil.rmtree(layout.tensorboard, ignore_errors=True)
         return None
-    checkpointing.restore_metrics(plan.found, metrics)
     return plan.found
 
 
@@ -129,6 +129,8 @@ class Checkpoints:
         stream = saved.get("stream")
         if stream is not None:  # checkpoints written before the seam was kept have none
             pipeline.replay.write_seam(np.asarray(stream["observation"]), stream["held"])
+        # Last: rows written after the checkpoint are dropped only once nothing of the restore can fail.
+        checkpointing.restore_metrics(found, metrics_files(self.layout))
         announce(f"Resumed from {found.name}: iteration {found.iteration} of {cfg.training.num_iterations}, "
                  f"train step {pipeline.train_step_count()}, {size} transitions in replay.")
         return time_step, pipeline.agent.collect_policy.get_initial_state(pipeline.envs.tf_env.batch_size)
