@@ -324,3 +324,75 @@ def test_set_aside_keeps_only_the_newest_damaged_checkpoint(tmp_path):
     checkpointing.set_aside([checkpointing.Bad(os.path.join(root, "ckpt-0000000200"), "damaged: x"),
                              checkpointing.Bad(os.path.join(root, "ckpt-0000000300"), "damaged: y")])
     assert sorted(os.listdir(root)) == ["ckpt-0000000300.damaged"]
+
+
+# ---------------------------------------------------------------------------- a restarted collector
+
+
+class HundredStepsDriver:
+    """A collector driver that takes 100 env steps and finishes one episode per run."""
+
+    def __init__(self):
+        self.steps = self.episodes = 0
+
+    def reset(self):
+        return None
+
+    def run(self, time_step):
+        self.steps, self.episodes = self.steps + 100, self.episodes + 1
+        return time_step
+
+    def counts(self) -> tuple:
+        return self.steps, self.episodes
+
+
+class ThreePulls:
+    """The learner's weights (train step 7); SIGTERM comes with the third pull."""
+
+    def __init__(self, stop):
+        self.stop, self.pulls = stop, 0
+
+    def pull(self) -> int:
+        self.pulls += 1
+        if self.pulls == 3:
+            self.stop.signum = signal.SIGTERM
+        return 7
+
+    def stopped(self) -> bool:
+        return False
+
+
+class Writers:
+    def give_up_waiting_when(self, stopped) -> None:
+        pass
+
+    def tag_items(self, train_step: int) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_restarted_collector_counts_its_env_steps_on_from_its_csv(tmp_path):
+    from dqn_cartpole.console.signals import StopRequest
+    from dqn_cartpole.distributed import collector
+    from dqn_cartpole.run_folder.csv_files import CsvLog, read_csv
+
+    path = str(tmp_path / "collector-0.csv")
+    first = CsvLog(path, collector.COLLECTOR_COLUMNS)
+    for steps, episodes in ((1000, 40), (1100, 44)):
+        first.write({"wall_s": 1.0, "env_steps": steps, "episodes": episodes, "unix_s": "1.0"})
+    first.close()
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("9.5,12")  # the row a SIGKILL cut short
+    assert collector.counted_before(path) == (1100, 44)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("\n")
+    log = CsvLog(path, collector.COLLECTOR_COLUMNS)
+    stop = StopRequest()  # never entered: no signal handler, the fake pull "signals" it
+    collector.run_driver(HundredStepsDriver(), ThreePulls(stop), log.write, stop, Writers(), log_every_s=0.0,
+                         before=collector.counted_before(path))
+    log.close()
+    steps = [int(row["env_steps"]) for row in read_csv(path) if row["episodes"]]
+    assert steps == [1000, 1100, 1200, 1300, 1400, 1400], steps  # no sawtooth: 1,100 then 100 on today's code
+    assert collector.counted_before(path) == (1400, 47)

@@ -8,7 +8,8 @@ about twice as many env steps per second), or the tutorial's `PyDriver` (`py`). 
 env steps it pulls the learner's weights and train step (the train step sets epsilon), then
 steps on; the items it writes carry that train step as their priority, so the learner can
 measure its policy lag. Each collector has its own seed and its own metrics CSV (env steps/s,
-episodes, the train step and age of its weights).
+episodes, the train step and age of its weights); a restarted collector counts its env steps and episodes
+on from the last row of that file.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts
 from dqn_cartpole.distributed.variables import WeightSync, check_server
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.run_folder.csv_files import CsvLog
+from dqn_cartpole.run_folder.csv_files import CsvLog, read_csv
 from dqn_cartpole.run_folder.tensorboard import Scalars
 
 COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weights_train_step", "weights_age_s",
@@ -48,14 +49,26 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str) -> in
         driver_class = PyCollectorDriver if config.collection.driver == "py" else CompiledCollectorDriver
         driver = driver_class(env, tf_env, agent.collect_policy, replay.add_batch,
                               config.distributed.weight_refresh_steps)
-        csv_log = stack.enter_context(contextlib.closing(CsvLog(RunLayout(run_dir).collector_metrics(collector_id),
-                                                                COLLECTOR_COLUMNS)))
+        csv_path = RunLayout(run_dir).collector_metrics(collector_id)
+        before = counted_before(csv_path)
+        csv_log = stack.enter_context(contextlib.closing(CsvLog(csv_path, COLLECTOR_COLUMNS)))
         # Its own TensorBoard run next to the learner's, so the collectors' curves can be compared.
         tensorboard = os.path.join(RunLayout(run_dir).tensorboard, f"collector-{collector_id}")
         scalars = stack.enter_context(contextlib.closing(Scalars(tensorboard if config.output.tensorboard else None)))
         if sync.wait_for_first(lambda: stop.requested):
-            run_driver(driver, sync, lambda row: log_row(row, csv_log, scalars), stop, replay)
+            run_driver(driver, sync, lambda row: log_row(row, csv_log, scalars), stop, replay, before=before)
     return exit_status.for_signal(stop.signum) if stop.signum else 0
+
+
+def counted_before(csv_path: str) -> tuple[int, int]:
+    """(env steps, episodes) of this collector's earlier processes: its CSV's last whole row (a row cut short by
+    a SIGKILL is skipped), or (0, 0)."""
+    for row in reversed(read_csv(csv_path)):
+        try:
+            return int(float(row["env_steps"])), int(float(row["episodes"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return 0, 0
 
 
 def log_row(row: dict, csv_log: CsvLog, scalars: Scalars) -> None:
@@ -113,10 +126,11 @@ class CompiledCollectorDriver:
 
 
 def run_driver(driver: Any, sync: WeightSync, log: Callable[[dict], None], stop: signals.StopRequest, replay: Any,
-               log_every_s: float = 5.0) -> None:
+               log_every_s: float = 5.0, before: tuple[int, int] = (0, 0)) -> None:
     """Pull weights (and tag the items with their train step), collect `weight_refresh_steps` env steps,
     flush the writers, repeat until a signal or the run's stop (the learner finished, or the evaluator
-    confirmed a solve); a metrics row every `log_every_s`, and one when it stops.
+    confirmed a solve); a metrics row every `log_every_s`, and one when it stops. The rows count on from
+    `before` (env steps, episodes of the collector's earlier processes); the speed is this process's own.
 
     A write held back by a samples-per-insert ratio (the learner has stopped sampling) is given up
     on as soon as either stop comes, so a collector never has to be killed.
@@ -136,10 +150,10 @@ def run_driver(driver: Any, sync: WeightSync, log: Callable[[dict], None], stop:
             replay.flush()  # unconfirmed items pile up in the writers otherwise
             if time.monotonic() - last_log >= log_every_s:
                 last_log = time.monotonic()
-                log(metrics_row(driver.counts(), started, weights_step, pulled_at))
+                log(metrics_row(driver.counts(), started, weights_step, pulled_at, before))
     except WriterInterrupted:
         pass  # stopped while the server held a write back: those items are dropped
-    log(metrics_row(driver.counts(), started, weights_step, pulled_at))
+    log(metrics_row(driver.counts(), started, weights_step, pulled_at, before))
 
 
 class RunStop:
@@ -156,10 +170,11 @@ class RunStop:
         return self.stopped
 
 
-def metrics_row(counts: tuple[int, int], started: float, weights_step: int, pulled_at: float) -> dict:
+def metrics_row(counts: tuple[int, int], started: float, weights_step: int, pulled_at: float,
+                before: tuple[int, int] = (0, 0)) -> dict:
     now = time.monotonic()
     steps, episodes = counts
-    return {"wall_s": now - started, "env_steps": steps, "episodes": episodes,
+    return {"wall_s": now - started, "env_steps": before[0] + steps, "episodes": before[1] + episodes,
             "env_steps_per_s": steps / max(now - started, 1e-9),
             "weights_train_step": weights_step, "weights_age_s": now - pulled_at,
             "unix_s": f"{time.time():.1f}"}  # a string: the CSV writes floats with 6 digits
