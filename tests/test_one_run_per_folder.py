@@ -112,6 +112,10 @@ def test_a_killed_launchers_roles_keep_the_lock_until_its_watchdog_kills_them_th
         collector = next(pid for pid, role in roles if role.startswith("collect"))
         assert f"pid {collector} (collect --collector-id 0)" in line
         resume_is_refused(run_dir, "--topology", "local")
+        learn = run_cli("learn", "--resume", "--config", os.path.join(run_dir, layout.CONFIG_FILE),
+                        "--replay-address", "localhost:1", "--run-dir", run_dir, timeout=60)
+        assert learn.returncode == 2 and f"pid {collector} (collect --collector-id 0)" in learn.stderr, learn.stderr
+        assert len(learn.stderr.strip().splitlines()) == 1
         assert tree(run_dir) == before  # no set-aside of the orphan's ckpt-N.tmp, no staging of reverb-server/
         wait_for(lambda: not lock_holders(run_dir), 20, "the watchdog to kill every role")
         assert time.monotonic() - killed_at < 15
