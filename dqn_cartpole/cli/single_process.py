@@ -11,7 +11,7 @@ import contextlib
 import io
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
 from dqn_cartpole.config import load_config, to_dict, validate_env_id
@@ -109,7 +109,9 @@ def cmd_train_local(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if args.resume:
         run_dir = args.resume
-        config, plan, lock = lock_and_plan_resume(run_dir, args)
+        # A run whose replay is not in Reverb is refused before the lock (bad input touches nothing).
+        config, plan, lock = lock_and_plan_resume(
+            run_dir, args, lambda config: launcher.local_config(config, run_dir, checkpointing.ResumePlan(None)))
         config = launcher.local_config(config, run_dir, plan)
         created = False
     else:
@@ -134,14 +136,19 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return run_resumed(config, args.resume, plan, args.quiet)
 
 
-def lock_and_plan_resume(run_dir: str, args: argparse.Namespace) -> tuple:
-    """Checks `--resume RUN_DIR` (touching nothing), locks the run folder (refused beside any live process of the
-    run), then plans the resume: the checkpoints are read only once no other process can write them."""
+def lock_and_plan_resume(run_dir: str, args: argparse.Namespace,
+                         check: Callable[[Any], Any] = lambda config: None) -> tuple:
+    """Checks `--resume RUN_DIR` and its config (`check` too) touching nothing, locks the run folder (refused
+    beside any live process of the run), then plans the resume: the checkpoints are read only once no other
+    process can write them. Returns (config, plan, lock)."""
     check_resume_folder(run_dir, args)
+    with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
+        config = resume_config(run_dir, args)
+    check(config)
     lock = lock_run(run_dir)
     try:
-        with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
-            config, plan = check_resume(run_dir, args)
+        plan = checkpointing.plan_resume(run_dir)
+        check_frozen(run_dir, plan.found.state.get("config", {}) if plan.found else {}, config, "its checkpoint's")
     except BaseException:
         lock.close()
         raise
@@ -165,20 +172,21 @@ def check_resume_folder(run_dir: str, args: argparse.Namespace) -> None:
         raise UserError(f"--resume {run_dir}: cannot write there (no permission)")
 
 
-def check_resume(run_dir: str, args: argparse.Namespace) -> tuple:
-    """The resumed run's config (a compatible one) and its checkpoint plan; under the run folder's lock."""
+def resume_config(run_dir: str, args: argparse.Namespace) -> Any:
+    """The run's config.yaml plus --set, refused if --set changes a key a resumed run keeps."""
     config_file = os.path.join(run_dir, layout.CONFIG_FILE)
-    original = load_config(config_file)
     config = load_config(config_file, config_overrides(args))
-    plan = checkpointing.plan_resume(run_dir)
-    for label, before in (("the run's", to_dict(original)),
-                          ("its checkpoint's", plan.found.state.get("config", {}) if plan.found else {})):
-        changes = checkpointing.frozen_changes(before, to_dict(config)) if before else []
-        if changes:
-            raise UserError(f"--resume {run_dir}: cannot change {', '.join(changes)} from {label} config; a resumed "
-                            f"run keeps its env, network, n_step, replay backend and capacity, and seed; start a "
-                            f"new run instead")
-    return config, plan
+    check_frozen(run_dir, to_dict(load_config(config_file)), config, "the run's")
+    return config
+
+
+def check_frozen(run_dir: str, before: dict, config: Any, label: str) -> None:
+    """One line if `config` changes a key of `before` (`label`'s config) that a resumed run keeps."""
+    changes = checkpointing.frozen_changes(before, to_dict(config)) if before else []
+    if changes:
+        raise UserError(f"--resume {run_dir}: cannot change {', '.join(changes)} from {label} config; a resumed "
+                        f"run keeps its env, network, n_step, replay backend and capacity, and seed; start a "
+                        f"new run instead")
 
 
 # ---------------------------------------------------------------------------- saved policies
