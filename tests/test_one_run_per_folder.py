@@ -400,3 +400,28 @@ def test_a_restarted_collector_counts_its_env_steps_on_from_its_csv(tmp_path):
     steps = [int(row["env_steps"]) for row in read_csv(path) if row["episodes"]]
     assert steps == [1000, 1100, 1200, 1300, 1400, 1400], steps  # no sawtooth: 1,100 then 100 on today's code
     assert collector.counted_before(path) == (1400, 47)
+
+
+def test_a_dead_launchers_watchdog_kills_only_that_launchers_roles(tmp_path):
+    """A process that holds the run's lock but was not started by the dead launcher (a `train --resume` that took
+    the lock once the launcher's roles were gone) is not the watchdog's to kill."""
+    from dqn_cartpole.distributed import watchdog
+
+    run_dir = str(tmp_path / "run")
+    os.makedirs(run_dir)
+    wait = "import time; print('started', flush=True); time.sleep(60)"
+    with open(os.path.join(run_dir, layout.LOCK_FILE), "a", encoding="utf-8") as lock:
+        # A role of this "launcher" (the test), holding its lock; another process holding the same file.
+        role = subprocess.Popen([sys.executable, "-c", wait], pass_fds=(lock.fileno(),), stdout=subprocess.PIPE,
+                                text=True, env={**cli_env(), **watchdog.marker()})
+        other = subprocess.Popen([sys.executable, "-c", wait], pass_fds=(lock.fileno(),), stdout=subprocess.PIPE,
+                                 text=True, env=cli_env())
+    try:
+        assert role.stdout.readline().strip() == "started" and other.stdout.readline().strip() == "started"
+        assert [process.pid for process in watchdog.left_behind(run_dir, os.getpid())] == [role.pid]
+        watchdog.reap(run_dir, os.getpid(), grace_s=0.5)
+        assert role.wait(10) == -signal.SIGKILL and other.poll() is None
+    finally:
+        for process in (role, other):
+            process.kill()
+            process.wait(10)

@@ -78,6 +78,7 @@ class LocalTopology:
                                  os.path.join(roles, f"collector-{i}.log")) for i in range(collectors)]
         for child in self.children():
             child.keep_fds = keep_fds  # the run's lock lives as long as any role does
+            child.extra_env = watchdog.marker()  # what the watchdog kills if this launcher dies
     def children(self) -> list:
         return [self.server, self.learner, self.evaluator, *self.collectors]
 

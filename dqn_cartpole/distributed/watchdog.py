@@ -6,14 +6,17 @@ where it never sees the signal would live on. So `train --topology local` also s
 
 * the launcher ends normally: it writes `done` first, and the watchdog leaves;
 * the pipe ends without `done` (the launcher was killed): every process that still holds the run's lock
-  (RUN/run.lock, which only the launcher's roles inherit) has `grace_s` to end; then it and its own
-  children are killed, and the watchdog leaves. The run's lock is then free.
+  (RUN/run.lock, which the launcher's roles inherit) and was started by that launcher (its environment
+  holds the launcher's `marker`: a `train --resume` started after the launcher's death never does) has
+  `grace_s` to end; then it and its own children are killed, and the watchdog leaves. The run's lock is then
+  free.
 
-Run as `python -m dqn_cartpole.distributed.watchdog RUN_DIR GRACE_S`.
+Run as `python -m dqn_cartpole.distributed.watchdog RUN_DIR GRACE_S LAUNCHER_PID`.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -25,6 +28,7 @@ from dqn_cartpole.run_folder.layout import LOCK_FILE
 from dqn_cartpole.run_folder.lock import holders
 
 DONE = "done"
+LAUNCHER_ENV = "DQN_CARTPOLE_LAUNCHER"  # the pid of the launcher that started a role
 GRACE_S = 10.0  # the rule every role keeps: it ends within 10 s of SIGTERM
 POLL_S = 0.2
 
@@ -33,9 +37,25 @@ def start(run_dir: str, grace_s: float = GRACE_S) -> subprocess.Popen:
     """Starts the watchdog of `run_dir`'s roles; `finish` it when the launcher ends normally."""
     from dqn_cartpole.processes.supervisor import child_env
 
-    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole.distributed.watchdog", run_dir, f"{grace_s:g}"],
+    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole.distributed.watchdog", run_dir, f"{grace_s:g}",
+                             str(os.getpid())],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=child_env(), start_new_session=True)
+
+
+def marker() -> dict:
+    """The environment variable a launcher's roles get, which tells the watchdog they are its to kill."""
+    return {LAUNCHER_ENV: str(os.getpid())}
+
+
+def started_by(pid: int, launcher_pid: int) -> bool:
+    """Whether process `pid` was started by the launcher `launcher_pid` (its environment says so)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            variables = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return f"{LAUNCHER_ENV}={launcher_pid}".encode() in variables
 
 
 def finish(watchdog: subprocess.Popen) -> None:
@@ -47,10 +67,12 @@ def finish(watchdog: subprocess.Popen) -> None:
         watchdog.wait()
 
 
-def left_behind(run_dir: str) -> list[psutil.Process]:
-    """The processes that still hold the run's lock (the launcher's roles, after its death)."""
+def left_behind(run_dir: str, launcher_pid: int) -> list[psutil.Process]:
+    """The roles of the launcher `launcher_pid` that still hold the run's lock, after its death."""
     found = []
     for pid, _ in holders(run_dir, (LOCK_FILE,)):
+        if not started_by(pid, launcher_pid):
+            continue
         try:
             found.append(psutil.Process(pid))
         except psutil.Error:
@@ -58,10 +80,10 @@ def left_behind(run_dir: str) -> list[psutil.Process]:
     return found
 
 
-def reap(run_dir: str, grace_s: float) -> None:
+def reap(run_dir: str, launcher_pid: int, grace_s: float) -> None:
     """Waits up to `grace_s` for the roles left behind to end (they got SIGTERM from the kernel), then kills the
     rest with their children."""
-    roles = left_behind(run_dir)
+    roles = left_behind(run_dir, launcher_pid)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(_alive(role) for role in roles):
         time.sleep(POLL_S)
@@ -85,11 +107,11 @@ def _alive(process: psutil.Process) -> bool:
 
 
 def main(argv: list) -> int:
-    run_dir, grace_s = argv[0], float(argv[1])
+    run_dir, grace_s, launcher_pid = argv[0], float(argv[1]), int(argv[2])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the launcher's to handle
     if sys.stdin.readline().strip() == DONE:
         return 0
-    reap(run_dir, grace_s)
+    reap(run_dir, launcher_pid, grace_s)
     return 0
 
 

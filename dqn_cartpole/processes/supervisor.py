@@ -76,6 +76,7 @@ class Child:
     log_path: Optional[str] = None
     header: bool = False  # start each stretch of the log with the command line
     keep_fds: tuple = ()  # descriptors the child inherits (the run's lock), besides its output
+    extra_env: dict = field(default_factory=dict)  # variables added to `child_env()`
     process: Optional[subprocess.Popen] = field(default=None, repr=False)
     restarts: int = 0
     restart_at: Optional[float] = None  # a pending restart (time.monotonic())
@@ -85,7 +86,7 @@ class Child:
     def start(self) -> "Child":
         """Starts the command in its own session, tied to this process's life; its output appended to the log."""
         if not self.log_path:
-            self.process = _spawn(self.command, None, self.keep_fds)
+            self.process = _spawn(self.command, None, self.keep_fds, self.extra_env)
             return self
         os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
@@ -93,7 +94,7 @@ class Child:
                 log.write(f"$ {' '.join(['python', *self.command[1:]])}\n".encode())
             log.flush()
             self._log_offset = log.tell()
-            self.process = _spawn(self.command, log, self.keep_fds)
+            self.process = _spawn(self.command, log, self.keep_fds, self.extra_env)
         return self
 
     @property
@@ -158,9 +159,10 @@ class Child:
         return RESTARTED
 
 
-def _spawn(command: list, log, keep_fds: tuple = ()) -> subprocess.Popen:
+def _spawn(command: list, log, keep_fds: tuple = (), extra_env: Optional[dict] = None) -> subprocess.Popen:
     out = subprocess.STDOUT if log is not None else None
-    return subprocess.Popen(command, stdout=log, stderr=out, stdin=subprocess.DEVNULL, env=child_env(),
+    env = {**child_env(), **(extra_env or {})}
+    return subprocess.Popen(command, stdout=log, stderr=out, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True, preexec_fn=die_with_parent, pass_fds=keep_fds)
 
 
