@@ -59,6 +59,8 @@ def recover_policy(path: str, remove_leftovers: bool = False) -> None:
     `atomic.recover_dir`). Creates nothing where the policy's folder does not exist."""
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         return
+    if os.path.exists(path) and not remove_leftovers:
+        return  # a swap is finished only where the policy is missing: nothing to do, no lock file made
     with writing(path) as locked:
         if locked:
             recover_dir(path, remove_leftovers)
