@@ -24,6 +24,7 @@ import time
 
 import psutil
 
+from dqn_cartpole.processes.supervisor import child_env
 from dqn_cartpole.run_folder.layout import LOCK_FILE
 from dqn_cartpole.run_folder.lock import holders
 
@@ -35,8 +36,6 @@ POLL_S = 0.2
 
 def start(run_dir: str, grace_s: float = GRACE_S) -> subprocess.Popen:
     """Starts the watchdog of `run_dir`'s roles; `finish` it when the launcher ends normally."""
-    from dqn_cartpole.processes.supervisor import child_env
-
     return subprocess.Popen([sys.executable, "-m", "dqn_cartpole.distributed.watchdog", run_dir, f"{grace_s:g}",
                              str(os.getpid())],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
