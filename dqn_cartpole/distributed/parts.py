@@ -12,6 +12,7 @@ from tf_agents.environments import tf_py_environment
 from dqn_cartpole.config import Config
 from dqn_cartpole.core import build, envs
 from dqn_cartpole.distributed.variables import check_server
+from dqn_cartpole.replay import deadlines
 
 # Collector i steps its envs on seed + COLLECTOR_SEED_OFFSET * (i + 1): streams apart from the learner's envs.
 COLLECTOR_SEED_OFFSET = 100_000
@@ -73,7 +74,7 @@ class CollectedSteps:
         self.table = build.distributed_writer_tables(config)[0]
 
     def __call__(self) -> int:
-        info = self.client.server_info(timeout=self.TIMEOUT_S)[self.table]
+        info = deadlines.server_info(self.client, self.TIMEOUT_S)[self.table]
         return int(info.rate_limiter_info.insert_stats.completed)
 
 

@@ -20,6 +20,7 @@ from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.core import build
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.variables import VARIABLES_TABLE, make_variables_table
+from dqn_cartpole.replay import deadlines
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 
@@ -29,6 +30,11 @@ POLL_S = 0.25
 
 def announce(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def checkpoint(client: object) -> str:
+    """The server's tables into its checkpoint folder, within CHECKPOINT_TIMEOUT_S."""
+    return deadlines.within(deadlines.CHECKPOINT_TIMEOUT_S, client.checkpoint, "checkpoint the tables")  # type: ignore
 
 
 def serve(config: Config, port: int, run_dir: str) -> int:
@@ -47,7 +53,7 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         client = reverb.Client(server.address)
         # A restored checkpoint's weights, result and stop belong to the learner before the stop: the roles
         # wait for this learner's first push, and a resumed run must not stop at once.
-        client.reset(VARIABLES_TABLE)
+        deadlines.within(deadlines.CALL_TIMEOUT_S, lambda: client.reset(VARIABLES_TABLE), "reset variables")
         status.clear(client)
         announce(f"replay server ready at port {server.port}")
         holds_replay = config.distributed.replay == "server"
@@ -56,9 +62,9 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         while not stop.requested:
             time.sleep(POLL_S)
             if time.monotonic() >= next_checkpoint:
-                client.checkpoint()
+                checkpoint(client)
                 next_checkpoint = time.monotonic() + every_s
         if holds_replay:
-            client.checkpoint()  # a stopped server leaves its newest table behind
+            checkpoint(client)  # a stopped server leaves its newest table behind
         announce(f"replay server on port {server.port} stopped")
     return exit_status.for_signal(stop.signum)
