@@ -82,3 +82,71 @@ def test_status_reads_and_weight_pulls_give_up_on_a_stopped_server_within_their_
             assert done, "a Reverb call waited on a stopped server without a deadline"
             assert isinstance(result, (ServerUnanswered, RuntimeError)), result
         assert time.monotonic() - started < 6
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+        probe.bind(("::", 0))
+        return probe.getsockname()[1]
+
+
+BLOCKED_ON_A_CLOSED_PORT = """
+import sys, time
+import reverb
+from dqn_cartpole.console import signals
+with signals.StopRequest(give_up_after_s={give_up}) as stop:
+    stop.when_signalled(lambda signum: print(f"seen {{signum}}", flush=True))
+    client = reverb.Client("localhost:{port}")  # nothing listens: Reverb waits for it for ever
+    print("blocked", flush=True)
+    next(client.sample("variables"))
+print("unreachable", flush=True)
+"""
+
+
+def start_python(code: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            text=True)
+
+
+class Lines:
+    """A child's stdout, line by line, each waited for at most `timeout_s` (None once it has not come)."""
+
+    def __init__(self, stream):
+        import queue
+
+        self.queue = queue.Queue()
+        threading.Thread(target=lambda: [self.queue.put(line.strip()) for line in stream], daemon=True).start()
+
+    def next(self, timeout_s: float):
+        import queue
+
+        try:
+            return self.queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+
+def test_a_process_blocked_in_a_reverb_call_sees_sigterm_at_once_and_ends_with_143_after_its_grace():
+    process = start_python(BLOCKED_ON_A_CLOSED_PORT.format(give_up=2.0, port=free_port()))
+    lines = Lines(process.stdout)
+    try:
+        assert lines.next(60) == "blocked"
+        time.sleep(0.5)  # in the C++ client by now
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        assert lines.next(5) == f"seen {int(signal.SIGTERM)}"  # the callback, at once
+        seen_s = time.monotonic() - sent
+        status = process.wait(timeout=10)
+        ended_s = time.monotonic() - sent
+        stderr = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert status == 143, stderr[-2000:]
+    assert seen_s < 1.0 and 1.9 < ended_s < 4.0, (seen_s, ended_s)
+    gave_up = [line for line in stderr.splitlines() if "gave up waiting" in line]
+    assert gave_up == ["error: still running 2 s after SIGTERM; gave up waiting (exit status 143)"], stderr[-2000:]

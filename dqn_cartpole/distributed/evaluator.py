@@ -129,5 +129,5 @@ class LiveEvaluator:
 
 def evaluate_live(config: Config, address: str, run_dir: str) -> int:
     """Evaluates until a stop (signal, solve, or the learner's end); returns the exit status."""
-    with signals.StopRequest() as stop:
+    with signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S) as stop:
         return LiveEvaluator(config, RunLayout(run_dir), address, stop).run()
