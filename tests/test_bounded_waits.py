@@ -150,3 +150,138 @@ def test_a_process_blocked_in_a_reverb_call_sees_sigterm_at_once_and_ends_with_1
     assert seen_s < 1.0 and 1.9 < ended_s < 4.0, (seen_s, ended_s)
     gave_up = [line for line in stderr.splitlines() if "gave up waiting" in line]
     assert gave_up == ["error: still running 2 s after SIGTERM; gave up waiting (exit status 143)"], stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------- a learner whose server goes away
+
+SMOKE = os.path.join(REPO, "configs", "smoke.yaml")
+ROLE_GIVE_UP_S = 8.0  # console.signals.ROLE_GIVE_UP_S
+NO_DATA_S = 3  # distributed.rate_limiter_timeout_ms in these tests, in seconds
+LEARNER_SETS = ("--set", "replay.backend=reverb", "--set", "video.enabled=false", "--set",
+                f"distributed.rate_limiter_timeout_ms={NO_DATA_S * 1000}", "--set", "distributed.connect_timeout_s=60")
+
+
+def serve_a_learners_tables(stack, windows: int):
+    """An embedded server with the tables the replay-server role serves for the smoke config (its queue to the
+    learner, of 2-step windows, large enough), holding `windows` windows of CartPole steps: (server, config)."""
+    import numpy as np
+    from tf_agents.trajectories import trajectory as trajectory_lib
+
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.core import build
+    from dqn_cartpole.distributed import parts, status
+    from dqn_cartpole.distributed.variables import make_variables_table
+    from dqn_cartpole.replay import reverb_tables
+
+    config = load_config(SMOKE, ["replay.backend=reverb"])
+    _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
+    spec = agent.collect_data_spec
+    server = build.start_replay_server(config.replay, spec, config.agent.n_step, stack,
+                                       extra_tables=[make_variables_table(agent), *status.make_tables()],
+                                       replay_tables=[reverb_tables.make_queue_table(spec, 2, windows)])
+    writers = build.make_stream_writers(config, spec, server.address, stack)
+    for i in range(windows):
+        writers.add_batch(trajectory_lib.mid(observation=np.full([1, 4], i % 7, np.float32),
+                                             action=np.array([i % 2], np.int64), policy_info=(),
+                                             reward=np.ones([1], np.float32), discount=np.ones([1], np.float32)))
+    writers.flush()
+    return server, config
+
+
+def queue_size(server) -> int:
+    import reverb
+
+    from dqn_cartpole.replay.reverb_tables import QUEUE_TABLE_NAME
+
+    return int(reverb.Client(server.address).server_info(timeout=5)[QUEUE_TABLE_NAME].current_size)
+
+
+def start_learner(server, run_dir: str, log_dir) -> subprocess.Popen:
+    from helpers import start_cli
+
+    return start_cli("learn", "--config", SMOKE, *LEARNER_SETS, "--replay-address", server.address, "--run-dir",
+                     run_dir, "--quiet", log_dir=log_dir)
+
+
+def drained(server, learner: subprocess.Popen, timeout_s: float) -> None:
+    """Waits until the learner has read the whole queue (it then waits for more)."""
+    deadline = time.monotonic() + timeout_s
+    while queue_size(server) > 0:
+        assert learner.poll() is None and time.monotonic() < deadline, "the learner did not read the queue"
+        time.sleep(0.2)
+    time.sleep(1.0)  # its read of the next window is waiting now
+
+
+def newest_checkpoint(run_dir: str) -> dict:
+    import json
+
+    folder = os.path.join(run_dir, "checkpoints")
+    names = sorted(n for n in os.listdir(folder) if n.startswith("ckpt-") and n[5:].isdigit())
+    with open(os.path.join(folder, names[-1], "state.json")) as handle:
+        return dict(json.load(handle), name=names[-1])
+
+
+@pytest.mark.parametrize("stop", ["server gone", "SIGTERM"])
+def test_a_learner_blocked_on_a_gone_server_checkpoints_what_it_trained_and_leaves(tmp_path, stop):
+    run_dir = str(tmp_path / "run")
+    with contextlib.ExitStack() as stack:
+        server, _ = serve_a_learners_tables(stack, windows=64 + 120)
+        learner = start_learner(server, run_dir, tmp_path)
+        stack.callback(lambda: learner.poll() is None and (learner.kill(), learner.wait()))
+        drained(server, learner, timeout_s=90)
+        server.stop()  # Reverb now retries for ever, whatever rate_limiter_timeout_ms says
+        stopped = time.monotonic()
+        if stop == "SIGTERM":
+            learner.send_signal(signal.SIGTERM)
+        status = learner.wait(timeout=NO_DATA_S + 12)
+        ended_s = time.monotonic() - stopped
+    stderr = (tmp_path / "stderr").read_text()
+    saved = newest_checkpoint(run_dir)
+    per_iteration = 1  # the smoke config's train_steps_per_iteration
+    assert saved["train_step"] > 0 and saved["iteration"] == saved["train_step"] // per_iteration, saved
+    if stop == "SIGTERM":
+        assert status == 143 and ended_s < 10, (status, ended_s, stderr[-2000:])
+        # The graceful path (its blocked chunk cancelled, a checkpoint, the summary), not the watchdog's hard exit.
+        assert "gave up waiting" not in stderr and ended_s < ROLE_GIVE_UP_S, (ended_s, stderr[-2000:])
+    else:
+        assert status == 3 and ended_s < NO_DATA_S + 8, (status, ended_s, stderr[-2000:])
+        assert "did not answer for 3 s (distributed.rate_limiter_timeout_ms); stopping." in stderr, stderr[-2000:]
+    print(f"{stop}: the learner ended {ended_s:.1f} s after the server stopped, status {status}, {saved['name']}")
+
+
+def write_checkpoint(run_dir: str, iteration: int) -> str:
+    """A minimal complete checkpoint (state.json and its manifest), as `checkpointing.scan` accepts it."""
+    import hashlib
+    import json
+
+    from dqn_cartpole.run_folder import checkpointing
+
+    path = os.path.join(run_dir, "checkpoints", checkpointing.checkpoint_name(iteration))
+    os.makedirs(path)
+    state = json.dumps({"format": checkpointing.FORMAT, "iteration": iteration}).encode()
+    with open(os.path.join(path, checkpointing.STATE_FILE), "wb") as handle:
+        handle.write(state)
+    files = {checkpointing.STATE_FILE: {"size": len(state), "sha256": hashlib.sha256(state).hexdigest()}}
+    with open(os.path.join(path, checkpointing.MANIFEST_FILE), "w") as handle:
+        json.dump({"format": checkpointing.FORMAT, "iteration": iteration, "files": files}, handle)
+    return os.path.basename(path)
+
+
+def test_the_launcher_reads_a_learner_crash_as_a_crash_naming_its_last_checkpoint(tmp_path, capsys):
+    from dqn_cartpole.console.signals import StopRequest
+    from dqn_cartpole.distributed.launcher import LocalTopology
+
+    run_dir = str(tmp_path / "run")
+    topology = LocalTopology(os.path.join(run_dir, "config.yaml"), run_dir, 8000, 2, resume=False, quiet=True)
+    stop = StopRequest()  # never entered: no signal
+    assert topology.learner_ended(3, stop) == 1
+    assert capsys.readouterr().err.strip().endswith("it wrote no checkpoint yet; resume with: python -m dqn_cartpole "
+                                                     f"train --resume {run_dir} --topology local --collectors 2")
+    name = write_checkpoint(run_dir, 200)
+    for status, how in ((3, "crashed (exit status 3)"), (-9, "was killed by SIGKILL"), (-11, "was killed by SIGSEGV")):
+        assert topology.learner_ended(status, stop) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()  # one line
+        assert line.startswith(f"error: the learner {how}; every role is stopped; its last checkpoint is {name}; "
+                               f"resume with: "), line
+    assert topology.learner_ended(1, stop) == 1 and topology.learner_ended(0, stop) == 0  # diverged; finished
+    assert capsys.readouterr().err == ""  # the learner said how it ended itself
