@@ -161,9 +161,10 @@ LEARNER_SETS = ("--set", "replay.backend=reverb", "--set", "video.enabled=false"
                 f"distributed.rate_limiter_timeout_ms={NO_DATA_S * 1000}", "--set", "distributed.connect_timeout_s=60")
 
 
-def serve_a_learners_tables(stack, windows: int):
+def serve_a_learners_tables(stack, windows: int, queue_size: int = 0):
     """An embedded server with the tables the replay-server role serves for the smoke config (its queue to the
-    learner, of 2-step windows, large enough), holding `windows` windows of CartPole steps: (server, config)."""
+    learner, of 2-step windows, `queue_size` or exactly large enough), holding `windows` windows of CartPole steps: (server, config, an
+    agent of the config)."""
     import numpy as np
     from tf_agents.trajectories import trajectory as trajectory_lib
 
@@ -178,14 +179,14 @@ def serve_a_learners_tables(stack, windows: int):
     spec = agent.collect_data_spec
     server = build.start_replay_server(config.replay, spec, config.agent.n_step, stack,
                                        extra_tables=[make_variables_table(agent), *status.make_tables()],
-                                       replay_tables=[reverb_tables.make_queue_table(spec, 2, windows)])
+                                       replay_tables=[reverb_tables.make_queue_table(spec, 2, queue_size or windows)])
     writers = build.make_stream_writers(config, spec, server.address, stack)
     for i in range(windows):
         writers.add_batch(trajectory_lib.mid(observation=np.full([1, 4], i % 7, np.float32),
                                              action=np.array([i % 2], np.int64), policy_info=(),
                                              reward=np.ones([1], np.float32), discount=np.ones([1], np.float32)))
     writers.flush()
-    return server, config
+    return server, config, agent
 
 
 def queue_size(server) -> int:
@@ -225,7 +226,7 @@ def newest_checkpoint(run_dir: str) -> dict:
 def test_a_learner_blocked_on_a_gone_server_checkpoints_what_it_trained_and_leaves(tmp_path, stop):
     run_dir = str(tmp_path / "run")
     with contextlib.ExitStack() as stack:
-        server, _ = serve_a_learners_tables(stack, windows=64 + 120)
+        server, _, _ = serve_a_learners_tables(stack, windows=64 + 120)
         learner = start_learner(server, run_dir, tmp_path)
         stack.callback(lambda: learner.poll() is None and (learner.kill(), learner.wait()))
         drained(server, learner, timeout_s=90)
@@ -244,7 +245,7 @@ def test_a_learner_blocked_on_a_gone_server_checkpoints_what_it_trained_and_leav
         # The graceful path (its blocked chunk cancelled, a checkpoint, the summary), not the watchdog's hard exit.
         assert "gave up waiting" not in stderr and ended_s < ROLE_GIVE_UP_S, (ended_s, stderr[-2000:])
     else:
-        assert status == 3 and ended_s < NO_DATA_S + 8, (status, ended_s, stderr[-2000:])
+        assert status == 3 and ended_s < NO_DATA_S + 15, (status, ended_s, stderr[-2000:])  # then its summary
         assert "did not answer for 3 s (distributed.rate_limiter_timeout_ms); stopping." in stderr, stderr[-2000:]
     print(f"{stop}: the learner ended {ended_s:.1f} s after the server stopped, status {status}, {saved['name']}")
 
@@ -285,3 +286,43 @@ def test_the_launcher_reads_a_learner_crash_as_a_crash_naming_its_last_checkpoin
                                f"resume with: "), line
     assert topology.learner_ended(1, stop) == 1 and topology.learner_ended(0, stop) == 0  # diverged; finished
     assert capsys.readouterr().err == ""  # the learner said how it ended itself
+
+
+def test_a_collector_and_an_evaluator_blocked_on_a_gone_server_end_within_10_s_of_sigterm(tmp_path):
+    from helpers import start_cli
+
+    from dqn_cartpole.distributed.variables import WeightSync
+
+    run_dir = str(tmp_path / "run")
+    os.makedirs(run_dir)
+    roles = {}
+    with contextlib.ExitStack() as stack:
+        server, _, agent = serve_a_learners_tables(stack, windows=0, queue_size=100)
+        WeightSync(server.address, agent).push()  # the roles start from these weights
+        common = ("--config", SMOKE, *LEARNER_SETS, "--replay-address", server.address, "--run-dir", run_dir)
+        for role, extra in (("collect", ()), ("evaluate-live", ())):
+            (tmp_path / role).mkdir()
+            roles[role] = start_cli(role, *common, *extra, log_dir=tmp_path / role)
+            stack.callback(lambda p=roles[role]: p.poll() is None and (p.kill(), p.wait()))
+        eval_csv = os.path.join(run_dir, "eval_metrics.csv")
+        deadline = time.monotonic() + 90
+        while not (queue_size(server) > 0 and os.path.exists(eval_csv)):  # both at work
+            assert time.monotonic() < deadline and all(p.poll() is None for p in roles.values()), "roles never worked"
+            time.sleep(0.2)
+        server.stop()
+        time.sleep(1.0)  # each is in a call to the gone server now
+        sent = time.monotonic()
+        for process in roles.values():
+            process.send_signal(signal.SIGTERM)
+        ended = {}
+        for role, process in roles.items():
+            status = process.wait(timeout=12)
+            ended[role] = (status, round(time.monotonic() - sent, 1))
+    print(f"seconds from SIGTERM to exit, on a gone server: {ended}")
+    for role, (status, seconds) in ended.items():
+        stderr = (tmp_path / role / "stderr").read_text()
+        assert seconds < 10 and "Traceback" not in stderr, (role, ended, stderr[-2000:])
+        if role == "collect":  # by its own stop path, not the watchdog's
+            assert status == 143 and "gave up waiting" not in stderr, (ended, stderr[-2000:])
+        else:  # its publish may have failed before the signal came: one line, and EXIT_CRASHED (or the signal)
+            assert status in (143, 3, -signal.SIGTERM), (ended, stderr[-2000:])

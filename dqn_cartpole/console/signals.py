@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 from dqn_cartpole.console.exit_status import STOP_SIGNALS
@@ -29,6 +30,13 @@ STOP_AT_STEP = "stopping at the next step boundary and saving a checkpoint"
 STOP_CHILDREN = "stopping every run at its next step and saving checkpoints..."
 # A role still running this long after SIGINT/SIGTERM is ended (the rule: within 10 s, whatever the server does).
 ROLE_GIVE_UP_S = 8.0
+_stop_seen_at: Optional[float] = None  # time.monotonic() of a role's first stop signal in this process
+
+
+def stop_seen_at() -> Optional[float]:
+    """When a role's (a StopRequest with `give_up_after_s`) first stop signal came; None before. Calls to the
+    replay server then wait only a little longer (`replay.deadlines`)."""
+    return _stop_seen_at
 
 
 def signal_name(signum: int) -> str:
@@ -77,6 +85,8 @@ class StopRequest:
 
     def _seen(self, signum: int) -> None:
         """The watchdog saw the signal (maybe before the main thread can run the handler): the request stands now."""
+        global _stop_seen_at  # pylint: disable=global-statement
+        _stop_seen_at = _stop_seen_at or time.monotonic()
         if self.signum is None:
             self.signum = signum
         for callback in self._callbacks:

@@ -57,6 +57,7 @@ from dqn_cartpole.training.session import TrainingSession
 WAIT_POLL_S = 0.2
 # After a stop signal, a chunk still running this long is blocked on a read (a chunk lasts a fraction of a second).
 CANCEL_AFTER_S = 2.0
+SERVER_QUIET_S = 2.0  # a server that has not answered the status watch for this long cannot checkpoint its table
 NO_DATA, SERVER_GONE = "no data", "a lost replay server"  # why a learner left early (its summary's stopped_by)
 
 
@@ -157,7 +158,7 @@ class LearnerSession(TrainingSession):
         if reason not in (signals.signal_name(s) for s in exit_status.STOP_SIGNALS):
             self.crash, state.failed = reason, True
             self.progress.message(f"error: {self.crash_line(reason)}")
-        if self.replay_on_learner or not self.watch.lost:
+        if self.replay_on_learner or self.watch.unanswered_s() < SERVER_QUIET_S:
             self.save_checkpoint()
         else:
             self.progress.message("The replay server holds this run's replay and is gone: no new checkpoint.")

@@ -34,7 +34,8 @@ def announce(line: str) -> None:
 
 def checkpoint(client: object) -> str:
     """The server's tables into its checkpoint folder, within CHECKPOINT_TIMEOUT_S."""
-    return deadlines.within(deadlines.CHECKPOINT_TIMEOUT_S, client.checkpoint, "checkpoint the tables")  # type: ignore
+    return deadlines.within(deadlines.CHECKPOINT_TIMEOUT_S, client.checkpoint, "checkpoint the tables",  # type: ignore
+                            after_stop_s=None)  # the checkpoint on stop gets its whole time
 
 
 def serve(config: Config, port: int, run_dir: str) -> int:

@@ -6,29 +6,47 @@ waits forever, and a signal handler cannot run while the calling thread is in C+
 `server_info(timeout=)` and a writer's `flush(timeout_ms=)` take a deadline of their own.
 
 `within` gives every other call one: it runs the call on a daemon thread and waits for it at most
-`timeout_s` (the waiting thread stays responsive to signals). A call that does not answer in time
-raises `ServerUnanswered`; its thread is left behind, blocked in the client, and ends with the
-process. Starting a thread costs about 0.1 ms: cheap next to any call to a server.
+`timeout_s` (the waiting thread stays responsive to signals), and at most AFTER_STOP_S once a role's
+stop signal has come (`console.signals.stop_seen_at`), so a role's graceful stop is not spent
+waiting on a server that is gone. A call that does not answer in time raises `ServerUnanswered`;
+its thread is left behind, blocked in the client, and ends with the process. Reverb's own errors
+(a bare RuntimeError: "Socket closed", "Error when confirming...") become `ServerFailed`; both are
+a `ServerProblem`. Starting a thread costs about 0.1 ms: cheap next to any call to a server.
 """
 
 from __future__ import annotations
 
+import math
 import threading
-from typing import Any, Callable, TypeVar
+import time
+from typing import Any, Callable, Optional, TypeVar
+
+from dqn_cartpole.console import signals
 
 T = TypeVar("T")
 
 # A call to a live server answers in milliseconds; a table checkpoint of a full replay takes longer.
 CALL_TIMEOUT_S = 10.0
 CHECKPOINT_TIMEOUT_S = 60.0
+AFTER_STOP_S = 2.0
+SLICE_S = 0.1
 
 
-class ServerUnanswered(TimeoutError):
+class ServerProblem(Exception):
+    """A call to the Reverb server failed or did not answer."""
+
+
+class ServerUnanswered(ServerProblem, TimeoutError):
     """A call to the Reverb server did not answer within its deadline (the server is gone, or stuck)."""
 
 
-def within(timeout_s: float, call: Callable[[], T], what: str) -> T:
-    """`call()`'s result (or its exception) if it returns within `timeout_s`; ServerUnanswered otherwise."""
+class ServerFailed(ServerProblem, RuntimeError):
+    """Reverb's client gave up on a call with its own error (the connection to the server broke)."""
+
+
+def within(timeout_s: float, call: Callable[[], T], what: str, after_stop_s: Optional[float] = AFTER_STOP_S) -> T:
+    """`call()`'s result (or its exception) if it returns within `timeout_s` (and within `after_stop_s` of a
+    role's stop signal; None: no such limit); ServerUnanswered otherwise."""
     outcome: dict[str, Any] = {}
     done = threading.Event()
 
@@ -40,19 +58,36 @@ def within(timeout_s: float, call: Callable[[], T], what: str) -> T:
         finally:
             done.set()
 
+    started = time.monotonic()
     threading.Thread(target=run, name=f"reverb {what}", daemon=True).start()
-    if not done.wait(timeout_s):
-        raise ServerUnanswered(f"{what}: the replay server did not answer within {timeout_s:g} s")
-    if "error" in outcome:
-        raise outcome["error"]
+    while not done.wait(SLICE_S):
+        waited = time.monotonic() - started
+        if waited >= timeout_s or _stopped_for(after_stop_s, started):
+            raise ServerUnanswered(f"{what}: the replay server did not answer within {waited:.0f} s")
+    error = outcome.get("error")
+    if isinstance(error, RuntimeError) and not isinstance(error, ServerProblem):
+        first = (str(error).strip().splitlines() or ["no message"])[0]
+        raise ServerFailed(f"{what}: {first}") from error
+    if error is not None:
+        raise error
     return outcome["value"]
 
 
+def _stopped_for(after_stop_s: Optional[float], started: float) -> bool:
+    """Whether a role's stop signal came, and this call has waited `after_stop_s` since (or since it started)."""
+    seen = signals.stop_seen_at()
+    return after_stop_s is not None and seen is not None and time.monotonic() - max(seen, started) >= after_stop_s
+
+
 def server_info(client: Any, timeout_s: float = CALL_TIMEOUT_S) -> dict:
-    """`client.server_info()` with a deadline (Reverb's own, in whole seconds); ServerUnanswered when it passes."""
+    """`client.server_info()` with a deadline: Reverb's own (whole seconds, in C++, where no signal handler runs), and
+    `within`'s, so a stop signal is not held up by it either; ServerUnanswered when either passes."""
     from reverb import errors
 
-    try:
-        return client.server_info(timeout=max(1, int(round(timeout_s))))
-    except errors.DeadlineExceededError:
-        raise ServerUnanswered(f"server_info: the replay server did not answer within {timeout_s:g} s") from None
+    def ask() -> dict:
+        try:
+            return client.server_info(timeout=max(1, math.ceil(timeout_s)))
+        except errors.DeadlineExceededError:
+            raise ServerUnanswered(f"server_info: the replay server did not answer within {timeout_s:g} s") from None
+
+    return within(timeout_s + 1, ask, "server_info")

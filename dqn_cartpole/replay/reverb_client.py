@@ -229,7 +229,8 @@ class ReverbReplay(Replay):
     def checkpoint(self) -> str:
         """Writes a Reverb checkpoint of the tables; returns its path (ServerUnanswered if the server is gone)."""
         self.flush()
-        return deadlines.within(deadlines.CHECKPOINT_TIMEOUT_S, self.client.checkpoint, "checkpoint the tables")
+        return deadlines.within(deadlines.CHECKPOINT_TIMEOUT_S, self.client.checkpoint, "checkpoint the tables",
+                                after_stop_s=None)  # a stop checkpoints the table: it gets its whole time
 
     @staticmethod
     def _within(call: Callable[[], Any]) -> Any:
