@@ -175,7 +175,7 @@ class LearnerSession(TrainingSession):
         """A checkpoint now; one line if the server (whose table a shared replay checkpoints) cannot take part."""
         try:
             self.checkpoints.save()
-        except (deadlines.ServerUnanswered, RuntimeError) as exc:
+        except (deadlines.ServerProblem, RuntimeError) as exc:
             self.progress.message(f"error: no checkpoint written: the replay server did not take part ({exc})")
 
     def finish(self) -> dict:
@@ -213,14 +213,15 @@ class LearnerSession(TrainingSession):
         train_step = self.pusher.push_now()
         status.publish_stop(self.client, train_step, solved=False)
         deadline = time.monotonic() + self.config.distributed.final_evaluation_timeout_s
-        while time.monotonic() < deadline and not self.stop_request.requested:
-            evaluation = self.follow_evaluator(status.read_evaluation(self.client))
+        while time.monotonic() < deadline and not self.stop_request.requested and not self.watch.lost:
+            evaluation = self.follow_evaluator(self.watch.evaluation)
             if evaluation is not None and evaluation.train_step >= train_step:
                 return
             time.sleep(WAIT_POLL_S)
-        self.progress.message(f"warning: no evaluation of train step {train_step} arrived within "
-                              f"{self.config.distributed.final_evaluation_timeout_s:g} s (is an evaluate-live role "
-                              f"running?); policy/final is exported without a measured return")
+        why = ("the replay server stopped answering" if self.watch.lost else
+               f"{self.config.distributed.final_evaluation_timeout_s:g} s passed (is an evaluate-live role running?)")
+        self.progress.message(f"warning: no evaluation of train step {train_step} arrived before {why}; policy/final "
+                              f"is exported without a measured return")
         self.state.last_return = None
 
     def keeps_solved_policy(self) -> bool:

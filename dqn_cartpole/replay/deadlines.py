@@ -36,7 +36,7 @@ class ServerProblem(Exception):
     """A call to the Reverb server failed or did not answer."""
 
 
-class ServerUnanswered(ServerProblem, TimeoutError):
+class ServerUnanswered(ServerProblem):
     """A call to the Reverb server did not answer within its deadline (the server is gone, or stuck)."""
 
 
