@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -93,7 +92,6 @@ def free_port() -> int:
 
 
 BLOCKED_ON_A_CLOSED_PORT = """
-import sys, time
 import reverb
 from dqn_cartpole.console import signals
 with signals.StopRequest(give_up_after_s={give_up}) as stop:
