@@ -41,7 +41,8 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str) -> in
     seed = config.training.seed + parts.COLLECTOR_SEED_OFFSET * (collector_id + 1)
     seed_everything(seed)
     os.makedirs(RunLayout(run_dir).roles, exist_ok=True)
-    with signals.StopRequest() as stop, contextlib.ExitStack() as stack:
+    with signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S) as stop, \
+            parts.lost_server_ends(f"collector {collector_id}", address, stop), contextlib.ExitStack() as stack:
         env, tf_env, agent = parts.agent_with_envs(config, config.env.num_envs, seed, stack)
         check_server(address, config.distributed.connect_timeout_s)  # after the agent: it overlaps the server's start
         replay = build.make_stream_writers(config, agent.collect_data_spec, address, stack)

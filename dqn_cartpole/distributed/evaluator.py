@@ -7,7 +7,8 @@ have), policy/best, and, if the return reaches the solve threshold, the solve ch
 episodes, which exports policy/final. Each result is published in the `evaluation` table for the
 learner, and the evaluator leaves after a confirmed solve: the learner stops on it and writes the
 run's `stop`, which the collectors watch. When the learner has trained all its iterations it
-writes the stop too: the evaluator then evaluates the final weights and exits.
+writes the stop too: the evaluator then evaluates the final weights and exits. Every call to the server has a
+deadline: a server that stops answering ends it with one line and `exit_status.EXIT_CRASHED`.
 
 It shares the run folder with the learner. It opens eval_metrics.csv only once the learner has pushed
 weights, that is after a resumed learner has put back its checkpoint's copy of that file.
@@ -129,5 +130,7 @@ class LiveEvaluator:
 
 def evaluate_live(config: Config, address: str, run_dir: str) -> int:
     """Evaluates until a stop (signal, solve, or the learner's end); returns the exit status."""
-    with signals.StopRequest() as stop:
-        return LiveEvaluator(config, RunLayout(run_dir), address, stop).run()
+    with signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S) as stop:
+        with parts.lost_server_ends("the evaluator", address, stop):
+            return LiveEvaluator(config, RunLayout(run_dir), address, stop).run()
+    return exit_status.for_signal(stop.signum)

@@ -153,8 +153,7 @@ class LocalTopology:
             return exit_status.for_signal(stop.signum)
         if status in (exit_status.EXIT_OK, exit_status.EXIT_FAILED):  # finished, solved, or diverged
             return status
-        print(f"error: the learner exited with status {status}; every role is stopped. Its newest checkpoint is "
-              f"kept; resume with:\n  {resume_line(self.run_dir, self.collectors_wanted)}", file=sys.stderr)
+        print(crash_line("the learner", status, self.run_dir, self.collectors_wanted), file=sys.stderr)
         return exit_status.EXIT_FAILED
 
     def stop_all(self) -> None:
@@ -166,6 +165,16 @@ class LocalTopology:
         """
         stop_all([*self.restartable(), self.learner], STOP_WAIT_S, signal.SIGTERM)
         stop_all([self.server], STOP_WAIT_S, signal.SIGTERM)
+
+
+def crash_line(role: str, status: int, run_dir: str, collectors: int) -> str:
+    """One line: `role` crashed (EXIT_CRASHED, a signal, or a status no role exits with), every role is stopped,
+    the run's newest complete checkpoint and the command that resumes it."""
+    how = f"was killed by {signals.signal_name(-status)}" if status < 0 else f"crashed (exit status {status})"
+    found = checkpointing.plan_resume(run_dir).found
+    last = f"its last checkpoint is {found.name}" if found else "it wrote no checkpoint yet"
+    return (f"error: {role} {how}; every role is stopped; {last}; resume with: "
+            f"{resume_line(run_dir, collectors)}")
 
 
 def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.ResumePlan]) -> Config:

@@ -12,7 +12,13 @@ It is `training.session.TrainingSession` with its parts swapped:
 * the evaluation: the `evaluate-live` role evaluates the pushed weights, and a background thread
   reads its published results (`StatusWatch`); a confirmed solve stops the run.
 
-So the boundary between two compiled chunks makes no call that waits on the server. When it stops
+So the boundary between two compiled chunks makes no call that waits on the server, and the reads inside a
+chunk can be cancelled (`distributed.cancel`): when the server has not answered for
+`rate_limiter_timeout_ms` (gone, or stuck), or a stop signal is not answered within CANCEL_AFTER_S, the
+blocked chunk is cancelled, and the learner checkpoints what it trained (`cut_short`) and leaves: a
+signal is a stop (130 / 143), no data or a lost server a crash (`exit_status.EXIT_CRASHED`, which the
+launcher reports with the last checkpoint and the resume command). Like every role, it is ended
+ROLE_GIVE_UP_S after a signal whatever happens. When it stops
 (solved, or all iterations done) it writes the run's `stop`, which the collectors and the
 evaluator watch; only the learner writes it, so collectors never leave while it still reads. After
 its last iteration it pushes its final weights first and waits for their evaluation.
@@ -22,17 +28,23 @@ The compiled gradient step, checkpoints, exports, metrics and plots are the same
 from __future__ import annotations
 
 import os
+import sys
 import time
+import traceback
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
 from dqn_cartpole.config import Config
+from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
+from dqn_cartpole.distributed.cancel import ChunkCanceller
 from dqn_cartpole.distributed.policy_lag import IntervalLag, make_lagged_train_step
 from dqn_cartpole.distributed.variables import WeightPusher, WeightSync
+from dqn_cartpole.errors import UserError
 from dqn_cartpole.processes.commands import continue_command
+from dqn_cartpole.replay import deadlines
 from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
@@ -43,6 +55,10 @@ from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import TrainingSession
 
 WAIT_POLL_S = 0.2
+# After a stop signal, a chunk still running this long is blocked on a read (a chunk lasts a fraction of a second).
+CANCEL_AFTER_S = 2.0
+SERVER_QUIET_S = 2.0  # a server that has not answered the status watch for this long cannot checkpoint its table
+NO_DATA, SERVER_GONE = "no data", "a lost replay server"  # why a learner left early (its summary's stopped_by)
 
 
 class LearnerSession(TrainingSession):
@@ -58,7 +74,11 @@ class LearnerSession(TrainingSession):
         self.watch: Optional[status.StatusWatch] = None
         self.client: Any = None
         self.lag = IntervalLag(config.training.log_interval)
-        self.starved = False  # no collector wrote for rate_limiter_timeout_ms
+        self.crash: Optional[str] = None  # why it left early: NO_DATA, SERVER_GONE
+        self.canceller = ChunkCanceller()
+        self.stop_request = signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S)
+        self.stop_request.when_signalled(lambda signum: self.canceller.cancel_if_still_running(
+            CANCEL_AFTER_S, signals.signal_name(signum)))
 
     @property
     def replay_on_learner(self) -> bool:
@@ -84,7 +104,8 @@ class LearnerSession(TrainingSession):
         self.pusher = WeightPusher(WeightSync(self.address, self.pipeline.agent),
                                    self.config.distributed.weight_push_interval)
         self.stack.callback(self.pusher.close)  # before the replay and the server's clients close
-        self.watch = status.StatusWatch(self.client)
+        self.watch = status.StatusWatch(self.client, lost_after_s=self.config.distributed.rate_limiter_timeout_ms / 1000,
+                                        on_lost=lambda: self.canceller.cancel(SERVER_GONE))
         self.stack.callback(self.watch.close)
         if not self.replay_on_learner:
             self.pipeline.replay.counts_from(lambda: self.watch.server_info)
@@ -93,7 +114,12 @@ class LearnerSession(TrainingSession):
             if self.wait_for_data():
                 super().iterate((), ())
         except tf.errors.OutOfRangeError:  # a read that waited rate_limiter_timeout_ms
-            self.starve()
+            self.cut_short(NO_DATA)
+        except tf.errors.CancelledError:  # see `distributed.cancel`
+            self.cut_short(self.canceller.reason or SERVER_GONE)
+
+    def running_chunk(self) -> Any:
+        return self.canceller.running()
 
     def make_train(self) -> Callable:
         """The session's gradient step, on samples that carry their collecting train step (policy lag)."""
@@ -114,7 +140,8 @@ class LearnerSession(TrainingSession):
         needs), so the first sample finds data; False if stopped first."""
         stopped = lambda: self.stop_request.requested  # noqa: E731
         if self.replay_on_learner:
-            filled = self.pipeline.replay.fill(stopped)
+            with self.canceller.running():
+                filled = self.pipeline.replay.fill(stopped)
         else:
             while self.pipeline.replay.size() < self.config.training.initial_collect_steps and not stopped():
                 time.sleep(WAIT_POLL_S)
@@ -123,14 +150,41 @@ class LearnerSession(TrainingSession):
         parts.count_env_steps(self.pipeline, self.pipeline.replay.inserts)
         return filled
 
-    def starve(self) -> None:
-        """No collector wrote within `rate_limiter_timeout_ms`: stop with a checkpoint, exit status 1."""
-        self.starved = self.state.failed = True
-        self.state.stopped_by = "no data"
-        self.progress.message(
-            f"error: the replay had no new data for {self.config.distributed.rate_limiter_timeout_ms / 1000:g} s "
-            f"(distributed.rate_limiter_timeout_ms): are the collectors running? Stopping with a checkpoint.")
-        self.checkpoints.save()
+    def cut_short(self, reason: str) -> None:
+        """A chunk ended early: by a signal (a stop), or with no data or no server (a crash). Every train step it
+        completed is in the variables (a chunk waits on a read only before a step), so the run's iteration
+        follows the train step; then a checkpoint, unless the server holding the run's replay is gone."""
+        state, per_iteration = self.state, self.config.training.train_steps_per_iteration
+        state.iteration = max(state.iteration, self.pipeline.train_step_count() // per_iteration)
+        state.stopped_by = reason
+        if reason not in (signals.signal_name(s) for s in exit_status.STOP_SIGNALS):
+            self.crash, state.failed = reason, True
+            self.progress.message(f"error: {self.crash_line(reason)}")
+        if self.replay_on_learner or self.watch.unanswered_s() < SERVER_QUIET_S:
+            self.save_checkpoint()
+        else:
+            self.progress.message("The replay server holds this run's replay and is gone: no new checkpoint.")
+
+    def crash_line(self, reason: str) -> str:
+        if reason == NO_DATA:
+            return (f"the replay had no new data for {self.config.distributed.rate_limiter_timeout_ms / 1000:g} s "
+                    f"(distributed.rate_limiter_timeout_ms): are the collectors running? Stopping with a checkpoint.")
+        return (f"the replay server at {self.address} did not answer for "
+                f"{self.config.distributed.rate_limiter_timeout_ms / 1000:g} s (distributed.rate_limiter_timeout_ms); "
+                f"stopping.")
+
+    def save_checkpoint(self) -> None:
+        """A checkpoint now; one line if the server (whose table a shared replay checkpoints) cannot take part."""
+        try:
+            self.checkpoints.save()
+        except (deadlines.ServerProblem, RuntimeError) as exc:
+            self.progress.message(f"error: no checkpoint written: the replay server did not take part ({exc})")
+
+    def finish(self) -> dict:
+        summary = super().finish()
+        if self.crash is not None:
+            summary["exit_status"] = self.state.exit_status = exit_status.EXIT_CRASHED
+        return summary
 
     # -- the evaluator's results
     def follow_evaluator(self, evaluation: Optional[status.Evaluation]) -> Optional[status.Evaluation]:
@@ -156,19 +210,20 @@ class LearnerSession(TrainingSession):
         if self.state.solved_at_iteration is not None:  # the evaluator confirmed a solve, and has left
             status.publish_stop(self.client, self.pipeline.train_step_count(), solved=True)
             return
-        if self.starved:
+        if self.crash is not None:
             return
         train_step = self.pusher.push_now()
         status.publish_stop(self.client, train_step, solved=False)
         deadline = time.monotonic() + self.config.distributed.final_evaluation_timeout_s
-        while time.monotonic() < deadline and not self.stop_request.requested:
-            evaluation = self.follow_evaluator(status.read_evaluation(self.client))
+        while time.monotonic() < deadline and not self.stop_request.requested and not self.watch.lost:
+            evaluation = self.follow_evaluator(self.watch.evaluation)
             if evaluation is not None and evaluation.train_step >= train_step:
                 return
             time.sleep(WAIT_POLL_S)
-        self.progress.message(f"warning: no evaluation of train step {train_step} arrived within "
-                              f"{self.config.distributed.final_evaluation_timeout_s:g} s (is an evaluate-live role "
-                              f"running?); policy/final is exported without a measured return")
+        why = ("the replay server stopped answering" if self.watch.lost else
+               f"{self.config.distributed.final_evaluation_timeout_s:g} s passed (is an evaluate-live role running?)")
+        self.progress.message(f"warning: no evaluation of train step {train_step} arrived before {why}; policy/final "
+                              f"is exported without a measured return")
         self.state.last_return = None
 
     def keeps_solved_policy(self) -> bool:
@@ -191,6 +246,23 @@ def run_learner(config: Config, run_dir: str, address: str, plan: Optional[check
     progress.message(f"Learning {config.env.id} from the replay server at {address} -> {run_dir}")
     hint = None if supervised else continue_command(
         ["learn", "--resume", "--config", f"{run_dir}/config.yaml", "--replay-address", address, "--run-dir", run_dir])
-    with RunEnd(run_dir, created, progress, hint) as end:
-        end.summary = learn(config, RunLayout(run_dir), progress, plan, address)
-    return end.finish()
+    try:
+        with RunEnd(run_dir, created, progress, hint) as end:
+            end.summary = learn(config, RunLayout(run_dir), progress, plan, address)
+        return end.finish()
+    except (UserError, OSError):
+        raise  # the command line's one line (bad input: 2; the disk: 1)
+    except Exception as exc:  # pylint: disable=broad-except  # a crash: one line, the traceback in the roles' folder
+        return report_crash(exc, RunLayout(run_dir))
+
+
+def report_crash(exc: BaseException, layout: RunLayout) -> int:
+    """One line on stderr for an uncaught error, its traceback in roles/learner-crash.log; EXIT_CRASHED."""
+    os.makedirs(layout.roles, exist_ok=True)
+    log_path = os.path.join(layout.roles, "learner-crash.log")
+    with open(log_path, "a", encoding="utf-8") as log:
+        traceback.print_exception(exc, file=log)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    print(f"error: the learner crashed: {type(exc).__name__}: {first} (traceback in {log_path})", file=sys.stderr,
+          flush=True)
+    return exit_status.EXIT_CRASHED

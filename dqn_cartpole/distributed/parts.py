@@ -5,13 +5,16 @@ server's queue, or a client of the server's replay table)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Optional
+import sys
+from typing import Any, Callable, Iterator, Optional
 
 from tf_agents.environments import tf_py_environment
 
 from dqn_cartpole.config import Config
+from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.core import build, envs
 from dqn_cartpole.distributed.variables import check_server
+from dqn_cartpole.replay import deadlines
 
 # Collector i steps its envs on seed + COLLECTOR_SEED_OFFSET * (i + 1): streams apart from the learner's envs.
 COLLECTOR_SEED_OFFSET = 100_000
@@ -73,7 +76,7 @@ class CollectedSteps:
         self.table = build.distributed_writer_tables(config)[0]
 
     def __call__(self) -> int:
-        info = self.client.server_info(timeout=self.TIMEOUT_S)[self.table]
+        info = deadlines.server_info(self.client, self.TIMEOUT_S)[self.table]
         return int(info.rate_limiter_info.insert_stats.completed)
 
 
@@ -82,3 +85,17 @@ def count_env_steps(pipeline: Any, steps: Callable[[], int]) -> int:
     count = steps()
     pipeline.env_steps.environment_steps.assign(count)
     return count
+
+
+@contextlib.contextmanager
+def lost_server_ends(role: str, address: str, stop: signals.StopRequest) -> Iterator[None]:
+    """Around a collector's or the evaluator's work: a call to the server that failed or timed out (a
+    `deadlines.ServerProblem`) ends the role, quietly after a stop signal (its exit status says the signal),
+    else with one line and exit status EXIT_CRASHED (the launcher starts it again after a backoff)."""
+    try:
+        yield
+    except deadlines.ServerProblem as exc:
+        if stop.requested:
+            return
+        print(f"error: {role} lost the replay server at {address} ({exc})", file=sys.stderr, flush=True)
+        raise SystemExit(exit_status.EXIT_CRASHED) from None

@@ -20,6 +20,7 @@ from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.core import build
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.variables import VARIABLES_TABLE, make_variables_table
+from dqn_cartpole.replay import deadlines
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 
@@ -31,11 +32,17 @@ def announce(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def checkpoint(client: object) -> str:
+    """The server's tables into its checkpoint folder, within CHECKPOINT_TIMEOUT_S."""
+    return deadlines.within(deadlines.CHECKPOINT_TIMEOUT_S, client.checkpoint, "checkpoint the tables",  # type: ignore
+                            after_stop_s=None)  # the checkpoint on stop gets its whole time
+
+
 def serve(config: Config, port: int, run_dir: str) -> int:
     """Serves until SIGINT/SIGTERM; returns the exit status (128 + the signal)."""
     checkpoint_dir = checkpointing.reverb_server_dir(RunLayout(run_dir).checkpoints)
     os.makedirs(checkpoint_dir, exist_ok=True)  # the launcher stages a resumed run's table here first
-    with signals.StopRequest() as stop, contextlib.ExitStack() as stack:
+    with signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S) as stop, contextlib.ExitStack() as stack:
         _, _, agent = parts.agent_with_envs(config, 1, config.training.seed, stack)
         server = build.start_replay_server(config.replay, agent.collect_data_spec, config.agent.n_step, stack,
                                            checkpoint_dir, announce,
@@ -47,7 +54,7 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         client = reverb.Client(server.address)
         # A restored checkpoint's weights, result and stop belong to the learner before the stop: the roles
         # wait for this learner's first push, and a resumed run must not stop at once.
-        client.reset(VARIABLES_TABLE)
+        deadlines.within(deadlines.CALL_TIMEOUT_S, lambda: client.reset(VARIABLES_TABLE), "reset variables")
         status.clear(client)
         announce(f"replay server ready at port {server.port}")
         holds_replay = config.distributed.replay == "server"
@@ -56,9 +63,9 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         while not stop.requested:
             time.sleep(POLL_S)
             if time.monotonic() >= next_checkpoint:
-                client.checkpoint()
+                checkpoint(client)
                 next_checkpoint = time.monotonic() + every_s
         if holds_replay:
-            client.checkpoint()  # a stopped server leaves its newest table behind
+            checkpoint(client)  # a stopped server leaves its newest table behind
         announce(f"replay server on port {server.port} stopped")
     return exit_status.for_signal(stop.signum)

@@ -11,15 +11,19 @@ Two one-item tables next to `variables`, read without removing (`max_times_sampl
   learner's samples back under a samples-per-insert ratio.
 
 Both are cleared when a server starts: a restored table must not stop a resumed run at once.
-Every call has a timeout, so no role freezes on a server that went away.
+Every call has a deadline (`replay.deadlines`: `TIMEOUT_S`, then ServerUnanswered), so no role freezes
+on a server that went away; a learner's `StatusWatch` also says how long the server has not answered.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+from dqn_cartpole.replay import deadlines
 
 EVALUATION_TABLE = "evaluation"
 STOP_TABLE = "stop"
@@ -71,23 +75,26 @@ def make_tables() -> list:
 def clear(client: Any) -> None:
     """Empties both tables (a server restored from a checkpoint starts with no stop and no result)."""
     for table in (EVALUATION_TABLE, STOP_TABLE):
-        client.reset(table)
+        deadlines.within(TIMEOUT_S, lambda table=table: client.reset(table), f"reset {table}")
 
 
 def _insert(client: Any, table: str, fields: dict, values: dict) -> None:
     import numpy as np
 
-    client.insert({key: np.asarray(values[key], dtype=dtype) for key, dtype in fields.items()},
-                  priorities={table: 1.0})
+    item = {key: np.asarray(values[key], dtype=dtype) for key, dtype in fields.items()}
+    deadlines.within(TIMEOUT_S, lambda: client.insert(item, priorities={table: 1.0}), f"insert into {table}")
 
 
 def _read(client: Any, table: str, fields: dict, info: Optional[dict] = None) -> Optional[dict]:
     """The table's item as a dict of Python numbers, or None while it is empty (`info`: a fresh server_info)."""
-    info = info if info is not None else client.server_info(timeout=TIMEOUT_S)
+    info = info if info is not None else deadlines.server_info(client, TIMEOUT_S)
     if int(info[table].current_size) == 0:
         return None
     # The item cannot go away between the two calls: it is only replaced (max_size 1, never sampled out).
-    sample = next(client.sample(table, num_samples=1, emit_timesteps=False, unpack_as_table_signature=True))
+    # Reverb's sampler has no deadline of its own (and retries a server that is gone for ever).
+    sample = deadlines.within(TIMEOUT_S, lambda: next(client.sample(table, num_samples=1, emit_timesteps=False,
+                                                                     unpack_as_table_signature=True)),
+                              f"sample {table}")
     return {key: sample.data[key].item() for key in fields}
 
 
@@ -114,12 +121,19 @@ log = logging.getLogger(__name__)
 
 class StatusWatch:
     """What a learner learns from the server, read every `poll_s` by a background thread, so its chunk
-    boundaries make no call: the evaluator's newest result and the tables' `server_info` (counts)."""
+    boundaries make no call: the evaluator's newest result and the tables' `server_info` (counts).
 
-    def __init__(self, client: Any, poll_s: float = 0.5):
-        self.client, self.poll_s = client, poll_s
+    When the server has not answered for `lost_after_s` (gone, or stuck), `lost` is set and `on_lost()` is called
+    once, from the watch's thread: the learner then stops reading (its read would wait for ever) and checkpoints.
+    """
+
+    def __init__(self, client: Any, poll_s: float = 0.5, lost_after_s: Optional[float] = None,
+                 on_lost: Callable[[], None] = lambda: None):
+        self.client, self.poll_s, self.lost_after_s, self.on_lost = client, poll_s, lost_after_s, on_lost
         self.evaluation: Optional[Evaluation] = None
         self.server_info: Optional[dict] = None
+        self.lost = False
+        self.answered_at = time.monotonic()
         self._closed = threading.Event()
         self.poll()
         self._thread = threading.Thread(target=self._run, name="status-watch", daemon=True)
@@ -127,9 +141,14 @@ class StatusWatch:
 
     def poll(self) -> None:
         """Reads both now (the caller's thread)."""
-        info = self.client.server_info(timeout=TIMEOUT_S)
+        info = deadlines.server_info(self.client, min(TIMEOUT_S, self.poll_s + 1))
         self.evaluation = read_evaluation(self.client, info) or self.evaluation
         self.server_info = info
+        self.answered_at = time.monotonic()
+
+    def unanswered_s(self) -> float:
+        """Seconds since the server last answered."""
+        return time.monotonic() - self.answered_at
 
     def _run(self) -> None:
         while not self._closed.wait(self.poll_s):
@@ -137,7 +156,14 @@ class StatusWatch:
                 self.poll()
             except Exception:  # pylint: disable=broad-except  # the server went away: the learner's reads fail too
                 log.debug("status poll failed", exc_info=True)
+                self._check_lost()
+
+    def _check_lost(self) -> None:
+        if self.lost or self.lost_after_s is None or self.unanswered_s() < self.lost_after_s:
+            return
+        self.lost = True
+        self.on_lost()
 
     def close(self) -> None:
         self._closed.set()
-        self._thread.join(timeout=TIMEOUT_S + 5)
+        self._thread.join(timeout=1.0)  # a poll stuck on a gone server is left behind (a daemon thread)

@@ -4,6 +4,8 @@ A collector's epsilon-greedy policy reads epsilon from the agent's own train-ste
 pulling updates that variable too (a fresh train step, as in TF-Agents' SAC example, would
 leave epsilon at its start value forever). A learner pushes from a background thread
 (`WeightPusher`), so its compiled chunks never wait on the server.
+
+Every call to the server has a deadline (`replay.deadlines`, CALL_TIMEOUT_S): past it, ServerUnanswered.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from typing import Any, Callable, Optional
 
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.replay import deadlines
 
 VARIABLES_TABLE = "variables"
 
@@ -59,8 +62,10 @@ class WeightSync:
         import tensorflow as tf
         from tf_agents.experimental.distributed import reverb_variable_container as rvc
 
-        # Only after check_server: the constructor waits forever for a server that is not up.
-        self.container = rvc.ReverbVariableContainer(address, table_names=[VARIABLES_TABLE])
+        # The constructor asks server_info with no deadline: it would wait for ever for a server that is gone.
+        self.container = deadlines.within(
+            deadlines.CALL_TIMEOUT_S, lambda: rvc.ReverbVariableContainer(address, table_names=[VARIABLES_TABLE]),
+            "connect to the variables table")
         self.agent = agent
         self.variables = weights(agent)
         self.client = reverb.Client(address)
@@ -76,10 +81,10 @@ class WeightSync:
         self._assign = tf.function(assign, input_signature=signature, autograph=False).get_concrete_function()
 
     def push(self) -> None:
-        self.container.push(self.variables)
+        deadlines.within(deadlines.CALL_TIMEOUT_S, lambda: self.container.push(self.variables), "push the weights")
 
     def available(self) -> bool:
-        return int(self.client.server_info(timeout=5)[VARIABLES_TABLE].current_size) > 0
+        return int(deadlines.server_info(self.client, 5)[VARIABLES_TABLE].current_size) > 0
 
     def stopped(self) -> bool:
         """The run's `stop` table has its item: the learner finished or a solve was confirmed."""
@@ -89,7 +94,9 @@ class WeightSync:
 
     def pull(self) -> int:
         """Assigns the newest pushed weights (and train step) to the agent; returns that train step."""
-        sample = next(self.client.sample(VARIABLES_TABLE, num_samples=1, emit_timesteps=False))
+        sample = deadlines.within(deadlines.CALL_TIMEOUT_S,
+                                  lambda: next(self.client.sample(VARIABLES_TABLE, num_samples=1, emit_timesteps=False)),
+                                  "pull the weights")
         self._assign(*[column[0] for column in sample.data])  # an inserted item is one step
         return int(self.agent.train_step_counter.numpy())
 
@@ -155,4 +162,4 @@ class WeightPusher:
     def close(self) -> None:
         self._closed.set()
         self._requested.set()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=1.0)  # a push stuck on a gone server is left behind (a daemon thread)

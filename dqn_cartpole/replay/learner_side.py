@@ -76,7 +76,9 @@ class QueueReader:
         dataset = packed_dataset(address, QUEUE_TABLE_NAME, self.packer, sequence_length,
                                  in_flight=max(READ_AHEAD, read_batch), workers=1,
                                  rate_limiter_timeout_ms=rate_limiter_timeout_ms)
-        self.iterator: Optional[Any] = iter(dataset.batch(read_batch))
+        # Whole reads only: when a read waits rate_limiter_timeout_ms the stream ends, and a partial last batch would
+        # reach the buffer as missing rows (an InvalidArgumentError) instead of OutOfRangeError; its items are lost.
+        self.iterator: Optional[Any] = iter(dataset.batch(read_batch, drop_remainder=True))
 
     def next(self) -> tuple[Any, tf.Tensor]:
         """(windows [read_batch, sequence_length, ...], the train steps that collected them [read_batch]) of the

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from dqn_cartpole.config import ReplayConfig
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.replay import deadlines
 from dqn_cartpole.replay.base import Replay, boundary_steps, unstack_time
 from dqn_cartpole.replay.packing import StepPacker
 from dqn_cartpole.replay.reverb_tables import PASS_TABLE_NAME, TABLE_NAME
@@ -96,7 +97,7 @@ class ReverbReplay(Replay):
     def check_signature(self) -> None:
         """A table restored from an older checkpoint (a column per field) cannot take packed windows: one line."""
         expected = self.packer.window_spec(self.sequence_length)
-        signature = self.client.server_info()[TABLE_NAME].signature
+        signature = deadlines.server_info(self.client)[TABLE_NAME].signature
         if tf.nest.flatten(signature) != [expected]:
             raise UserError(f"the Reverb table at {self.address} holds {tf.nest.flatten(signature)} per item, not this "
                             f"version's packed windows {expected} (a checkpoint written by an older version?); start "
@@ -183,17 +184,17 @@ class ReverbReplay(Replay):
         It makes two client calls per item: meant for inspection, not for training.
         """
         self.flush()
-        count = int(self.client.server_info()[PASS_TABLE_NAME].current_size)
+        count = int(deadlines.server_info(self.client)[PASS_TABLE_NAME].current_size)
         items, priorities = [], {}
         try:
             for _ in range(count):
-                (sample,) = self.client.sample(PASS_TABLE_NAME, num_samples=1, emit_timesteps=False)
+                sample = self._within(lambda: next(self.client.sample(PASS_TABLE_NAME, emit_timesteps=False)))
                 priorities[sample.info.key] = sample.info.priority
-                self.client.mutate_priorities(PASS_TABLE_NAME, updates={sample.info.key: _VISITED})
+                self._within(lambda: self.client.mutate_priorities(PASS_TABLE_NAME, updates={sample.info.key: _VISITED}))
                 items.append(sample.data[0])
         finally:
             if priorities:
-                self.client.mutate_priorities(PASS_TABLE_NAME, updates=priorities)
+                self._within(lambda: self.client.mutate_priorities(PASS_TABLE_NAME, updates=priorities))
         rows = np.stack(items) if items else np.zeros((0, self.sequence_length, self.packer.nbytes), np.uint8)
         return self.packer.unpack_numpy(rows)
 
@@ -201,13 +202,13 @@ class ReverbReplay(Replay):
         self.flush()
         self._cleared_inserts, self._cleared_samples = self.inserts(), self.samples()
         for name in (TABLE_NAME, PASS_TABLE_NAME):
-            self.client.reset(name)  # also resets the table's insert count
+            self._within(lambda name=name: self.client.reset(name))  # also resets the table's insert count
         self.writers.forget()
 
     # -- bookkeeping
     def _table_info(self, name: str = TABLE_NAME) -> Any:
         info = self._counts_source() if self._counts_source is not None else None
-        return (info if info is not None else self.client.server_info())[name]
+        return (info if info is not None else deadlines.server_info(self.client))[name]
 
     def _pass_inserts(self) -> int:
         return int(self._table_info(PASS_TABLE_NAME).rate_limiter_info.insert_stats.completed)
@@ -226,9 +227,14 @@ class ReverbReplay(Replay):
         return self._cleared_samples + int(self._table_info().rate_limiter_info.sample_stats.completed)
 
     def checkpoint(self) -> str:
-        """Writes a Reverb checkpoint of the tables; returns its path."""
+        """Writes a Reverb checkpoint of the tables; returns its path (ServerUnanswered if the server is gone)."""
         self.flush()
-        return self.client.checkpoint()
+        return deadlines.within(deadlines.CHECKPOINT_TIMEOUT_S, self.client.checkpoint, "checkpoint the tables",
+                                after_stop_s=None)  # a stop checkpoints the table: it gets its whole time
+
+    @staticmethod
+    def _within(call: Callable[[], Any]) -> Any:
+        return deadlines.within(deadlines.CALL_TIMEOUT_S, call, "replay call")
 
     def close(self) -> None:
         """Closes the writers and readers; the server, owned by whoever started it, keeps running."""

@@ -66,7 +66,7 @@ class TrainingSession:
     """One training run. `run()` goes through the phases and returns the summary (summary.json's content).
 
     The learner role (`distributed.learner`) keeps the phases, loop, triggers and checkpoints, and replaces only
-    these hooks: make_pipeline, make_evaluation, make_train, iterate, after_chunk, final_evaluation and
+    these hooks: make_pipeline, make_evaluation, make_train, iterate, running_chunk, after_chunk, final_evaluation and
     keeps_solved_policy."""
 
     # Whether a solve check in another process (the evaluator) may export policy/final: then the finish never
@@ -185,7 +185,7 @@ class TrainingSession:
                 self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
         while state.iteration < total and not state.stop and not self.stop_request.requested:
             first = not loop.traced
-            with self.phases(phase.FIRST_CHUNK if first else phase.LOOP):
+            with self.phases(phase.FIRST_CHUNK if first else phase.LOOP), self.running_chunk():
                 chunk = loop.run(state.iteration, total, time_step, policy_state)
                 if first:
                     freeze_heap()
@@ -221,6 +221,10 @@ class TrainingSession:
         sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step))
         return make_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
                                cfg.training.jit_compile)
+
+    def running_chunk(self) -> contextlib.AbstractContextManager:
+        """Wraps each compiled chunk's call (hook: the learner makes it cancellable from another thread)."""
+        return contextlib.nullcontext()
 
     def after_chunk(self, chunk: Chunk) -> None:
         """Runs after each compiled chunk, before the triggers (hook: e.g. the chunk's `extras` into `row_extras`)."""
