@@ -1,0 +1,232 @@
+"""The chaos test: one `train --topology local` run survives a SIGKILL of each of its processes in turn.
+
+In one run (the default config on CartPole-v1, two collectors) it SIGKILLs, at train steps drawn from a
+seeded generator: a collector (the launcher restarts it), the evaluator (restarted too), the replay server
+(the run stops; `--resume`), the learner (the run stops; `--resume`) and the launcher itself (its children
+follow it; `--resume`). Then the run must finish on its own and its `policy/final` must score >= 475 over 100
+episodes in plain TensorFlow; its metrics must be continuous across every kill; after each kill that ends the
+run nothing of it may be left 10 s later, no port open; and every error it printed is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from helpers import run_python, start_cli
+from test_distributed import kill_tree, port_is_free, processes_of, rows, server_port, wait_for
+
+SEED = 3
+CHECKPOINT_INTERVAL = 250
+TOPOLOGY = ("--topology", "local", "--collectors", "2")
+FRESH = (*TOPOLOGY, "--seed", str(SEED), "--set", "training.log_interval=50",
+         "--set", f"training.checkpoint_interval={CHECKPOINT_INTERVAL}", "--set", "video.enabled=false", "--quiet")
+BUDGET_S = 600  # the whole test, start-ups and training included
+GONE_S = 10  # after a kill that ends the run: every process of it gone, its port closed
+
+
+@dataclass
+class Segment:
+    """One launcher (a fresh run or a resume) and its console output."""
+
+    process: subprocess.Popen
+    log_dir: object
+
+    @property
+    def stderr(self) -> str:
+        return (self.log_dir / "stderr").read_text()
+
+    @property
+    def stdout(self) -> str:
+        return (self.log_dir / "stdout").read_text()
+
+    def resumed_from(self) -> int:
+        """The train step the learner resumed from (its "Resumed from ckpt-N: ... train step S" line)."""
+        match = re.search(r"Resumed from ckpt-\d+: iteration \d+ of \d+, train step (\d+)", self.stdout + self.stderr)
+        assert match, self.stdout[-2000:] + self.stderr[-2000:]
+        return int(match.group(1))
+
+
+@dataclass
+class Chaos:
+    """The run under test, its launchers and what each kill cost."""
+
+    tmp_path: object
+    run_dir: str
+    rng: random.Random
+    deadline: float
+    segments: list = field(default_factory=list)
+    lost: dict = field(default_factory=dict)  # kill -> train steps trained again after it
+
+    @property
+    def segment(self) -> Segment:
+        return self.segments[-1]
+
+    def start(self, *args: str) -> Segment:
+        log_dir = self.tmp_path / f"launcher-{len(self.segments)}"
+        log_dir.mkdir()
+        self.segments.append(Segment(start_cli("train", *args, log_dir=log_dir), log_dir))
+        return self.segment
+
+    def resume(self) -> Segment:
+        return self.start("--resume", self.run_dir, *TOPOLOGY, "--quiet")
+
+    def left_s(self) -> float:
+        left = self.deadline - time.monotonic()
+        assert left > 0, "the chaos test ran out of its time budget"
+        return left
+
+    def train_step(self) -> int:
+        path = os.path.join(self.run_dir, "train_metrics.csv")
+        return int(rows(path)[-1]["train_step"]) if os.path.exists(path) and rows(path) else 0
+
+    def wait_for_train_step(self, step: int) -> int:
+        """Waits until the learner logged `step` (the run must still be going); returns the step it logged."""
+        def reached() -> bool:
+            assert self.segment.process.poll() is None, (
+                f"the run ended (status {self.segment.process.returncode}) before train step {step}: "
+                + self.segment.stderr[-2000:])
+            return self.train_step() >= step
+        wait_for(reached, self.left_s(), f"train step {step}")
+        return self.train_step()
+
+    def role(self, name: str) -> psutil.Process:
+        """A live process of the run playing role `name` (python -m dqn_cartpole NAME ...); a seeded pick."""
+        found = [p for p in processes_of(self.run_dir) if name in p.cmdline()[3:4]]
+        assert found, f"no live {name} process"
+        return self.rng.choice(sorted(found, key=lambda p: p.pid))
+
+    def kill_restarted_role(self, role: str, at_step: int) -> None:
+        """SIGKILLs a collector or the evaluator; the launcher starts it again and the run goes on."""
+        self.wait_for_train_step(at_step)
+        victim = self.role(role)
+        same = [a for a in victim.cmdline() if a.isdigit()][-1:] if role == "collect" else []
+        victim.kill()
+        wait_for(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, GONE_S, f"{role} gone")
+        wait_for(lambda: any(p.pid != victim.pid and all(a in p.cmdline() for a in same)
+                             for p in processes_of(self.run_dir) if role in p.cmdline()[3:4]),
+                 min(60.0, self.left_s()), f"{role} restarted")
+        if role == "collect":
+            line = f"collector {same[0]} exited with status -9; restarting it"
+            wait_for(lambda: line in self.segment.stderr, 10, line)
+        self.lost[role] = 0  # the learner never stopped
+
+    def wait_until_gone(self, what: str) -> None:
+        """Every process of the run ends within GONE_S of the kill (else: which roles are left)."""
+        deadline = time.monotonic() + GONE_S
+        while processes_of(self.run_dir):
+            left = [" ".join(p.cmdline()[3:4]) or "?" for p in processes_of(self.run_dir)]
+            assert time.monotonic() < deadline, f"{GONE_S} s after the {what} was killed, still running: {left}"
+            time.sleep(0.2)
+
+    def kill_and_resume(self, what: str, at_step: int) -> None:
+        """SIGKILLs the replay server, the learner or the launcher; checks the run stops cleanly; resumes it."""
+        killed_at = self.wait_for_train_step(at_step)
+        port = server_port(self.segment.log_dir)
+        victim = self.segment.process.pid if what == "launcher" else self.role(what).pid
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        self.wait_until_gone(what)
+        wait_for(lambda: port_is_free(port), max(0.5, GONE_S - (time.monotonic() - killed)), f"port {port} to close")
+        status = self.segment.process.wait(5)
+        if what != "launcher":
+            assert status == 1, (status, self.segment.stderr[-2000:])
+            assert "--resume" in self.segment.stderr, self.segment.stderr[-2000:]
+        resumed = self.resume()
+        wait_for(lambda: "Resumed from" in resumed.stdout + resumed.stderr or resumed.process.poll() is not None,
+                 min(120.0, self.left_s()), f"the resume after the {what}")
+        self.lost[what] = killed_at - resumed.resumed_from()
+        self.check_replay_restored(resumed)
+        assert 0 <= self.lost[what] <= CHECKPOINT_INTERVAL + 50, (what, killed_at, resumed.resumed_from())
+
+
+    def check_replay_restored(self, resumed: Segment) -> None:
+        """The learner keeps the replay: its buffer comes back whole from the checkpoint it resumed from."""
+        match = re.search(r"Resumed from (ckpt-\d+): .*, (\d+) transitions", resumed.stdout + resumed.stderr)
+        state = json.load(open(os.path.join(self.run_dir, "checkpoints", match.group(1), "state.json")))
+        assert int(match.group(2)) == state["replay_size"] > 0, (match.group(0), state["replay_size"])
+
+
+def score_in_plain_tensorflow(policy_dir: str, cwd: str, episodes: int = 100) -> float:
+    """The policy's average return over `episodes` CartPole-v1 episodes, loaded with tf.saved_model alone
+    (every episode in one batch, one policy call per step)."""
+    code = f"""
+import gymnasium as gym, numpy as np, tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+policy = tf.saved_model.load({policy_dir!r})
+envs = [gym.make("CartPole-v1") for _ in range({episodes})]
+obs = np.stack([env.reset(seed=10_000 + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+returns, done = np.zeros({episodes}), np.zeros({episodes}, bool)
+while not done.all():
+    actions = policy.action(ts.restart(tf.constant(obs), batch_size={episodes})).action.numpy()
+    for i, env in enumerate(envs):
+        if done[i]:
+            continue
+        o, r, terminated, truncated, _ = env.step(int(actions[i]))
+        obs[i], returns[i], done[i] = o, returns[i] + r, terminated or truncated
+print(returns.mean())
+"""
+    result = run_python(code, cwd=cwd, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return float(result.stdout.split()[-1])
+
+
+def assert_continuous(steps: list, gap: int, what: str) -> None:
+    """Train steps in file order: increasing, none repeated, none missing beyond `gap` (one checkpoint interval)."""
+    assert steps and steps == sorted(set(steps)), (what, steps)
+    assert all(b - a <= gap for a, b in zip(steps, steps[1:])), (what, steps)
+
+
+def assert_errors_are_one_line(text: str, where: str) -> None:
+    assert "Traceback" not in text, (where, text[-3000:])
+    for line in text.splitlines():
+        if line.startswith("error:"):
+            assert len(line) < 400, (where, line)
+
+
+def test_a_local_run_survives_a_sigkill_of_each_of_its_processes_in_turn(tmp_path):
+    rng = random.Random(SEED)
+    chaos = Chaos(tmp_path, str(tmp_path / "run"), rng, time.monotonic() + BUDGET_S)
+    chaos.start(*FRESH, "--output-dir", chaos.run_dir)
+    try:
+        chaos.kill_restarted_role("collect", 100 + rng.randrange(100))
+        chaos.kill_restarted_role("evaluate-live", 250 + rng.randrange(100))
+        chaos.kill_and_resume("replay-server", 450 + rng.randrange(100))
+        chaos.kill_and_resume("learn", chaos.train_step() + 300 + rng.randrange(100))
+        chaos.kill_and_resume("launcher", chaos.train_step() + 300 + rng.randrange(100))
+        status = chaos.segment.process.wait(chaos.left_s())
+        assert status == 0, chaos.segment.stderr[-3000:]
+    finally:
+        for segment in chaos.segments:
+            kill_tree(segment.process, chaos.run_dir)
+    print(f"\nchaos: train steps trained again after each kill: {chaos.lost}; "
+          f"{time.monotonic() - (chaos.deadline - BUDGET_S):.0f} s in all")
+    for segment in chaos.segments:
+        assert_errors_are_one_line(segment.stderr, segment.log_dir)
+    roles_dir = os.path.join(chaos.run_dir, "roles")
+    for name in os.listdir(roles_dir):
+        if name.endswith(".log"):
+            assert_errors_are_one_line(open(os.path.join(roles_dir, name)).read(), name)
+
+    train = [int(r["train_step"]) for r in rows(os.path.join(chaos.run_dir, "train_metrics.csv"))]
+    assert_continuous(train, CHECKPOINT_INTERVAL + 50, "train_metrics.csv")
+    evaluated = [int(r["train_step"]) for r in rows(os.path.join(chaos.run_dir, "eval_metrics.csv"))]
+    assert_continuous(evaluated, CHECKPOINT_INTERVAL + 500, "eval_metrics.csv")
+    # It ended on the evaluator's confirmed solve: the collectors and the evaluator left on the stop (status 0).
+    assert "restarting" not in chaos.segment.stderr, chaos.segment.stderr[-3000:]
+    summary = json.load(open(os.path.join(chaos.run_dir, "summary.json")))
+    assert summary["solved_at_iteration"] is not None and summary["solved_return"] >= 475, summary
+    final = json.load(open(os.path.join(chaos.run_dir, "policy", "final", "policy_info.json")))
+    assert final["episodes"] == 100, final  # the policy the evaluator's solve check confirmed
+    assert "Solved at iteration" in open(os.path.join(roles_dir, "evaluator.log")).read()
+    score = score_in_plain_tensorflow(os.path.join(chaos.run_dir, "policy", "final"), str(tmp_path))
+    print(f"chaos: policy/final scores {score:.1f} over 100 episodes")
+    assert score >= 475, score
