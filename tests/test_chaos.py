@@ -25,7 +25,8 @@ from helpers import run_python, start_cli
 from test_distributed import kill_tree, port_is_free, processes_of, rows, server_port, wait_for
 
 SEED = 3
-CHECKPOINT_INTERVAL = 250
+CHECKPOINT_INTERVAL = 200
+EVAL_INTERVAL = 500  # the default config's
 TOPOLOGY = ("--topology", "local", "--collectors", "2")
 FRESH = (*TOPOLOGY, "--seed", str(SEED), "--set", "training.log_interval=50",
          "--set", f"training.checkpoint_interval={CHECKPOINT_INTERVAL}", "--set", "video.enabled=false", "--quiet")
@@ -143,9 +144,10 @@ class Chaos:
         resumed = self.resume()
         wait_for(lambda: "Resumed from" in resumed.stdout + resumed.stderr or resumed.process.poll() is not None,
                  min(120.0, self.left_s()), f"the resume after the {what}")
-        self.lost[what] = killed_at - resumed.resumed_from()
+        # The train step logged before the kill (the learner may train on from its own buffer until it stops).
+        self.lost[what] = max(0, killed_at - resumed.resumed_from())
+        assert self.lost[what] <= CHECKPOINT_INTERVAL + 50, (what, killed_at, resumed.resumed_from())
         self.check_replay_restored(resumed)
-        assert 0 <= self.lost[what] <= CHECKPOINT_INTERVAL + 50, (what, killed_at, resumed.resumed_from())
 
 
     def check_replay_restored(self, resumed: Segment) -> None:
@@ -197,11 +199,12 @@ def test_a_local_run_survives_a_sigkill_of_each_of_its_processes_in_turn(tmp_pat
     chaos = Chaos(tmp_path, str(tmp_path / "run"), rng, time.monotonic() + BUDGET_S)
     chaos.start(*FRESH, "--output-dir", chaos.run_dir)
     try:
-        chaos.kill_restarted_role("collect", 100 + rng.randrange(100))
-        chaos.kill_restarted_role("evaluate-live", 250 + rng.randrange(100))
-        chaos.kill_and_resume("replay-server", 450 + rng.randrange(100))
-        chaos.kill_and_resume("learn", chaos.train_step() + 300 + rng.randrange(100))
-        chaos.kill_and_resume("launcher", chaos.train_step() + 300 + rng.randrange(100))
+        # Every kill before the evaluator's solve check can first pass (train step 500, eval_interval).
+        chaos.kill_restarted_role("collect", 60 + rng.randrange(40))
+        chaos.kill_restarted_role("evaluate-live", 120 + rng.randrange(40))
+        chaos.kill_and_resume("replay-server", 220 + rng.randrange(60))
+        chaos.kill_and_resume("learn", chaos.train_step() + 120 + rng.randrange(60))
+        chaos.kill_and_resume("launcher", chaos.train_step() + 120 + rng.randrange(60))
         status = chaos.segment.process.wait(chaos.left_s())
         assert status == 0, chaos.segment.stderr[-3000:]
     finally:
@@ -218,8 +221,11 @@ def test_a_local_run_survives_a_sigkill_of_each_of_its_processes_in_turn(tmp_pat
 
     train = [int(r["train_step"]) for r in rows(os.path.join(chaos.run_dir, "train_metrics.csv"))]
     assert_continuous(train, CHECKPOINT_INTERVAL + 50, "train_metrics.csv")
+    # The evaluator evaluates the newest weights once each eval_interval has passed (late while a solve check
+    # runs): one row for every interval, none twice, none left out across the kills.
     evaluated = [int(r["train_step"]) for r in rows(os.path.join(chaos.run_dir, "eval_metrics.csv"))]
-    assert_continuous(evaluated, CHECKPOINT_INTERVAL + 500, "eval_metrics.csv")
+    intervals = [step // EVAL_INTERVAL for step in evaluated]
+    assert intervals == list(range(intervals[-1] + 1)), ("eval_metrics.csv", evaluated)
     # It ended on the evaluator's confirmed solve: the collectors and the evaluator left on the stop (status 0).
     assert "restarting" not in chaos.segment.stderr, chaos.segment.stderr[-3000:]
     summary = json.load(open(os.path.join(chaos.run_dir, "summary.json")))
