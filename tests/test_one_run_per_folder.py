@@ -69,7 +69,7 @@ def lock_holders(run_dir: str) -> list:
 
 
 # A launcher whose roles are stuck: each ignores SIGTERM (as a role blocked in a call would), and the replay
-# server says it is ready. The real LocalTopology starts them, with the run's lock, and its watchdog.
+# server says it is ready. The real LocalTopology starts them, with the run's lock, and its reaper.
 STUCK_LAUNCHER = textwrap.dedent("""
     import sys
     from dqn_cartpole.console import signals
@@ -90,13 +90,13 @@ STUCK_LAUNCHER = textwrap.dedent("""
 """)
 
 
-def test_a_killed_launchers_roles_keep_the_lock_until_its_watchdog_kills_them_then_resume_may_start(tmp_path):
+def test_a_killed_launchers_roles_keep_the_lock_until_its_reaper_kills_them_then_resume_may_start(tmp_path):
     run_dir = str(tmp_path / "run")
     make_run_folder(run_dir)
     launcher = subprocess.Popen([sys.executable, "-c", STUCK_LAUNCHER, run_dir], env=cli_env(), cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        # The launcher, its 4 roles (server, learner, evaluator, collector) and its watchdog's view of them.
+        # The launcher, its 4 roles (server, learner, evaluator, collector) and its reaper's view of them.
         wait_for(lambda: len(lock_holders(run_dir)) == 5, 60, "the launcher and its 4 roles to hold the lock")
         wait_for(lambda: len([n for n in os.listdir(tmp_path) if n.startswith("stuck-")]) == 4, 60,
                  "the 4 roles to ignore SIGTERM")
@@ -117,7 +117,7 @@ def test_a_killed_launchers_roles_keep_the_lock_until_its_watchdog_kills_them_th
         assert learn.returncode == 2 and f"pid {collector} (collect --collector-id 0)" in learn.stderr, learn.stderr
         assert len(learn.stderr.strip().splitlines()) == 1
         assert tree(run_dir) == before  # no set-aside of the orphan's ckpt-N.tmp, no staging of reverb-server/
-        wait_for(lambda: not lock_holders(run_dir), 20, "the watchdog to kill every role")
+        wait_for(lambda: not lock_holders(run_dir), 20, "the reaper to kill every role")
         assert time.monotonic() - killed_at < 15
         from dqn_cartpole.run_folder.lock import lock_run
 
@@ -402,10 +402,10 @@ def test_a_restarted_collector_counts_its_env_steps_on_from_its_csv(tmp_path):
     assert collector.counted_before(path) == (1400, 47)
 
 
-def test_a_dead_launchers_watchdog_kills_only_that_launchers_roles(tmp_path):
+def test_a_dead_launchers_reaper_kills_only_that_launchers_roles(tmp_path):
     """A process that holds the run's lock but was not started by the dead launcher (a `train --resume` that took
-    the lock once the launcher's roles were gone) is not the watchdog's to kill."""
-    from dqn_cartpole.distributed import watchdog
+    the lock once the launcher's roles were gone) is not the reaper's to kill."""
+    from dqn_cartpole.distributed import reaper
 
     run_dir = str(tmp_path / "run")
     os.makedirs(run_dir)
@@ -413,13 +413,13 @@ def test_a_dead_launchers_watchdog_kills_only_that_launchers_roles(tmp_path):
     with open(os.path.join(run_dir, layout.LOCK_FILE), "a", encoding="utf-8") as lock:
         # A role of this "launcher" (the test), holding its lock; another process holding the same file.
         role = subprocess.Popen([sys.executable, "-c", wait], pass_fds=(lock.fileno(),), stdout=subprocess.PIPE,
-                                text=True, env={**cli_env(), **watchdog.marker()})
+                                text=True, env={**cli_env(), **reaper.marker()})
         other = subprocess.Popen([sys.executable, "-c", wait], pass_fds=(lock.fileno(),), stdout=subprocess.PIPE,
                                  text=True, env=cli_env())
     try:
         assert role.stdout.readline().strip() == "started" and other.stdout.readline().strip() == "started"
-        assert [process.pid for process in watchdog.left_behind(run_dir, os.getpid())] == [role.pid]
-        watchdog.reap(run_dir, os.getpid(), grace_s=0.5)
+        assert [process.pid for process in reaper.left_behind(run_dir, os.getpid())] == [role.pid]
+        reaper.reap(run_dir, os.getpid(), grace_s=0.5)
         assert role.wait(10) == -signal.SIGKILL and other.poll() is None
     finally:
         for process in (role, other):

@@ -11,7 +11,7 @@ then starts the replay server, the learner, the evaluator and N collectors and w
 * the learner dying stops everything and prints the command that resumes the run;
 * Ctrl-C / SIGTERM is passed to the learner (which checkpoints), then the rest are stopped;
   the exit status is 130 / 143. Every child also gets SIGTERM if the launcher itself dies, and a
-  watchdog process (`watchdog`) kills what is left of them 10 s later.
+  reaper process (`reaper`) kills what is left of them 10 s later.
 
 Every role inherits the run folder's lock (`run_folder.lock`): no `train --resume` starts beside any of them,
 even after the launcher's death.
@@ -30,7 +30,7 @@ from typing import Optional
 
 from dqn_cartpole.config import Config, dump_yaml
 from dqn_cartpole.console import exit_status, signals
-from dqn_cartpole.distributed import watchdog
+from dqn_cartpole.distributed import reaper
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.processes.commands import child_command, resume_command
 from dqn_cartpole.processes.supervisor import DIED, GAVE_UP, Backoff, Child, stop_all
@@ -78,7 +78,7 @@ class LocalTopology:
                                  os.path.join(roles, f"collector-{i}.log")) for i in range(collectors)]
         for child in self.children():
             child.keep_fds = keep_fds  # the run's lock lives as long as any role does
-            child.extra_env = watchdog.marker()  # what the watchdog kills if this launcher dies
+            child.extra_env = reaper.marker()  # what the reaper kills if this launcher dies
     def children(self) -> list:
         return [self.server, self.learner, self.evaluator, *self.collectors]
 
@@ -102,7 +102,7 @@ class LocalTopology:
 
     def run(self, stop: signals.StopRequest) -> int:
         """Starts every role and supervises them; returns the launcher's exit status."""
-        guard = watchdog.start(self.run_dir)
+        guard = reaper.start(self.run_dir)
         try:
             for child in self.children():
                 child.start()
@@ -110,7 +110,7 @@ class LocalTopology:
             return self.supervise(stop)
         finally:
             self.stop_all()
-            watchdog.finish(guard)
+            reaper.finish(guard)
 
     def supervise(self, stop: signals.StopRequest) -> int:
         forwarded = False

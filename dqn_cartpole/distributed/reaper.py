@@ -4,14 +4,14 @@ Each role gets SIGTERM when the launcher dies (PR_SET_PDEATHSIG, `processes.supe
 where it never sees the signal would live on. So `train --topology local` also starts this small process
 (no TensorFlow, not tied to the launcher's life). It reads its stdin, a pipe from the launcher:
 
-* the launcher ends normally: it writes `done` first, and the watchdog leaves;
+* the launcher ends normally: it writes `done` first, and the reaper leaves;
 * the pipe ends without `done` (the launcher was killed): every process that still holds the run's lock
   (RUN/run.lock, which the launcher's roles inherit) and was started by that launcher (its environment
   holds the launcher's `marker`: a `train --resume` started after the launcher's death never does) has
-  `grace_s` to end; then it and its own children are killed, and the watchdog leaves. The run's lock is then
+  `grace_s` to end; then it and its own children are killed, and the reaper leaves. The run's lock is then
   free.
 
-Run as `python -m dqn_cartpole.distributed.watchdog RUN_DIR GRACE_S LAUNCHER_PID`.
+Run as `python -m dqn_cartpole.distributed.reaper RUN_DIR GRACE_S LAUNCHER_PID`.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ POLL_S = 0.2
 
 
 def start(run_dir: str, grace_s: float = GRACE_S) -> subprocess.Popen:
-    """Starts the watchdog of `run_dir`'s roles; `finish` it when the launcher ends normally."""
-    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole.distributed.watchdog", run_dir, f"{grace_s:g}",
+    """Starts the reaper of `run_dir`'s roles; `finish` it when the launcher ends normally."""
+    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole.distributed.reaper", run_dir, f"{grace_s:g}",
                              str(os.getpid())],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=child_env(), start_new_session=True)
 
 
 def marker() -> dict:
-    """The environment variable a launcher's roles get, which tells the watchdog they are its to kill."""
+    """The environment variable a launcher's roles get, which tells the reaper they are its to kill."""
     return {LAUNCHER_ENV: str(os.getpid())}
 
 
@@ -57,13 +57,13 @@ def started_by(pid: int, launcher_pid: int) -> bool:
     return f"{LAUNCHER_ENV}={launcher_pid}".encode() in variables
 
 
-def finish(watchdog: subprocess.Popen) -> None:
-    """The launcher's roles are stopped: the watchdog leaves without touching anything."""
+def finish(reaper: subprocess.Popen) -> None:
+    """The launcher's roles are stopped: the reaper leaves without touching anything."""
     try:
-        watchdog.communicate(f"{DONE}\n".encode(), timeout=5)
+        reaper.communicate(f"{DONE}\n".encode(), timeout=5)
     except (OSError, subprocess.TimeoutExpired):
-        watchdog.kill()
-        watchdog.wait()
+        reaper.kill()
+        reaper.wait()
 
 
 def left_behind(run_dir: str, launcher_pid: int) -> list[psutil.Process]:
