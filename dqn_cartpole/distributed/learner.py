@@ -226,6 +226,11 @@ class LearnerSession(TrainingSession):
                               f"is exported without a measured return")
         self.state.last_return = None
 
+    def finishes_lightly(self) -> bool:
+        # After a stop signal the watchdog ends this process ROLE_GIVE_UP_S later: the checkpoint, policy/final
+        # and the summary fit, videos and plots may not (the launcher redraws the plots once every role stopped).
+        return self.stop_request.requested
+
     def keeps_solved_policy(self) -> bool:
         # The evaluator exported the policy it confirmed; the learner trained on a little while the word came.
         return self.state.solved_at_iteration is not None and os.path.exists(self.layout.final_policy)

@@ -40,15 +40,19 @@ class ArtifactWorkers:
             if child is not None:
                 child.close()
 
-    def make(self, policy: Any, tf_env: Any, with_videos: bool, close_logs: Callable[[], None]) -> dict[str, str]:
-        """Plays and renders the videos (if `with_videos`) and draws the plots; returns the artifacts written."""
+    def make(self, policy: Any, tf_env: Any, with_videos: bool, close_logs: Callable[[], None],
+             with_plots: bool = True) -> dict[str, str]:
+        """Plays and renders the videos (if `with_videos`) and draws the plots (if `with_plots`); returns the
+        artifacts written."""
         renderer = self.renderer if with_videos else None
         if renderer is not None:
             with self.phases(phase.VIDEOS):
                 self.start_videos(renderer, policy, tf_env)
         with self.phases(phase.CLOSING):
             close_logs()  # the logs are complete before they are plotted
-        artifacts = {}
+        artifacts: dict[str, str] = {}
+        if not with_plots:
+            return artifacts
         with self.phases(phase.PLOTS):
             self.progress.stage("Drawing the plots" + (" while the videos render" if renderer else ""))
             artifacts.update(self.plots())

@@ -252,13 +252,19 @@ class TrainingSession:
             artifacts["checkpoint"] = newest
         summary_inputs = (self.pipeline.train_step_count(), self.pipeline.env_step_count())
         # The logs are closed (complete, to be plotted) and the envs and servers released in there.
-        artifacts.update(self.workers.make(self.pipeline.agent.policy, self.pipeline.envs.tf_env, trained,
-                                           close_logs=self.stack.close))
+        light = self.finishes_lightly()
+        artifacts.update(self.workers.make(self.pipeline.agent.policy, self.pipeline.envs.tf_env,
+                                           trained and not light, close_logs=self.stack.close, with_plots=not light))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
         state.end(self.stop_request.signum)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
         return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb}
+
+    def finishes_lightly(self) -> bool:
+        """Only the checkpoint, policy/final and the summary, no videos or plots (hook: a learner stopped by a
+        signal, which has `signals.ROLE_GIVE_UP_S` to end)."""
+        return False
 
     def keeps_solved_policy(self) -> bool:
         """policy/final is the policy the solve check just confirmed (so it is not exported again)."""
