@@ -222,10 +222,13 @@ def test_a_local_run_survives_a_sigkill_of_each_of_its_processes_in_turn(tmp_pat
     train = [int(r["train_step"]) for r in rows(os.path.join(chaos.run_dir, "train_metrics.csv"))]
     assert_continuous(train, CHECKPOINT_INTERVAL + 50, "train_metrics.csv")
     # The evaluator evaluates the newest weights once each eval_interval has passed (late while a solve check
-    # runs): one row for every interval, none twice, none left out across the kills.
+    # runs): one row per interval, none twice. Weights pushed while no evaluator was up (killed, restarting, or
+    # the whole run down) are never seen: at most one interval is left out per kill, none otherwise.
     evaluated = [int(r["train_step"]) for r in rows(os.path.join(chaos.run_dir, "eval_metrics.csv"))]
     intervals = [step // EVAL_INTERVAL for step in evaluated]
-    assert intervals == list(range(intervals[-1] + 1)), ("eval_metrics.csv", evaluated)
+    gaps = [b - a for a, b in zip(intervals, intervals[1:])]
+    assert intervals[0] == 0 and all(1 <= gap <= 2 for gap in gaps), ("eval_metrics.csv", evaluated)
+    assert sum(gap - 1 for gap in gaps) <= len(chaos.lost), ("eval_metrics.csv", evaluated)
     # It ended on the evaluator's confirmed solve: the collectors and the evaluator left on the stop (status 0).
     assert "restarting" not in chaos.segment.stderr, chaos.segment.stderr[-3000:]
     summary = json.load(open(os.path.join(chaos.run_dir, "summary.json")))
