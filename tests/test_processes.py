@@ -187,7 +187,7 @@ def test_a_child_set_stops_only_the_children_still_running(tmp_path, started):
     gone = children.add(start(started, "gone", python("pass")))
     wait_until(lambda: "ready" in running.output() and gone.returncode is not None)
     assert children.running() == [running]
-    children.stop(signal.SIGINT, grace_s=0.3)
+    children.stop(signal.SIGINT, grace_s=10)  # it ends on the SIGINT at once; the grace is for a loaded machine
     assert running.returncode == -signal.SIGINT and not (tmp_path / "terms").exists()  # the signal given, once
 
 
