@@ -34,6 +34,14 @@ BUDGET_S = 600  # the whole test, start-ups and training included
 GONE_S = 10  # after a kill that ends the run: every process of it gone, its port closed
 
 
+def command_line(process: psutil.Process) -> list:
+    """The process's command line; empty once it has ended (a zombie until its parent reaps it)."""
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
 @dataclass
 class Segment:
     """One launcher (a fresh run or a resume) and its console output."""
@@ -101,7 +109,7 @@ class Chaos:
 
     def role(self, name: str) -> psutil.Process:
         """A live process of the run playing role `name` (python -m dqn_cartpole NAME ...); a seeded pick."""
-        found = [p for p in processes_of(self.run_dir) if name in p.cmdline()[3:4]]
+        found = [p for p in processes_of(self.run_dir) if name in command_line(p)[3:4]]
         assert found, f"no live {name} process"
         return self.rng.choice(sorted(found, key=lambda p: p.pid))
 
@@ -109,11 +117,11 @@ class Chaos:
         """SIGKILLs a collector or the evaluator; the launcher starts it again and the run goes on."""
         self.wait_for_train_step(at_step)
         victim = self.role(role)
-        same = [a for a in victim.cmdline() if a.isdigit()][-1:] if role == "collect" else []
+        same = [a for a in command_line(victim) if a.isdigit()][-1:] if role == "collect" else []
         victim.kill()
-        wait_for(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, GONE_S, f"{role} gone")
-        wait_for(lambda: any(p.pid != victim.pid and all(a in p.cmdline() for a in same)
-                             for p in processes_of(self.run_dir) if role in p.cmdline()[3:4]),
+        wait_for(lambda: not command_line(victim), GONE_S, f"{role} gone")
+        wait_for(lambda: any(p.pid != victim.pid and all(a in command_line(p) for a in same)
+                             for p in processes_of(self.run_dir) if role in command_line(p)[3:4]),
                  min(60.0, self.left_s()), f"{role} restarted")
         if role == "collect":
             line = f"collector {same[0]} exited with status -9; restarting it"
@@ -124,7 +132,7 @@ class Chaos:
         """Every process of the run ends within GONE_S of the kill (else: which roles are left)."""
         deadline = time.monotonic() + GONE_S
         while processes_of(self.run_dir):
-            left = [" ".join(p.cmdline()[3:4]) or "?" for p in processes_of(self.run_dir)]
+            left = [" ".join(command_line(p)[3:4]) or "?" for p in processes_of(self.run_dir)]
             assert time.monotonic() < deadline, f"{GONE_S} s after the {what} was killed, still running: {left}"
             time.sleep(0.2)
 
