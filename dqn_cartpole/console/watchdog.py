@@ -31,7 +31,6 @@ class SignalWatchdog:
     def __init__(self, give_up_after_s: float, on_signal: Callable[[int], None]):
         self.give_up_after_s, self.on_signal = give_up_after_s, on_signal
         self.signum: Optional[int] = None
-        self.signalled_at: Optional[float] = None
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)
         self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
@@ -51,7 +50,7 @@ class SignalWatchdog:
                     self._first(signum)
 
     def _first(self, signum: int) -> None:
-        self.signum, self.signalled_at = signum, time.monotonic()
+        self.signum = signum
         threading.Thread(target=self._give_up_later, args=(signum,), name="signal-deadline", daemon=True).start()
         try:
             self.on_signal(signum)

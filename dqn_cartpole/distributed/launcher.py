@@ -79,6 +79,7 @@ class LocalTopology:
         for child in self.children():
             child.keep_fds = keep_fds  # the run's lock lives as long as any role does
             child.extra_env = reaper.marker()  # what the reaper kills if this launcher dies
+
     def children(self) -> list:
         return [self.server, self.learner, self.evaluator, *self.collectors]
 

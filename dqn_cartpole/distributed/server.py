@@ -32,12 +32,6 @@ def announce(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def checkpoint(client: object) -> str:
-    """The server's tables into its checkpoint folder, within CHECKPOINT_TIMEOUT_S."""
-    return deadlines.within(deadlines.CHECKPOINT_TIMEOUT_S, client.checkpoint, "checkpoint the tables",  # type: ignore
-                            after_stop_s=None)  # the checkpoint on stop gets its whole time
-
-
 def serve(config: Config, port: int, run_dir: str) -> int:
     """Serves until SIGINT/SIGTERM; returns the exit status (128 + the signal)."""
     checkpoint_dir = checkpointing.reverb_server_dir(RunLayout(run_dir).checkpoints)
@@ -63,9 +57,9 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         while not stop.requested:
             time.sleep(POLL_S)
             if time.monotonic() >= next_checkpoint:
-                checkpoint(client)
+                deadlines.checkpoint(client)
                 next_checkpoint = time.monotonic() + every_s
         if holds_replay:
-            checkpoint(client)  # a stopped server leaves its newest table behind
+            deadlines.checkpoint(client)  # a stopped server leaves its newest table behind
         announce(f"replay server on port {server.port} stopped")
     return exit_status.for_signal(stop.signum)

@@ -91,10 +91,8 @@ def _read(client: Any, table: str, fields: dict, info: Optional[dict] = None) ->
     if int(info[table].current_size) == 0:
         return None
     # The item cannot go away between the two calls: it is only replaced (max_size 1, never sampled out).
-    # Reverb's sampler has no deadline of its own (and retries a server that is gone for ever).
-    sample = deadlines.within(TIMEOUT_S, lambda: next(client.sample(table, num_samples=1, emit_timesteps=False,
-                                                                     unpack_as_table_signature=True)),
-                              f"sample {table}")
+    sample = deadlines.sample_one(client, table, f"sample {table}", TIMEOUT_S, num_samples=1, emit_timesteps=False,
+                                  unpack_as_table_signature=True)
     return {key: sample.data[key].item() for key in fields}
 
 

@@ -94,9 +94,8 @@ class WeightSync:
 
     def pull(self) -> int:
         """Assigns the newest pushed weights (and train step) to the agent; returns that train step."""
-        sample = deadlines.within(deadlines.CALL_TIMEOUT_S,
-                                  lambda: next(self.client.sample(VARIABLES_TABLE, num_samples=1, emit_timesteps=False)),
-                                  "pull the weights")
+        sample = deadlines.sample_one(self.client, VARIABLES_TABLE, "pull the weights", num_samples=1,
+                                      emit_timesteps=False)
         self._assign(*[column[0] for column in sample.data])  # an inserted item is one step
         return int(self.agent.train_step_counter.numpy())
 

@@ -104,6 +104,19 @@ def _stopped_for(after_stop_s: Optional[float], started: float) -> bool:
     return after_stop_s is not None and seen is not None and time.monotonic() - max(seen, started) >= after_stop_s
 
 
+def sample_one(client: Any, table: str, what: str, timeout_s: Optional[float] = None, **options: Any) -> Any:
+    """One item of `table` (`client.sample(table, **options)`'s first), within `timeout_s` (None: CALL_TIMEOUT_S
+    as it is at the call): Reverb's sampler has no deadline of its own, and retries a server that is gone for ever."""
+    return within(CALL_TIMEOUT_S if timeout_s is None else timeout_s, lambda: next(client.sample(table, **options)),
+                  what)
+
+
+def checkpoint(client: Any) -> str:
+    """`client.checkpoint()` (the server's tables into its checkpoint folder; returns the path) within
+    CHECKPOINT_TIMEOUT_S; a stop does not shorten it: the checkpoint on a stop gets its whole time."""
+    return within(CHECKPOINT_TIMEOUT_S, client.checkpoint, "checkpoint the tables", after_stop_s=None)
+
+
 def server_info(client: Any, timeout_s: float = CALL_TIMEOUT_S) -> dict:
     """`client.server_info()` with a deadline: Reverb's own (whole seconds, in C++, where no signal handler runs), and
     `within`'s, so a stop signal is not held up by it either; ServerUnanswered when either passes."""

@@ -188,7 +188,7 @@ class ReverbReplay(Replay):
         items, priorities = [], {}
         try:
             for _ in range(count):
-                sample = self._within(lambda: next(self.client.sample(PASS_TABLE_NAME, emit_timesteps=False)))
+                sample = deadlines.sample_one(self.client, PASS_TABLE_NAME, "replay call", emit_timesteps=False)
                 priorities[sample.info.key] = sample.info.priority
                 self._within(lambda: self.client.mutate_priorities(PASS_TABLE_NAME, updates={sample.info.key: _VISITED}))
                 items.append(sample.data[0])
@@ -229,8 +229,7 @@ class ReverbReplay(Replay):
     def checkpoint(self) -> str:
         """Writes a Reverb checkpoint of the tables; returns its path (ServerUnanswered if the server is gone)."""
         self.flush()
-        return deadlines.within(deadlines.CHECKPOINT_TIMEOUT_S, self.client.checkpoint, "checkpoint the tables",
-                                after_stop_s=None)  # a stop checkpoints the table: it gets its whole time
+        return deadlines.checkpoint(self.client)
 
     @staticmethod
     def _within(call: Callable[[], Any]) -> Any:
