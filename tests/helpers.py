@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import csv
 import os
+import re
+import socket
 import subprocess
 import sys
+import time
 from typing import Optional
+
+import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(REPO, "configs")
@@ -44,3 +50,75 @@ def run_python(code: str, cwd: str, timeout: float = 120) -> subprocess.Complete
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     return subprocess.run([sys.executable, "-I", "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+# ---------------------------------------------------------------------------- the roles' processes and ports
+
+
+def rows(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def processes_of(run_dir: str) -> list[psutil.Process]:
+    """Live processes whose command line names `run_dir` (the launcher's children all do)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if any(run_dir in part for part in cmdline) and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(process)
+    return found
+
+
+def port_is_free(port: int) -> bool:
+    """Nothing listens on `port` (SO_REUSEADDR: closed connections in TIME_WAIT do not count)."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("::", port))
+        except OSError:
+            return False
+    return True
+
+
+def server_port(log_dir) -> int:
+    match = re.search(r"replay server on port (\d+)", (log_dir / "stdout").read_text())
+    assert match, (log_dir / "stdout").read_text()
+    return int(match.group(1))
+
+
+def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll_s)
+
+
+def kill_tree(process: subprocess.Popen, run_dir: str) -> None:
+    """Test cleanup: the launcher and anything still running for its run folder."""
+    if process.poll() is None:
+        process.kill()
+        process.wait(30)
+    for child in processes_of(run_dir):
+        child.kill()
+
+
+def assert_all_gone(run_dir: str, port: int) -> None:
+    wait_for(lambda: not processes_of(run_dir), 30, "every child to exit")
+    wait_for(lambda: port_is_free(port), 30, f"port {port} to close")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+        probe.bind(("::", 0))
+        return probe.getsockname()[1]
+
+
+def cartpole_agent(stack):
+    """The default config's agent on CartPole (its data spec and its weights), built in this process."""
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.distributed import parts
+
+    config = load_config(None, ["replay.backend=reverb"])
+    _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
+    return config, agent

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, cartpole_agent, free_port
 
 
 def finishes(call, within_s: float):
@@ -37,15 +37,6 @@ def finishes(call, within_s: float):
     thread.start()
     thread.join(within_s)
     return not thread.is_alive(), outcome.get("result")
-
-
-def cartpole_agent(stack):
-    from dqn_cartpole.config import load_config
-    from dqn_cartpole.distributed import parts
-
-    config = load_config(None, ["replay.backend=reverb"])
-    _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
-    return config, agent
 
 
 @pytest.fixture
@@ -81,14 +72,6 @@ def test_status_reads_and_weight_pulls_give_up_on_a_stopped_server_within_their_
             assert done, "a Reverb call waited on a stopped server without a deadline"
             assert isinstance(result, (ServerUnanswered, RuntimeError)), result
         assert time.monotonic() - started < 6
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
-        probe.bind(("::", 0))
-        return probe.getsockname()[1]
 
 
 BLOCKED_ON_A_CLOSED_PORT = """

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from helpers import run_python, start_cli
-from test_distributed import kill_tree, port_is_free, processes_of, rows, server_port, wait_for
+from helpers import kill_tree, port_is_free, processes_of, rows, run_python, server_port, start_cli, wait_for
 
 SEED = 3
 CHECKPOINT_INTERVAL = 200

@@ -1,6 +1,5 @@
 """The roles as real processes over loopback: train --topology local end to end (the replay on the learner,
-the default), a collector killed, the learner killed and resumed with its buffer, a solve that stops every role,
-Ctrl-C, and the one-line errors (wrong address, port in use). Every test is bounded in time and checks that no
+the default), Ctrl-C, and the one-line errors (wrong address, port in use); tests/test_chaos.py kills each role. Every test is bounded in time and checks that no
 child process and no port is left behind. Then, in this process, the learner's parts: its replay read from a
 queue at the run's ratio, in its checkpoint, and its background weight pushes and evaluator watch; and a
 collector's loop (both drivers) and the live evaluator against an embedded server.
@@ -8,75 +7,20 @@ collector's loop (both drivers) and the live evaluator against an embedded serve
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
 import signal
 import socket
-import subprocess
 import time
 
-import psutil
 import pytest
 
-from helpers import SMOKE, run_cli, start_cli
+from helpers import (SMOKE, assert_all_gone, cartpole_agent, free_port, kill_tree, rows, run_cli, server_port,
+                     start_cli, wait_for)
 
 LOCAL = ("--topology", "local", "--collectors", "2", "--config", SMOKE, "--set", "replay.backend=reverb",
          "--set", "video.enabled=false", "--quiet")
-
-
-def rows(path: str) -> list[dict[str, str]]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def processes_of(run_dir: str) -> list[psutil.Process]:
-    """Live processes whose command line names `run_dir` (the launcher's children all do)."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
-        cmdline = process.info["cmdline"] or []
-        if any(run_dir in part for part in cmdline) and process.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(process)
-    return found
-
-
-def port_is_free(port: int) -> bool:
-    """Nothing listens on `port` (SO_REUSEADDR: closed connections in TIME_WAIT do not count)."""
-    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("::", port))
-        except OSError:
-            return False
-    return True
-
-
-def server_port(log_dir) -> int:
-    match = re.search(r"replay server on port (\d+)", (log_dir / "stdout").read_text())
-    assert match, (log_dir / "stdout").read_text()
-    return int(match.group(1))
-
-
-def wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
-def kill_tree(process: subprocess.Popen, run_dir: str) -> None:
-    """Test cleanup: the launcher and anything still running for its run folder."""
-    if process.poll() is None:
-        process.kill()
-        process.wait(30)
-    for child in processes_of(run_dir):
-        child.kill()
-
-
-def assert_all_gone(run_dir: str, port: int) -> None:
-    wait_for(lambda: not processes_of(run_dir), 30, "every child to exit")
-    wait_for(lambda: port_is_free(port), 30, f"port {port} to close")
 
 
 def test_local_topology_two_collectors_trains_the_smoke_config(tmp_path):
@@ -144,12 +88,6 @@ def test_ctrl_c_stops_every_child_with_exit_130(tmp_path):
         kill_tree(process, run_dir)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
-        probe.bind(("::", 0))
-        return probe.getsockname()[1]
-
-
 def test_wrong_replay_address_is_one_line_within_seconds(tmp_path):
     started = time.monotonic()
     result = run_cli("collect", "--config", SMOKE, "--set", "replay.backend=reverb",
@@ -179,16 +117,6 @@ def test_a_port_in_use_is_one_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------- in-process: the learner's parts
-
-
-def cartpole_agent(stack):
-    """The default config's agent on CartPole (its data spec and its weights), built in this process."""
-    from dqn_cartpole.config import load_config
-    from dqn_cartpole.distributed import parts
-
-    config = load_config(None, ["replay.backend=reverb"])
-    _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
-    return config, agent
 
 
 def mid_steps(count: int, first: int = 0):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from helpers import REPO, SMOKE, cli_command, cli_env, run_cli
+from helpers import REPO, SMOKE, cli_command, cli_env, run_cli, wait_for
 
 from dqn_cartpole.config import dump_yaml, load_config
 from dqn_cartpole.run_folder import layout
@@ -55,13 +55,6 @@ def resume_is_refused(run_dir: str, *extra: str) -> str:
     return lines[0]
 
 
-def wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def lock_holders(run_dir: str) -> list:
     from dqn_cartpole.run_folder.lock import holders
 
@@ -97,9 +90,10 @@ def test_a_killed_launchers_roles_keep_the_lock_until_its_reaper_kills_them_then
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # The launcher, its 4 roles (server, learner, evaluator, collector) and its reaper's view of them.
-        wait_for(lambda: len(lock_holders(run_dir)) == 5, 60, "the launcher and its 4 roles to hold the lock")
+        wait_for(lambda: len(lock_holders(run_dir)) == 5, 60, "the launcher and its 4 roles to hold the lock",
+                 poll_s=0.1)
         wait_for(lambda: len([n for n in os.listdir(tmp_path) if n.startswith("stuck-")]) == 4, 60,
-                 "the 4 roles to ignore SIGTERM")
+                 "the 4 roles to ignore SIGTERM", poll_s=0.1)
         roles = [(pid, role) for pid, role in lock_holders(run_dir) if pid != launcher.pid]
         assert sorted(role for _, role in roles) == ["collect --collector-id 0", "evaluate-live", "learn",
                                                      "replay-server"]
@@ -117,7 +111,7 @@ def test_a_killed_launchers_roles_keep_the_lock_until_its_reaper_kills_them_then
         assert learn.returncode == 2 and f"pid {collector} (collect --collector-id 0)" in learn.stderr, learn.stderr
         assert len(learn.stderr.strip().splitlines()) == 1
         assert tree(run_dir) == before  # no set-aside of the orphan's ckpt-N.tmp, no staging of reverb-server/
-        wait_for(lambda: not lock_holders(run_dir), 20, "the reaper to kill every role")
+        wait_for(lambda: not lock_holders(run_dir), 20, "the reaper to kill every role", poll_s=0.1)
         assert time.monotonic() - killed_at < 15
         from dqn_cartpole.run_folder.lock import lock_run
 
@@ -137,7 +131,7 @@ def test_resume_refuses_to_run_beside_a_hand_started_role_and_names_it(tmp_path)
                                         "--collector-id", "3", "--set", "distributed.connect_timeout_s=60"),
                             env=cli_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: lock_holders(run_dir), 30, "the collector to join the run")
+        wait_for(lambda: lock_holders(run_dir), 30, "the collector to join the run", poll_s=0.1)
         assert f"pid {role.pid} (collect --collector-id 3)" in resume_is_refused(run_dir)
         resume_is_refused(run_dir, "--topology", "local")
         assert tree(run_dir) == before
