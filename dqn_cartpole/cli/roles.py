@@ -16,7 +16,7 @@ from typing import Any
 
 from dqn_cartpole.cli.args import add_config_args, config_path
 from dqn_cartpole.config import load_config
-from dqn_cartpole.console.quiet import silence
+from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.replay.reverb_tables import check_port_free
 from dqn_cartpole.run_folder import checkpointing
@@ -94,8 +94,8 @@ def cmd_replay_server(args: argparse.Namespace) -> int:
     _, port = parse_address(args.replay_address)
     check_port_free(port)
     with contextlib.closing(join_role(args.run_dir)):
-        silence()
-        from dqn_cartpole.distributed.server import serve
+        with heavy_imports():
+            from dqn_cartpole.distributed.server import serve
 
         return serve(config, port, args.run_dir)
 
@@ -105,8 +105,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if args.collector_id < 0:
         raise UserError(f"--collector-id: must be 0 or more, got {args.collector_id}")
     with contextlib.closing(join_role(args.run_dir)):
-        silence()
-        from dqn_cartpole.distributed.collector import collect
+        with heavy_imports():
+            from dqn_cartpole.distributed.collector import collect
 
         return collect(config, args.replay_address, args.collector_id, args.run_dir)
 
@@ -114,8 +114,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def cmd_evaluate_live(args: argparse.Namespace) -> int:
     config = load_role_config(args)
     with contextlib.closing(join_role(args.run_dir)):
-        silence()
-        from dqn_cartpole.distributed.evaluator import evaluate_live
+        with heavy_imports():
+            from dqn_cartpole.distributed.evaluator import evaluate_live
 
         return evaluate_live(config, args.replay_address, args.run_dir)
 
@@ -133,8 +133,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
         if lock is not None:
             held.callback(lock.close)
         plan = checkpointing.plan_resume(args.run_dir) if args.resume else None
-        silence()
-        from dqn_cartpole.distributed.learner import run_learner
+        with heavy_imports():
+            from dqn_cartpole.distributed.learner import run_learner
 
         return run_learner(config, args.run_dir, args.replay_address, plan, created, args.quiet, args.supervised)
 

@@ -1,7 +1,7 @@
 """The single-process commands: train (and resume), evaluate, record, report (alias plot), specs.
 
 Each handler checks its input first (bad input: one line, exit status 2), then imports
-TensorFlow through `quiet.silence()` only if it needs it: `report` never does.
+TensorFlow through `console.imports.heavy_imports()` only if it needs it: `report` never does.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any, Callable, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
 from dqn_cartpole.config import load_config, to_dict, validate_env_id
-from dqn_cartpole.console.quiet import NativeStderrFilter, silence
+from dqn_cartpole.console.imports import heavy_imports
+from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.distributed import launcher
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.report.command import redraw_run
@@ -237,11 +238,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_positive("--episodes", args.episodes)
     policy_dir, run_dir = resolve_policy(args.policy, args.final)
     env_id, max_steps = env_for(args, run_dir)
-    silence()
-    import numpy as np
+    with heavy_imports():
+        import numpy as np
 
-    from dqn_cartpole.core.envs import make_batched_env
-    from dqn_cartpole.core.evaluation import make_episode_runner
+        from dqn_cartpole.core.envs import make_batched_env
+        from dqn_cartpole.core.evaluation import make_episode_runner
 
     check_policy_fits(policy_dir, env_id)
     env = make_batched_env(env_id, args.episodes, seed=args.seed, max_episode_steps=max_steps)
@@ -282,13 +283,13 @@ def cmd_record(args: argparse.Namespace) -> int:
     output = record_output(args, run_dir)
     if os.path.isdir(output):
         raise UserError(f"--output {output}: is a folder; give an .mp4 file name")
-    silence()
-    from tf_agents.specs import tensor_spec
+    with heavy_imports():
+        from tf_agents.specs import tensor_spec
 
-    from dqn_cartpole.core.envs import make_env
-    from dqn_cartpole.core.policies import compiled_act_fn
-    from dqn_cartpole.core.policies import random_act_fn
-    from dqn_cartpole.report.video import record_video
+        from dqn_cartpole.core.envs import make_env
+        from dqn_cartpole.core.policies import compiled_act_fn
+        from dqn_cartpole.core.policies import random_act_fn
+        from dqn_cartpole.report.video import record_video
 
     env = make_env(env_id)
     try:
@@ -317,8 +318,8 @@ def cmd_specs(args: argparse.Namespace) -> int:
     needed = config.agent.n_step + 1
     if args.steps < needed:
         raise UserError(f"--steps: must be at least {needed} (n_step + 1), got {args.steps}")
-    silence()
-    from dqn_cartpole.core.specs import specs_report
+    with heavy_imports():
+        from dqn_cartpole.core.specs import specs_report
 
     with NativeStderrFilter():
         lines = specs_report(config, args.steps, announce=lambda line: print(line, file=sys.stderr))

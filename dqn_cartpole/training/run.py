@@ -8,7 +8,7 @@ import sys
 from typing import Optional
 
 from dqn_cartpole.config import Config
-from dqn_cartpole.console.quiet import silence
+from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.processes.commands import resume_command
 from dqn_cartpole.run_folder.checkpointing import ResumePlan
@@ -42,9 +42,9 @@ def run_resumed(config: Config, run_dir: str, plan: ResumePlan, quiet: bool) -> 
 def run(config: Config, run_dir: str, progress: Progress, plan: Optional[ResumePlan], created: bool) -> int:
     """Trains in this process, then writes summary.json and report.html and prints the summary."""
     # TensorFlow's import (about 3 s) waits until here, so the run's first line is already on the screen: this
-    # module stays light (training/__init__ imports nothing heavy), and `silence` imports TensorFlow quietly.
-    silence()
-    from dqn_cartpole.training.session import train
+    # module stays light (training/__init__ imports nothing heavy), and `heavy_imports` imports TensorFlow quietly.
+    with heavy_imports():
+        from dqn_cartpole.training.session import train
 
     with RunEnd(run_dir, created, progress, resume_command(run_dir)) as end:
         end.summary = train(config, RunLayout(run_dir), progress, plan)
