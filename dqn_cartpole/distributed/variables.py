@@ -11,6 +11,8 @@ Every call to the server has a deadline (`replay.deadlines`, CALL_TIMEOUT_S): pa
 from __future__ import annotations
 
 import logging
+import math
+import socket
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -41,17 +43,41 @@ def make_variables_table(agent: Any) -> Any:
 
 
 def check_server(address: str, timeout_s: float) -> Any:
-    """A client of the server at `address`, once it answers; a one-line UserError if it does not within `timeout_s`."""
+    """A client of the server at `address`, once it answers; a one-line UserError if it does not within `timeout_s`.
+
+    It first waits for the port to accept a plain TCP connection, and only then opens the gRPC channel: a
+    channel opened before the server listens retries on gRPC's reconnect backoff (1 s, then 1.6x more each
+    time), so a role that starts beside its server (`train --topology local`) saw it up to 1.6 s late.
+    """
     import reverb
 
+    deadline = time.monotonic() + timeout_s
+    refused = wait_for_port(address, deadline)
+    if refused is not None:
+        raise UserError(f"--replay-address {address}: no Reverb server answered within {timeout_s:g} s ({refused})")
     client = reverb.Client(address)
     try:
-        client.server_info(timeout=max(1, int(timeout_s)))
+        client.server_info(timeout=max(1, math.ceil(deadline - time.monotonic())))
     except Exception as exc:  # pylint: disable=broad-except  # reverb raises a bare RuntimeError / DeadlineExceeded
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"--replay-address {address}: no Reverb server answered within {timeout_s:g} s ({first})"
                         ) from None
     return client
+
+
+def wait_for_port(address: str, deadline: float, poll_s: float = 0.05) -> Optional[str]:
+    """Waits until HOST:PORT accepts a TCP connection; None then, or the last error once `deadline` (monotonic)
+    has passed."""
+    host, _, port = address.rpartition(":")
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)),
+                                          timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
+                return None
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                return exc.strerror or str(exc) or type(exc).__name__
+            time.sleep(poll_s)
 
 
 class WeightSync:
