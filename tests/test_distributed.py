@@ -100,6 +100,33 @@ def test_wrong_replay_address_is_one_line_within_seconds(tmp_path):
     assert time.monotonic() - started < 60  # TensorFlow's import, then 2 s
 
 
+def test_a_role_sees_a_server_that_starts_after_it_asked_at_once():
+    """check_server waits for the port before it opens its gRPC channel: a channel opened earlier would retry on
+    gRPC's reconnect backoff and see the server up to a second or more late."""
+    import threading
+
+    import reverb
+
+    from dqn_cartpole.distributed.variables import check_server
+
+    port, started = free_port(), {}
+
+    def serve() -> None:
+        time.sleep(2.0)
+        started["server"] = reverb.Server([reverb.Table.queue("q", 10)], port=port)
+        started["at"] = time.monotonic()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        check_server(f"localhost:{port}", 30)
+        late_s = time.monotonic() - started["at"]
+    finally:
+        thread.join()
+        started["server"].stop()
+    assert late_s < 0.5, late_s  # 0.8-0.9 s with the channel opened first
+
+
 def test_a_port_in_use_is_one_line(tmp_path):
     with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as holder:
         holder.bind(("::", 0))
