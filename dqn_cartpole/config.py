@@ -326,7 +326,7 @@ class DistributedConfig:
     rate_limiter_timeout_ms: int = _f("a learner's sample waits this long for data, then fails (no freeze)")
     final_evaluation_timeout_s: float = _f("seconds a learner that trained all its iterations waits for the "
                                            "evaluate-live role's evaluation of its final weights")
-    samples_per_insert: Optional[float] = _f("sampled items per inserted item (a batch of 128 counts 128). replay "
+    samples_per_insert: Optional[float] = _f("sampled items per inserted item (a batch of 64 counts 64). replay "
                                              "learner: the learner reads exactly this (null = as one process: "
                                              "batch_size x train_steps / collect_steps per iteration); server: "
                                              "Reverb's SampleToInsertRatio (null = no ratio, MinSize(1))")

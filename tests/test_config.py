@@ -97,8 +97,8 @@ def test_config_command_prints_a_documented_config_that_loads_back(tmp_path, cap
     assert main(["config", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--set", "agent.gamma=0.9"]) == 0
     text = capsys.readouterr().out
     assert "  # float: discount factor, in [0, 1]. CHANGED from 0.99\n  gamma: 0.9\n" in text
-    assert "  # float: Adam learning rate. CHANGED from 0.0038192342563437075\n" in text
-    assert "# int: gradient steps per iteration.\n  train_steps_per_iteration: 1\n" in text  # unchanged: no mark
+    assert "  # float: Adam learning rate. CHANGED from 0.0050812235136948915\n" in text
+    assert "# int: env steps collected per iteration, summed over envs.\n  collect_steps_per_iteration: 1\n" in text  # unchanged: no mark
     keys = [line for line in text.splitlines() if line.startswith("  ") and not line.startswith("  #")]
     assert len(keys) == len(config_docs.keys())  # every key, each with its comment
     path = tmp_path / "resolved.yaml"
