@@ -18,18 +18,10 @@ from dqn_cartpole.cli.args import add_config_args, config_path
 from dqn_cartpole.config import load_config
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.replay.reverb_tables import check_port_free
+from dqn_cartpole.replay.reverb_tables import check_port_free, parse_address
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.lock import RunLock, join_run
 from dqn_cartpole.run_folder.resolve import check_can_create, create_run_dir
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """HOST:PORT (or [v6]:PORT) -> (host, port); one-line UserError otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"--replay-address {text!r}: expected HOST:PORT, e.g. localhost:8000")
-    return host.strip("[]"), int(port)
 
 
 def add_role_args(parser: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.replay import deadlines
+from dqn_cartpole.replay.reverb_tables import parse_address
 
 VARIABLES_TABLE = "variables"
 
@@ -68,10 +69,10 @@ def check_server(address: str, timeout_s: float) -> Any:
 def wait_for_port(address: str, deadline: float, poll_s: float = 0.05) -> Optional[str]:
     """Waits until HOST:PORT accepts a TCP connection; None then, or the last error once `deadline` (monotonic)
     has passed."""
-    host, _, port = address.rpartition(":")
+    host, port = parse_address(address)
     while True:
         try:
-            with socket.create_connection((host.strip("[]"), int(port)),
+            with socket.create_connection((host, port),
                                           timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
                 return None
         except OSError as exc:

@@ -70,6 +70,14 @@ def make_queue_table(data_spec: Any, sequence_length: int, max_size: int) -> Any
     return reverb.Table.queue(QUEUE_TABLE_NAME, max_size=max_size, signature=signature)
 
 
+def parse_address(text: str) -> tuple[str, int]:
+    """HOST:PORT (or [v6]:PORT) -> (host, port); one-line UserError otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"--replay-address {text!r}: expected HOST:PORT, e.g. localhost:8000")
+    return host.strip("[]"), int(port)
+
+
 def check_port_free(port: int) -> None:
     """Refuses a port something already listens on, with one line.
 
