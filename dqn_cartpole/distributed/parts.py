@@ -51,7 +51,7 @@ def remote_pipeline(config: Config, address: str, stack: contextlib.ExitStack,
     from tf_agents.metrics import tf_metrics
 
     from dqn_cartpole.core.evaluation import make_episode_runner
-    from dqn_cartpole.core.policies import compiled_act_fn
+    from dqn_cartpole.core.policies import compiled_act_fn, greedy_policy
     from dqn_cartpole.training.pipeline import Pipeline
 
     run_envs = build.make_envs(config, stack)
@@ -60,7 +60,7 @@ def remote_pipeline(config: Config, address: str, stack: contextlib.ExitStack,
     check_server(address, config.distributed.connect_timeout_s)
     replay = make_replay(agent) if make_replay is not None else None
     return Pipeline(run_envs, agent, replay, tf_metrics.EnvironmentSteps(), None, None, compiled_act_fn(agent.policy),
-                    make_episode_runner(agent.policy, run_envs.evaluate, gamma=config.agent.gamma), stack)
+                    make_episode_runner(greedy_policy(agent), run_envs.evaluate, gamma=config.agent.gamma), stack)
 
 
 class CollectedSteps:

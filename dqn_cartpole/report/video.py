@@ -175,8 +175,9 @@ def play(act: Callable, env_id: str, num_episodes: int, seed: Optional[int],
 
 def play_side_by_side(policy: Any, env_id: str, num_episodes: int, seed: int,
                       max_episode_steps: Optional[int] = None) -> tuple:
-    """Plays `num_episodes` episodes of a TF policy at once (episode i in a copy seeded `seed + i`), the
-    whole loop in one compiled call: ~10x faster than `play` for a trained agent's long episodes."""
+    """Plays `num_episodes` episodes of a policy at once (episode i in a copy seeded `seed + i`): the agent's
+    `NumpyGreedy` in NumPy, a TF policy in one compiled call (see `make_episode_runner`), ~10x faster than
+    `play` for a trained agent's long episodes."""
     from dqn_cartpole.core.envs import make_batched_env
     from dqn_cartpole.core.evaluation import make_episode_runner
 

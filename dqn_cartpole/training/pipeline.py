@@ -14,7 +14,7 @@ from dqn_cartpole.core import build
 from dqn_cartpole.core.agents import ValueAgent
 from dqn_cartpole.core.episode_returns import EpisodeReturns
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
-from dqn_cartpole.core.policies import compiled_act_fn
+from dqn_cartpole.core.policies import compiled_act_fn, greedy_policy
 from dqn_cartpole.replay.base import Replay
 
 
@@ -60,7 +60,7 @@ def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callab
     else:
         collect_driver = make_collect_driver(config, envs, agent, observers)
     return Pipeline(envs, agent, replay, env_steps, initial_driver, collect_driver, compiled_act_fn(agent.policy),
-                    make_episode_runner(agent.policy, envs.evaluate, gamma=config.agent.gamma), stack,
+                    make_episode_runner(greedy_policy(agent), envs.evaluate, gamma=config.agent.gamma), stack,
                     collect_returns)
 
 

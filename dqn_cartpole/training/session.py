@@ -19,6 +19,7 @@ from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole import env_ids
 from dqn_cartpole.core import build
+from dqn_cartpole.core.policies import greedy_policy
 from dqn_cartpole.core.q_probe import QProbe
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.replay.base import sequence_length_for
@@ -253,7 +254,7 @@ class TrainingSession:
         summary_inputs = (self.pipeline.train_step_count(), self.pipeline.env_step_count())
         # The logs are closed (complete, to be plotted) and the envs and servers released in there.
         light = self.finishes_lightly()
-        artifacts.update(self.workers.make(self.pipeline.agent.policy, self.pipeline.envs.tf_env,
+        artifacts.update(self.workers.make(greedy_policy(self.pipeline.agent), self.pipeline.envs.tf_env,
                                            trained and not light, close_logs=self.stack.close, with_plots=not light))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard

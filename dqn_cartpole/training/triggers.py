@@ -17,6 +17,7 @@ from dqn_cartpole.console.progress import Progress
 from dqn_cartpole import env_ids
 from dqn_cartpole.core import build
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
+from dqn_cartpole.core.policies import greedy_policy
 from dqn_cartpole.core.q_probe import MaxQ
 from dqn_cartpole.run_folder import export
 from dqn_cartpole.run_folder.csv_files import CsvLog
@@ -135,7 +136,7 @@ class SolveCheck:
                                         cfg.training.seed + build.SOLVE_SEED_OFFSET + self.state.iteration,
                                         self.pipeline.stack)
             # A check whose average can no longer reach the target stops early (a failed check costs less).
-            self.run_episodes = make_episode_runner(self.pipeline.agent.policy, env, give_up_below=self.solve_return,
+            self.run_episodes = make_episode_runner(greedy_policy(self.pipeline.agent), env, give_up_below=self.solve_return,
                                                     max_return=env_ids.max_return(cfg.env.id, cfg.env.max_episode_steps))
         result = self.run_episodes()
         if result.average_return < self.solve_return:
