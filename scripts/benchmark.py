@@ -116,7 +116,7 @@ BEGIN, END = "<!-- benchmark.py: begin -->", "<!-- benchmark.py: end -->"
 def default_run(seed: int, workdir: str, overrides: list[str]) -> dict:
     """`make train` with `--set training.seed=SEED`, videos and all: from process start to a saved, solve-checked
     policy (summary.json's `solved_wall_s`) and to the process's exit, its phases and its peak memory."""
-    import psutil
+    from dqn_cartpole.processes.start_time import process_start_time
 
     out = os.path.join(workdir, f"train-s{seed}")
     args = [sys.executable, "-m", "dqn_cartpole", "train", "--output-dir", out, "--quiet", "--overwrite",
@@ -124,7 +124,7 @@ def default_run(seed: int, workdir: str, overrides: list[str]) -> dict:
     for item in overrides:
         args += ["--set", item]
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    created = psutil.Process(process.pid).create_time()  # where `solved_wall_s` counts from
+    created = process_start_time(process.pid)  # where `solved_wall_s` counts from
     stdout, stderr = process.communicate()
     exit_s = time.time() - created
     if process.returncode != 0:

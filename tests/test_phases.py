@@ -39,3 +39,22 @@ def test_an_inner_phase_pauses_the_outer_one_and_the_phases_add_up(clock):
     assert result["phases"] == {STARTUP: 2.5, BUILD: 1.0, LOOP: 4.0, EXPORT: 0.75}
     assert list(result["phases"]) == [STARTUP, BUILD, LOOP, EXPORT]  # the order of a run
     assert result["parallel"] == {"encoder": 1.5}
+
+
+def test_the_process_start_time_is_the_moment_the_process_was_started():
+    """Times "since the process started" count from `process_start_time`. psutil's create_time is early by the
+    boot time's fraction of a second on Linux (0.67 s where this was found), and every reported time carried it."""
+    import subprocess
+    import sys
+    import time
+
+    from dqn_cartpole.processes.start_time import process_start_time
+
+    before = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        started = process_start_time(child.pid)
+        assert before - 0.02 <= started <= time.time()  # the clock tick is 10 ms
+        assert abs(process_start_time() - process_start_time(None)) < 1e-6
+    finally:
+        child.communicate(b"")

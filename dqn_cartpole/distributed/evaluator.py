@@ -26,13 +26,14 @@ from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.variables import WeightSync
+from dqn_cartpole.processes.start_time import process_start_time
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.csv_files import read_csv
 from dqn_cartpole.run_folder.metrics import column
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import checkpoints as run_checkpoints, triggers
 from dqn_cartpole.training.pipeline import Pipeline
-from dqn_cartpole.training.session import make_evaluation, process_start_time
+from dqn_cartpole.training.session import make_evaluation
 from dqn_cartpole.training.state import RunState
 
 POLL_S = 0.25  # between looks at the newest weights while no evaluation is due

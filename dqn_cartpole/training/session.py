@@ -17,6 +17,7 @@ import tensorflow as tf
 from dqn_cartpole.config import Config, dump_yaml, sampling_mode
 from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.processes.start_time import process_start_time
 from dqn_cartpole import env_ids
 from dqn_cartpole.core import build
 from dqn_cartpole.core.policies import greedy_policy
@@ -46,13 +47,6 @@ def freeze_heap() -> None:
     They live as long as the process anyway; garbage among them is kept, which costs a few MB.
     """
     gc.freeze()
-
-
-def process_start_time() -> float:
-    """When this process started (Unix time), so reported times include start-up and imports."""
-    import psutil  # a declared dependency
-
-    return psutil.Process().create_time()
 
 
 def solve_return(config: Config) -> float:
