@@ -341,9 +341,20 @@ def start_job(job: VideoJob, on_progress: Callable[[int, int], None] = lambda do
     return process
 
 
+def prepare_to_render() -> None:
+    """Imports what rendering and encoding need (imageio, Pillow and its fonts, pygame: ~0.5 s) before the job
+    comes, so a renderer started with the run has them by the time the trainer is done."""
+    import imageio  # noqa: F401
+    import pygame  # noqa: F401  (gymnasium draws CartPole with it)
+
+    _font()
+    _font(FONT_SIZE + 10)
+
+
 def main() -> int:
     """The renderer process: a `VideoJob` as JSON on stdin (nothing: it exits); prints `frames N` as it goes,
     then `peak_rss_mb M`."""
+    prepare_to_render()
     text = sys.stdin.read()
     if not text.strip():
         return EXIT_OK
