@@ -68,3 +68,16 @@ def test_the_evaluation_reports_its_first_states_and_max_q_there_is_their_estima
     network.create_variables(tf.TensorSpec([4], tf.float32))
     q_values = network(tf.constant(result.first_observations))[0].numpy()
     np.testing.assert_allclose(MaxQ(network)(result.first_observations), q_values.max(axis=1).mean(), rtol=1e-6)
+
+
+def test_max_q_of_a_network_numpy_cannot_reproduce_is_computed_by_tensorflow():
+    from tf_agents.networks import sequential
+
+    from dqn_cartpole.core.q_probe import MaxQ
+
+    states = random_policy_states("CartPole-v1", 20, seed=1)
+    for network in (build_q_network((8,), num_actions=2),  # NumPy
+                    sequential.Sequential([tf.keras.layers.Dense(8, activation="tanh"), tf.keras.layers.Dense(2)])):
+        network.create_variables(tf.TensorSpec([4], tf.float32))
+        expected = network(tf.constant(states))[0].numpy().max(axis=1).mean()
+        np.testing.assert_allclose(MaxQ(network)(states), expected, rtol=1e-6)

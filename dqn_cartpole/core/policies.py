@@ -52,52 +52,74 @@ def random_act_fn(time_step_spec, action_spec, seed: Optional[int] = None) -> Ac
     return act
 
 
-class NumpyGreedy:
-    """The greedy action, argmax over actions of Q(s, a), of a Q-network that is a stack of Dense layers, computed
-    in NumPy from the network's weights as they are when `snapshot` is called.
-
-    It is the agent's greedy policy (`agent.policy`: TF-Agents' GreedyPolicy over a QPolicy) without the
-    graph: a batched step of the compiled evaluation loop pays about 150 us of TensorFlow overhead (the
-    loop's function calls and the env's `numpy_function`) around 70 us of env and 10 us of network, so
-    evaluating in NumPy takes about a third of the time, and nothing has to be traced. `of` says None for
-    a network it cannot reproduce exactly (another layer, activation or observation shape): the caller
-    then runs the TF policy.
-    """
+class NumpyQNetwork:
+    """The Q-values of a Q-network that is a stack of Dense layers, computed in NumPy from the network's weights as
+    they are when `snapshot` is called (see `NumpyGreedy` for why). `of` says None for a network it cannot
+    reproduce exactly (another layer, activation or observation shape)."""
 
     ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "linear": lambda x: x}
 
-    def __init__(self, dense_layers: list, minimum_action: int):
-        self.dense_layers, self.minimum_action = dense_layers, minimum_action
+    def __init__(self, dense_layers: list):
+        self.dense_layers = dense_layers
 
     @classmethod
-    def of(cls, q_network: Any, action_spec: Any) -> Optional["NumpyGreedy"]:
-        """The NumPy greedy policy of `q_network` (observations [B, d] -> (Q-values [B, actions], state)), or
-        None if the network is not a stack of Dense layers with ReLU or linear activations on 1-D inputs."""
+    def of(cls, q_network: Any) -> Optional["NumpyQNetwork"]:
+        """The NumPy twin of `q_network` (observations [B, d] -> (Q-values [B, actions], state)), or None if the
+        network is not a stack of Dense layers with ReLU or linear activations on 1-D inputs."""
         layers = getattr(q_network, "layers", None)
         input_spec = getattr(q_network, "input_tensor_spec", None)
-        if not layers or input_spec is None or len(getattr(input_spec, "shape", ())) != 1 \
-                or tf.nest.is_nested(action_spec) or action_spec.shape.rank != 0:
+        if not layers or input_spec is None or len(getattr(input_spec, "shape", ())) != 1:
             return None
         for layer in layers:
             if type(layer) is not tf.keras.layers.Dense \
                     or getattr(layer.activation, "__name__", None) not in cls.ACTIVATIONS:
                 return None
-        return cls(list(layers), int(np.asarray(action_spec.minimum)))
+        return cls(list(layers))
 
     def snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
-        """act(observations [B, d]) -> actions [B] (int64), with the weights as they are now."""
+        """q_values(observations [B, d]) -> [B, actions], with the weights as they are now."""
         weights = [(layer.kernel.numpy(), layer.bias.numpy() if layer.use_bias else None,
                     self.ACTIVATIONS[layer.activation.__name__]) for layer in self.dense_layers]
-        minimum = self.minimum_action
 
-        def act(observations: np.ndarray) -> np.ndarray:
+        def q_values(observations: np.ndarray) -> np.ndarray:
             x = observations
             for kernel, bias, activation in weights:
                 x = x @ kernel
                 if bias is not None:
                     x = x + bias
                 x = activation(x)
-            return np.argmax(x, axis=-1).astype(np.int64) + minimum
+            return x
+
+        return q_values
+
+
+class NumpyGreedy:
+    """The greedy action, argmax over actions of Q(s, a), of a `NumpyQNetwork`.
+
+    It is the agent's greedy policy (`agent.policy`: TF-Agents' GreedyPolicy over a QPolicy) without the
+    graph: a batched step of the compiled evaluation loop pays about 150 us of TensorFlow overhead (the
+    loop's function calls and the env's `numpy_function`) around 70 us of env and 10 us of network, so
+    evaluating in NumPy takes about a third of the time, and nothing has to be traced. `of` says None for
+    a network `NumpyQNetwork` cannot reproduce or a non-scalar action: the caller then runs the TF policy.
+    """
+
+    def __init__(self, q_network: NumpyQNetwork, minimum_action: int):
+        self.q_network, self.minimum_action = q_network, minimum_action
+
+    @classmethod
+    def of(cls, q_network: Any, action_spec: Any) -> Optional["NumpyGreedy"]:
+        """The NumPy greedy policy of `q_network` for actions `action_spec`, or None (see the class)."""
+        if tf.nest.is_nested(action_spec) or action_spec.shape.rank != 0:
+            return None
+        numpy_q = NumpyQNetwork.of(q_network)
+        return None if numpy_q is None else cls(numpy_q, int(np.asarray(action_spec.minimum)))
+
+    def snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
+        """act(observations [B, d]) -> actions [B] (int64), with the weights as they are now."""
+        q_values, minimum = self.q_network.snapshot(), self.minimum_action
+
+        def act(observations: np.ndarray) -> np.ndarray:
+            return np.argmax(q_values(observations), axis=-1).astype(np.int64) + minimum
 
         return act
 

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from dqn_cartpole.core.agents.protocol import ValueAgent
+from dqn_cartpole.core.policies import NumpyQNetwork
 
 NUM_STATES = 500  # enough for a steady mean; one batched forward pass costs well under a millisecond
 SEED_OFFSET = 40_000  # a random stream of its own (see the offsets in training.py)
@@ -47,9 +48,13 @@ def random_policy_states(env_id: str, num_states: int, seed: int,
 
 
 class MaxQ:
-    """`max_q(states)` -> mean over `states` of max_a Q(s, a) under `q_network`'s current weights, compiled once."""
+    """`max_q(states)` -> mean over `states` of max_a Q(s, a) under `q_network`'s current weights: in NumPy for a
+    stack of Dense layers (`policies.NumpyQNetwork`: ~0.1 ms, where a compiled call costs ~2.5 ms), else compiled
+    once."""
 
     def __init__(self, q_network):
+        self._numpy = NumpyQNetwork.of(q_network)
+
         @tf.function(autograph=False, reduce_retracing=True)
         def mean_max_q(states: tf.Tensor) -> tf.Tensor:
             q_values, _ = q_network(states, training=False)
@@ -58,6 +63,9 @@ class MaxQ:
         self._mean_max_q = mean_max_q
 
     def __call__(self, states: np.ndarray) -> float:
+        if self._numpy is not None:
+            q_values = self._numpy.snapshot()(np.asarray(states, dtype=np.float32))
+            return float(np.mean(np.max(q_values, axis=-1)))
         return float(self._mean_max_q(tf.constant(states, dtype=tf.float32)).numpy())
 
 
