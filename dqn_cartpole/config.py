@@ -347,6 +347,9 @@ class EvaluationConfig:
                                        "threshold; an env without one needs it)")
     solve_episodes: int = _f("fresh greedy episodes that must average solve_return to stop early", _solve_check,
                              "stop_when_solved is true")
+    solve_margin: float = _f("standard errors of the check's average that must lie above solve_return (0: the "
+                             "average alone, gymnasium's definition of solved)", _solve_check,
+                             "stop_when_solved is true")
 
 
 @dataclass(frozen=True)
@@ -586,6 +589,8 @@ def validate(config: Config, source: str) -> None:
             value = getattr(getattr(config, section), key)
             if value is not None and not value > 0:
                 fail(f"{section}.{key}", f"must be positive, got {value}")
+    if not config.evaluation.solve_margin >= 0:
+        fail("evaluation.solve_margin", f"must be 0 or more, got {config.evaluation.solve_margin}")
     for key in ("gamma", "epsilon_start", "epsilon_end"):
         value = getattr(config.agent, key)
         if not 0.0 <= value <= 1.0:

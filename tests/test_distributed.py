@@ -513,7 +513,8 @@ def test_the_live_evaluator_confirms_a_solve_exports_the_final_policy_and_leaves
 
     # A threshold the untrained policy reaches: its first evaluation passes, then the check on 4 fresh episodes.
     config = load_config(SMOKE, ["replay.backend=reverb", "output.tensorboard=false", "evaluation.solve_return=5",
-                                 "evaluation.stop_when_solved=true", "evaluation.solve_episodes=4"])
+                                 "evaluation.stop_when_solved=true", "evaluation.solve_episodes=4",
+                                 "evaluation.solve_margin=0"])
     layout = RunLayout(str(tmp_path / "run"))
     os.makedirs(layout.root)
     with contextlib.ExitStack() as stack:

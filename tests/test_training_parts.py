@@ -198,3 +198,52 @@ def test_a_checkpoint_record_carries_the_run_state_and_the_rngs_which_restore_th
     draws = (random.random(), float(np.random.random()))
     resume.restore_rng_state(record["rng"])
     assert (random.random(), float(np.random.random())) == draws
+
+
+class FakeExporter:
+    def __init__(self):
+        self.saved = []
+
+    def save(self, path, average_return, **kwargs):
+        self.saved.append((path, average_return))
+
+
+class FakePipeline:
+    def env_step_count(self):
+        return 1234
+
+
+class FakeProgress:
+    def __init__(self):
+        self.lines = []
+
+    def message(self, line):
+        self.lines.append(line)
+
+
+@pytest.mark.parametrize("margin, solved", [(0.0, True), (2.0, False)])
+def test_a_solve_is_confirmed_only_with_the_margin_of_standard_errors_above_the_target(margin, solved):
+    """A check averaging 480 with a standard error of about 10 passes 475 alone, not 475 + 2 standard errors."""
+    from dqn_cartpole.core.evaluation import EvalResult
+
+    config = load_config(None, [f"evaluation.solve_margin={margin}"])
+    returns = np.concatenate([np.full(96, 500.0), np.full(4, 0.0)])  # mean 480, standard error about 9.8
+    result = EvalResult(returns=returns, lengths=returns.astype(np.int64))
+    assert result.average_return == 480.0 and 9.5 < result.standard_error < 10.0
+    state, exporter, progress = RunState(), FakeExporter(), FakeProgress()
+    check = triggers.SolveCheck(FakePipeline(), config, state, exporter, "final", 475.0, triggers.Clock(0.0),
+                                progress)
+    check.run_episodes = lambda: result
+    check.check()
+    assert state.stop is solved and (state.solved_at_iteration is not None) is solved
+    assert [path for path, _ in exporter.saved] == (["final"] if solved else [])
+    if solved:
+        assert progress.lines[-1].startswith("Solved at iteration 0: average return 480.0 over 100 greedy episodes")
+
+
+def test_the_standard_error_of_an_evaluation():
+    from dqn_cartpole.core.evaluation import EvalResult
+
+    returns = np.array([10.0, 20.0, 30.0, 40.0])
+    assert EvalResult(returns=returns, lengths=np.ones(4)).standard_error == pytest.approx(np.std(returns, ddof=1) / 2)
+    assert EvalResult(returns=np.array([7.0]), lengths=np.ones(1)).standard_error == 0.0

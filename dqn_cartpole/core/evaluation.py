@@ -36,6 +36,12 @@ class EvalResult:
         return float(np.mean(self.returns))
 
     @property
+    def standard_error(self) -> float:
+        """The standard error of `average_return` (0 for a single episode)."""
+        n = len(self.returns)
+        return float(np.std(self.returns, ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+
+    @property
     def average_length(self) -> float:
         return float(np.mean(self.lengths))
 
