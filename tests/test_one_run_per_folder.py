@@ -74,8 +74,8 @@ STUCK_LAUNCHER = textwrap.dedent("""
     topology = launcher.LocalTopology("config.yaml", run_dir, 1, 1, resume=False, quiet=True, keep_fds=lock.fds())
     stuck = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
              "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]; "
-             "open(os.path.join(os.path.dirname(run_dir), f'stuck-{os.getpid()}'), 'w').close(); "
-             "print('replay server ready', flush=True); time.sleep(300)")
+             "print('replay server ready', flush=True); "  # before the marker: the log is whole once it exists
+             "open(os.path.join(os.path.dirname(run_dir), f'stuck-{os.getpid()}'), 'w').close(); time.sleep(300)")
     for child in topology.children():
         child.command = [sys.executable, "-c", stuck, *child.command[3:]]  # the role's own arguments
     with signals.StopRequest() as stop:
