@@ -294,7 +294,8 @@ class TrainingConfig:
     log_interval: int = _f("iterations between rows of train_metrics.csv (loss: mean and max over the interval)")
     checkpoint_interval: int = _f("iterations between checkpoints (resume with: train --resume RUN_DIR)")
     keep_checkpoints: int = _f("newest complete checkpoints kept in RUN_DIR/checkpoints; older ones are deleted")
-    jit_compile: bool = _f("compile each gradient step with XLA (slower inside the compiled loop on CPU: off by default)")
+    jit_compile: bool = _f("compile each gradient step with XLA (slower inside the compiled loop on CPU: off by "
+                           "default)")
 
 
 @dataclass(frozen=True)

@@ -143,8 +143,9 @@ class SolveCheck:
                                         cfg.training.seed + build.SOLVE_SEED_OFFSET + self.state.iteration,
                                         self.pipeline.stack)
             # A check whose average can no longer reach the target stops early (a failed check costs less).
-            self.run_episodes = make_episode_runner(greedy_policy(self.pipeline.agent), env, give_up_below=self.solve_return,
-                                                    max_return=env_ids.max_return(cfg.env.id, cfg.env.max_episode_steps))
+            self.run_episodes = make_episode_runner(
+                greedy_policy(self.pipeline.agent), env, give_up_below=self.solve_return,
+                max_return=env_ids.max_return(cfg.env.id, cfg.env.max_episode_steps))
         result = self.run_episodes()
         margin = cfg.evaluation.solve_margin * result.standard_error
         if result.average_return < self.solve_return + margin:
