@@ -335,6 +335,44 @@ def test_the_learner_pushes_its_weights_in_the_background_and_watches_the_evalua
         assert watch.server_info["variables"].current_size == 1
 
 
+def test_a_push_requested_just_as_the_pushers_wait_times_out_is_not_lost():
+    """The pusher's wait timed out and, before it looked, an evaluation asked for a push (CI saw this once: the
+    request was cleared with the timeout and never pushed)."""
+    import threading
+    import types
+
+    from dqn_cartpole.distributed.variables import WeightPusher
+
+    class Counter:
+        def __init__(self, step):
+            self.step = step
+
+        def numpy(self):
+            return self.step
+
+    pushed, wait_returned = [], threading.Event()
+    sync = types.SimpleNamespace(agent=types.SimpleNamespace(train_step_counter=Counter(0)),
+                                 push=lambda: pushed.append(sync.agent.train_step_counter.step))
+    pusher = WeightPusher(sync, every_steps=1000, poll_s=60.0)
+    try:
+        assert pusher.push_now() == 0 and pushed == [0]
+        real_wait = pusher._wake.wait
+
+        def wait_that_times_out_as_a_request_arrives(timeout):
+            if wait_returned.is_set():
+                return real_wait(timeout)
+            wait_returned.set()
+            sync.agent.train_step_counter.step = 6
+            pusher.request()
+            return False
+
+        pusher._wake.wait = wait_that_times_out_as_a_request_arrives
+        pusher._wake.set()  # wakes the thread from its first, real wait
+        wait_for(lambda: pushed == [0, 6], 5, "the requested push", poll_s=0.01)
+    finally:
+        pusher.close()
+
+
 def test_the_learners_policy_lag_is_its_train_rows_extra_columns_over_each_log_interval():
     import numpy as np
 

@@ -149,14 +149,18 @@ class WeightPusher:
         self.pushes = 0
         self.error: Optional[BaseException] = None
         self._lock = threading.Lock()
-        self._requested = threading.Event()
+        self._requested = False  # set by request(), taken by the thread under _request_lock
+        self._request_lock = threading.Lock()
+        self._wake = threading.Event()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="weight-pusher", daemon=True)
         self._thread.start()
 
     def request(self) -> None:
         """Asks for a push of the current weights without waiting for it."""
-        self._requested.set()
+        with self._request_lock:
+            self._requested = True
+        self._wake.set()
 
     def push_now(self) -> int:
         """Pushes the current weights on the caller's thread (unless they were just pushed); returns their train
@@ -172,12 +176,20 @@ class WeightPusher:
                 self.pushed_step, self.pushes = step, self.pushes + 1
             return step
 
+    def _take_request(self) -> bool:
+        """Whether a push was requested since the last call. A flag rather than the wake-up event, which a
+        timed-out wait would clear even if a request had set it in the meantime."""
+        with self._request_lock:
+            requested, self._requested = self._requested, False
+            return requested
+
     def _run(self) -> None:
         while not self._closed.is_set():
-            requested = self._requested.wait(self.poll_s)
+            self._wake.wait(self.poll_s)
             if self._closed.is_set():
                 return
-            self._requested.clear()
+            self._wake.clear()  # before the request is taken: one that comes later sets it again
+            requested = self._take_request()
             try:
                 self._push(force=requested)
             except Exception as exc:  # pylint: disable=broad-except  # the server went away: the learner sees it too
@@ -187,5 +199,5 @@ class WeightPusher:
 
     def close(self) -> None:
         self._closed.set()
-        self._requested.set()
+        self._wake.set()
         self._thread.join(timeout=1.0)  # a push stuck on a gone server is left behind (a daemon thread)
