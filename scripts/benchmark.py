@@ -39,6 +39,10 @@ import time
 from typing import Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
+from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
+
 # shared/bench/reference_loop.py next to the repository, or next to a folder above it (a git worktree)
 DEFAULT_REFERENCE = next((os.path.join(folder, "shared", "bench", "reference_loop.py") for folder in
                           (os.path.dirname(REPO), os.path.dirname(os.path.dirname(REPO)))
@@ -235,7 +239,7 @@ def single_process_benchmark(args: argparse.Namespace) -> None:
         print(f"error: --markdown {args.markdown}: cannot write there (no such folder, or no permission)",
               file=sys.stderr)
         raise SystemExit(2)
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = parse_seeds(args.seeds)
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")
     started, load_before = time.time(), os.getloadavg()[0]
     has_reference = os.path.isfile(args.reference)
@@ -298,4 +302,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UserError as exc:  # bad input (--seeds, --scale-out): one line, exit status 2
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,8 @@ import tempfile
 import time
 
 from benchmark import DEFAULT_REFERENCE, REPO, project_rate, reference_rate
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.experiments.grid import parse_seeds
 
 # 100 greedy CartPole-v1 episodes of a saved policy, batched, in a fresh interpreter without this project.
 PLAIN_TF_SCORE = """
@@ -324,9 +327,15 @@ def main(argv: list) -> None:
     if args.learner_child is not None:
         learner_child(args.learner_child, args.iterations)
         return
-    scale_out_tables([int(v) for v in args.scale_out.split(",")], args.iterations,
-                     [int(s) for s in args.seeds.split(",")], args.reference)
+    if not re.fullmatch(r"[1-9]\d*(,[1-9]\d*)*", args.scale_out):
+        raise UserError(f"--scale-out {args.scale_out}: expected numbers of collectors like 1,2")
+    scale_out_tables([int(v) for v in args.scale_out.split(",")], args.iterations, parse_seeds(args.seeds),
+                     args.reference)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except UserError as exc:  # bad input: one line, exit status 2
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -102,4 +102,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dqn_cartpole.errors import UserError
+
+    try:
+        sys.exit(main())
+    except UserError as exc:  # bad input (--seeds): one line, exit status 2
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -230,3 +230,18 @@ def test_disk_full_is_one_clear_line_with_the_resume_command(tmp_path):
     assert "Traceback" not in proc.stderr
     assert len(errors) == 1 and "disk full" in errors[0], proc.stderr
     assert f"train --resume {run_dir}" in errors[0]
+
+
+@pytest.mark.parametrize("script, args, needle", [
+    ("benchmark.py", ("--seeds", "5-x"), "--seeds 5-x"),
+    ("benchmark.py", ("--scale-out", "1,x"), "--scale-out 1,x"),
+    ("benchmark.py", ("--scale-out", "2", "--seeds", "3,3"), "listed twice"),
+    ("check_robustness.py", ("--seeds", "9-0"), "is empty"),
+])
+def test_the_benchmark_scripts_refuse_bad_seeds_with_one_line(script, args, needle):
+    """The scripts the docs quote take seeds as the CLI does (0-4, 0,3,7), and say what is wrong in one line."""
+    result = subprocess.run([sys.executable, os.path.join(REPO, "scripts", script), *args], capture_output=True,
+                            text=True, timeout=60, env=cli_env())
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and needle in lines[0], result.stderr
+    assert lines[0].startswith("error: ")
