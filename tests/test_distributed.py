@@ -215,7 +215,8 @@ def test_the_learner_side_replay_reads_what_the_ratio_asks_with_the_tags_and_the
         windows, tags = sample()
         assert replay.inserts() == 6 == replay.size()  # due(1) = 4 + 64 / 32
         first = np.asarray(windows.observation)[:, 0, 0]
-        assert set(first.tolist()) <= set(range(6)) and np.all(np.asarray(windows.observation)[:, 1, 0] == first + 1)
+        # every item can be drawn (64 uniform draws miss one of 6 once in about 19,000 runs), as whole windows
+        assert set(first.tolist()) == set(range(6)) and np.all(np.asarray(windows.observation)[:, 1, 0] == first + 1)
         np.testing.assert_array_equal(np.asarray(tags), np.where(first < 5, 7.0, 9.0))  # the tags came along
         train_step.assign(1)
         sample()

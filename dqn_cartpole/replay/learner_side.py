@@ -34,7 +34,7 @@ from dqn_cartpole.config import ReplayConfig
 from dqn_cartpole.replay.base import to_numpy
 from dqn_cartpole.replay.packing import StepPacker
 from dqn_cartpole.replay.reverb_tables import QUEUE_TABLE_NAME
-from dqn_cartpole.replay.uniform import TFUniformReplay
+from dqn_cartpole.replay.uniform import ProgramOrderUniformReplayBuffer, TFUniformReplay, sample_windows
 
 # Items the queue's reader requests ahead. They leave the queue when requested, so a learner that is killed
 # loses them; a few are enough to hide the round trip.
@@ -107,6 +107,12 @@ class LearnerSideReplay(TFUniformReplay):
         self.sequence_length, self.reader, self.ratio, self.train_step = sequence_length, reader, ratio, train_step
         self._drain = tf.function(self.drain, autograph=False)
 
+    @staticmethod
+    def buffer_class(config: ReplayConfig) -> type:
+        """Only the learner's own graph calls touch the buffer, one after another (the queue's reads, then the
+        batch; a checkpoint between chunks): program order, so its writes need no lock."""
+        return ProgramOrderUniformReplayBuffer
+
     # -- writing: only from the queue
     def drain(self, count: tf.Tensor) -> tf.Tensor:
         """Moves at least `count` items from the queue into the buffer (whole reads of `read_batch`), inside the
@@ -150,7 +156,10 @@ class LearnerSideReplay(TFUniformReplay):
         """Uniform windows [batch?, sequence_length, ...] and their tags; `num_steps` must be the window length."""
         if num_steps not in (None, self.sequence_length):
             raise ValueError(f"this replay holds windows of {self.sequence_length} steps, not {num_steps}")
-        (windows, tags), _ = self.buffer.get_next(sample_batch_size)
+        if sample_batch_size is None:
+            (windows, tags), _ = self.buffer.get_next()
+        else:  # the ops a batch needs (sample_windows), not the library's get_next with its lock and probabilities
+            windows, tags = sample_windows(self.buffer, sample_batch_size, None)
         if tf.executing_eagerly():
             return to_numpy(windows), to_numpy(tags)
         return windows, tags

@@ -23,12 +23,16 @@ class TFUniformReplay(Replay):
     writes_in_graph = True
 
     def __init__(self, data_spec: Any, num_envs: int, config: ReplayConfig):
-        # Sampled in program order, the buffer has one user at a time: its writes need no lock.
-        buffer_class = ProgramOrderUniformReplayBuffer if sampling_mode(config) == "direct" \
-            else tf_uniform_replay_buffer.TFUniformReplayBuffer
+        buffer_class = self.buffer_class(config)
         buffer = buffer_class(data_spec, batch_size=num_envs, max_length=math.ceil(config.capacity / num_envs))
         super().__init__(buffer, data_spec, num_envs, config)
         self._cleared_inserts = 0
+
+    @staticmethod
+    def buffer_class(config: ReplayConfig) -> type:
+        """Sampled in program order, the buffer has one user at a time: its writes need no lock."""
+        return ProgramOrderUniformReplayBuffer if sampling_mode(config) == "direct" \
+            else tf_uniform_replay_buffer.TFUniformReplayBuffer
 
     def sampler(self, sample_batch_size: int, num_steps: int, with_tags: bool = False) -> Any:
         if with_tags or sampling_mode(self.config) != "direct":
@@ -71,8 +75,9 @@ class ProgramOrderUniformReplayBuffer(tf_uniform_replay_buffer.TFUniformReplayBu
 
 
 def sample_windows(buffer: tf_uniform_replay_buffer.TFUniformReplayBuffer, sample_batch_size: int,
-                   num_steps: int) -> Any:
-    """`buffer.get_next(sample_batch_size, num_steps)`'s items, built from only the ops a training batch needs.
+                   num_steps: Optional[int]) -> Any:
+    """`buffer.get_next(sample_batch_size, num_steps)`'s items, built from only the ops a training batch needs
+    (`num_steps=None`: single items [batch, ...], as the library's).
 
     Same distribution as the library's: each window starts at a uniformly drawn valid id of a
     uniformly drawn env column (ids drawn first, then columns). The library's get_next also takes
@@ -87,6 +92,8 @@ def sample_windows(buffer: tf_uniform_replay_buffer.TFUniformReplayBuffer, sampl
     min_id, max_id = tf_uniform_replay_buffer._valid_range_ids(buffer._last_id.read_value(), max_length, num_steps)
     ids = tf.random.uniform([sample_batch_size], minval=min_id, maxval=max_id, dtype=tf.int64)
     columns = tf.random.uniform([sample_batch_size], minval=0, maxval=buffer._batch_size, dtype=tf.int64)
+    if num_steps is None:
+        return buffer._data_table.read(tf.math.mod(ids, max_length) + columns * max_length)
     rows = tf.math.mod(ids[:, tf.newaxis] + tf.range(num_steps, dtype=tf.int64), max_length)
     return buffer._data_table.read(rows + columns[:, tf.newaxis] * max_length)
 
