@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Optional
 
-from dqn_cartpole.config import add_shortcut_args, locate_config, shortcut_overrides
+from dqn_cartpole.config import MAX_SEED, add_shortcut_args, locate_config, shortcut_overrides
 from dqn_cartpole.errors import UserError
 
 
@@ -30,9 +30,10 @@ def add_config_args(parser: argparse.ArgumentParser, example: str = "agent.learn
         add_shortcut_args(parser)
 
 
-def config_overrides(args: argparse.Namespace) -> list[str]:
-    """The shortcuts given (as `section.key=value`), then every `--set`, in order: a later `--set` wins."""
-    return shortcut_overrides(args) + list(args.overrides)
+def config_overrides(args: argparse.Namespace) -> list:
+    """The shortcuts given (as `Flagged` overrides, so an error names the flag), then every `--set`, in order: a
+    later `--set` wins."""
+    return shortcut_overrides(args, flagged=True) + list(args.overrides)
 
 
 def config_path(given: Optional[str]) -> str:
@@ -43,3 +44,8 @@ def config_path(given: Optional[str]) -> str:
 def check_positive(label: str, value: Optional[int]) -> None:
     if value is not None and value <= 0:
         raise UserError(f"{label}: must be positive, got {value}")
+
+
+def check_seed(label: str, value: Optional[int]) -> None:
+    if value is not None and not 0 <= value <= MAX_SEED:
+        raise UserError(f"{label} {value}: must be in [0, {MAX_SEED}]")
