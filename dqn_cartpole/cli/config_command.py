@@ -29,14 +29,16 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from dqn_cartpole import config_docs
-    from dqn_cartpole.config import dump_yaml, load_config
+    from dqn_cartpole.config import dump_yaml, load
 
     if args.reference:
         print(config_docs.reference_markdown(), end="")
         return 0
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
-        config = load_config(config_path(args.config), config_overrides(args))
-    print(dump_yaml(config) if args.plain else config_docs.annotated_yaml(config), end="")
+        loaded = load(config_path(args.config), config_overrides(args))
+    # Changed means written with another value than the default: what the user wrote, not what `auto` became.
+    print(dump_yaml(loaded.config) if args.plain else config_docs.annotated_yaml(loaded.config, loaded.written),
+          end="")
     return 0
 
 

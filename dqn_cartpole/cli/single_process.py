@@ -13,16 +13,20 @@ import os
 import sys
 from typing import Any, Callable, Optional
 
-from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
-from dqn_cartpole.config import load_config, to_dict, validate_env_id
+from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, config_path
+from dqn_cartpole.config import dump_written, load, load_config, override_values, to_dict, validate_env_id
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.distributed import launcher
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.report.command import redraw_run
 from dqn_cartpole.run_folder import checkpointing, layout
+from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.run_folder.record import read_written
 from dqn_cartpole.run_folder.lock import lock_run
 from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
+from dqn_cartpole.training import finished
 
 
 def add_parsers(sub: Any) -> None:
@@ -96,13 +100,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.output_dir:
             resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
         path = config_path(args.config)
-        config = load_config(path, config_overrides(args))
+        loaded = load(path, config_overrides(args))
+        config = loaded.config
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     created, lock = create_run_dir(run_dir, args.overwrite)
     from dqn_cartpole.training.run import run_new  # light: it says what starts, then imports TensorFlow
 
     with contextlib.closing(lock):  # held as long as the run lives
+        write_written(run_dir, loaded.written)
         return run_new(config, run_dir, path, created, args.quiet)
+
+
+def write_written(run_dir: str, written: dict) -> None:
+    """config.written.yaml: what the user wrote for the run, which the report compares with the defaults."""
+    write_text_atomic(RunLayout(run_dir).written_config, dump_written(written))
 
 
 def cmd_train_local(args: argparse.Namespace) -> int:
@@ -134,7 +145,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from dqn_cartpole.training.run import run_resumed  # light: it says what starts, then imports TensorFlow
 
     with contextlib.closing(lock):
-        return run_resumed(config, args.resume, plan, args.quiet)
+        given = override_values(config_overrides(args))
+        resume = finished.plan_finished(args.resume, plan.found, config, given)
+        if resume.line:
+            print(resume.line, file=sys.stdout if not resume.run else sys.stderr)
+        if not resume.run:
+            return 0
+        before = read_written(RunLayout(args.resume).written_config)
+        if before is not None:  # a run that recorded what was written: add what this command wrote
+            write_written(args.resume, {**before, **given, **dict(resume.written)})
+        return run_resumed(resume.config, args.resume, plan, args.quiet)
 
 
 def lock_and_plan_resume(run_dir: str, args: argparse.Namespace,
@@ -236,6 +256,7 @@ def load_policy_or_fail(policy_dir: str) -> Any:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     check_positive("--episodes", args.episodes)
+    check_seed("--seed", args.seed)
     policy_dir, run_dir = resolve_policy(args.policy, args.final)
     env_id, max_steps = env_for(args, run_dir)
     with heavy_imports():
@@ -276,6 +297,7 @@ def record_output(args: argparse.Namespace, run_dir: Optional[str]) -> str:
 def cmd_record(args: argparse.Namespace) -> int:
     check_positive("--episodes", args.episodes)
     check_positive("--fps", args.fps)
+    check_seed("--seed", args.seed)
     if args.random == bool(args.policy):
         raise UserError("record: give either a run folder / policy folder or --random")
     policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
