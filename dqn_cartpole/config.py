@@ -170,6 +170,31 @@ def _shipped(path: str, subfolder: str) -> Optional[str]:
     return None
 
 
+NOT_PRESETS = ("default", "smoke", "tutorial")  # shipped configs that are no env's tuned preset
+
+
+def preset_for(env_id: str) -> Optional[str]:
+    """The name of the shipped preset tuned for `env_id` (`acrobot` for Acrobot-v1), if there is one."""
+    for name in shipped_config_names():
+        if name not in NOT_PRESETS:
+            env = (_read_yaml(os.path.join(shipped_configs_dir(), f"{name}.yaml")).get("env") or {})
+            if env.get("id") == env_id:
+                return name
+    return None
+
+
+def preset_note(config_file: str, config: "Config") -> Optional[str]:
+    """One line when the default config (CartPole's hyperparameters) is about to train an env that has a shipped
+    preset: which one, and how to use it. None otherwise (another config file was given, or no preset fits)."""
+    if os.path.realpath(config_file) != os.path.realpath(default_config_path()):
+        return None
+    name = preset_for(config.env.id)
+    if name is None:
+        return None
+    return (f"note: {config.env.id} has a preset tuned for it: add --config {name} (configs/{name}.yaml) to use it; "
+            f"without it, configs/default.yaml's hyperparameters, tuned for {Config().env.id}, are used")
+
+
 @functools.lru_cache(maxsize=None)
 def _default_values() -> dict:
     """configs/default.yaml as data: `section -> key -> value`, read once."""

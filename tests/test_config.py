@@ -362,3 +362,22 @@ def test_what_was_written_is_kept_apart_from_what_resolved(tmp_path):
     assert yaml.safe_load(text)["replay"] == {"backend": "tf_uniform", "capacity": 2000, "sampling": "direct",
                                               "num_parallel_calls": 3, "prefetch": 3}
     assert config_module.load_config(write(tmp_path, text)) == loaded.config  # a config file that gives the same run
+
+
+def test_the_default_config_on_an_env_with_a_preset_says_so(tmp_path, monkeypatch, capsys):
+    """`--env Acrobot-v1` alone trains with CartPole's hyperparameters: one line on stderr names the preset."""
+    from dqn_cartpole.training import run
+
+    note = ("note: Acrobot-v1 has a preset tuned for it: add --config acrobot (configs/acrobot.yaml) to use it; "
+            "without it, configs/default.yaml's hyperparameters, tuned for CartPole-v1, are used\n")
+    assert main(["config", "--plain", "--env", "Acrobot-v1"]) == 0
+    out, err = capsys.readouterr()
+    assert err == note and yaml.safe_load(out)["env"]["id"] == "Acrobot-v1"  # stdout is still a config file
+    for args in (["--config", "acrobot"], ["--env", "CartPole-v0"], ["--config", "smoke", "--env", "Acrobot-v1"]):
+        assert main(["config", "--plain", *args]) == 0
+        assert capsys.readouterr().err == ""  # a preset, an env without one (the tutorial is none), another file
+    monkeypatch.setattr(run, "run_new", lambda config, run_dir, *_: 0)  # what train does before it trains
+    assert main(["train", "--env", "Acrobot-v1", "--output-dir", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().err == note
+    written = yaml.safe_load((tmp_path / "run" / "config.written.yaml").read_text())
+    assert written == {"env": {"id": "Acrobot-v1"}}  # what the user wrote: the flag, not default.yaml's keys

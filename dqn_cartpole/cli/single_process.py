@@ -14,7 +14,8 @@ import sys
 from typing import Any, Callable, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, config_path
-from dqn_cartpole.config import dump_written, load, load_config, override_values, to_dict, validate_env_id
+from dqn_cartpole.config import (dump_written, load, load_config, override_values, preset_note, to_dict,
+                                 validate_env_id)
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.distributed import launcher
@@ -104,6 +105,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = loaded.config
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     created, lock = create_run_dir(run_dir, args.overwrite)
+    note = preset_note(path, config)
+    if note:
+        print(note, file=sys.stderr)
     from dqn_cartpole.training.run import run_new  # light: it says what starts, then imports TensorFlow
 
     with contextlib.closing(lock):  # held as long as the run lives
