@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, config_path
-from dqn_cartpole.config import (dump_written, load, load_config, override_values, preset_note, to_dict,
+from dqn_cartpole.config import (Config, dump_written, load, load_config, override_values, preset_note, to_dict,
                                  validate_env_id)
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.console.quiet import NativeStderrFilter
@@ -66,7 +66,9 @@ def add_parsers(sub: Any) -> None:
                         help="without -o: replace the run's own videos/trained-agent.mp4 (which report.html shows) "
                              "instead of writing a new file next to it")
     record.add_argument("--episodes", type=int, default=1, help="episodes to record (default 1)")
-    record.add_argument("--fps", type=int, default=50, help="frames per second (default 50)")
+    record.add_argument("--fps", type=int,
+                        help="frames per second (default: the run's video.fps, as its own videos; else "
+                             "configs/default.yaml's, 25)")
     record.add_argument("--env", help="gymnasium env id (default: the run's env, else CartPole-v1)")
     record.add_argument("--seed", type=int, default=0, help="env seed (default 0)")
 
@@ -298,6 +300,11 @@ def record_output(args: argparse.Namespace, run_dir: Optional[str]) -> str:
     return f"{stem}-{number}{ext}"
 
 
+def record_fps(run_dir: Optional[str]) -> int:
+    """`record`'s frame rate without --fps: the run's video.fps (what its own videos use), else the default's."""
+    return load_config(os.path.join(run_dir, layout.CONFIG_FILE)).video.fps if run_dir else Config().video.fps
+
+
 def cmd_record(args: argparse.Namespace) -> int:
     check_positive("--episodes", args.episodes)
     check_positive("--fps", args.fps)
@@ -306,6 +313,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise UserError("record: give either a run folder / policy folder or --random")
     policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
     env_id, max_steps = env_for(args, run_dir)
+    fps = args.fps or record_fps(run_dir)
     output = record_output(args, run_dir)
     if os.path.isdir(output):
         raise UserError(f"--output {output}: is a folder; give an .mp4 file name")
@@ -327,7 +335,7 @@ def cmd_record(args: argparse.Namespace) -> int:
             act = compiled_act_fn(load_policy_or_fail(policy_dir), tensor_spec.from_spec(env.time_step_spec()))
     finally:
         env.close()
-    returns = record_video(act, env_id, output, args.episodes, args.fps, args.seed, max_steps)
+    returns = record_video(act, env_id, output, args.episodes, fps, args.seed, max_steps)
     print(f"wrote {output}: {len(returns)} episode(s), returns {', '.join(f'{r:.0f}' for r in returns)}")
     return 0
 

@@ -130,3 +130,42 @@ def terminal_columns(stream: TextIO) -> int:
         return os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, OSError, ValueError):
         return 0
+
+
+class PlainCounter:
+    """A counter with tqdm's interface (`n`, `set_postfix_str`, `refresh`, `close`) for output that is no terminal:
+    a plain line when the count or the postfix changes, at most every `every_s` seconds, and the last one at
+    `close`, instead of tqdm's carriage-return redraws, which pile up on one line of a log."""
+
+    def __init__(self, total: int, desc: str, stream: TextIO, every_s: float = 5.0):
+        self.total, self.desc, self.stream, self.every_s = total, desc, stream, every_s
+        self.n, self.postfix, self.start = 0, "", time.time()
+        self._last_line_at = 0.0
+        self._last_shown: Optional[tuple] = None
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self.postfix = text
+        if refresh:
+            self.refresh()
+
+    def refresh(self, final: bool = False) -> None:
+        state = (self.n, self.postfix)
+        due = final or self.n >= self.total or time.time() - self._last_line_at >= self.every_s
+        if state != self._last_shown and due:
+            meter = tqdm.format_meter(self.n, self.total, time.time() - self.start, unit="it",
+                                      bar_format=PLAIN_TRAIN_FORMAT, postfix=self.postfix)
+            self.stream.write(f"{self.desc}: {meter}\n")
+            self.stream.flush()
+            self._last_line_at, self._last_shown = time.time(), state
+
+    def close(self) -> None:
+        self.refresh(final=True)
+
+
+def counter(total: int, desc: str, enabled: bool = True, stream: Optional[TextIO] = None, **tqdm_options):
+    """A progress counter of `total` iterations: tqdm's bar on a terminal, `PlainCounter`'s lines elsewhere (a log
+    file, a pipe), nothing when not `enabled`. Set `n`, then `refresh()`; `close()` at the end."""
+    stream = stream or sys.stderr
+    if enabled and not bool(getattr(stream, "isatty", lambda: False)()):
+        return PlainCounter(total, desc, stream)
+    return tqdm(total=total, desc=desc, file=stream, disable=not enabled, **tqdm_options)
