@@ -88,7 +88,10 @@ def test_a_finished_run_with_missing_artifacts_writes_them_again_and_says_so(tmp
     open(RunLayout(root).returns_plot, "w").close()
     resume = finished.plan_finished(root, found, config(f"training.num_iterations={SOLVED_AT}"), {})
     assert not resume.run and "finished all its 2500 iterations: nothing to do" in resume.line
-    longer = finished.plan_finished(root, found, config("training.num_iterations=3000"),
+    moved = str(tmp_path / "moved")  # summary.json names the artifacts under the folder's old path
+    os.rename(root, moved)
+    assert not finished.plan_finished(moved, found, config(f"training.num_iterations={SOLVED_AT}"), {}).run
+    longer = finished.plan_finished(moved, found, config("training.num_iterations=3000"),
                                     {"training.num_iterations": 3000})
     assert longer.run and longer.line is None and longer.config.evaluation.stop_when_solved is False  # smoke's
 

@@ -50,7 +50,12 @@ def test_the_sweep_progress_in_a_log_is_lines_not_carriage_returns(monkeypatch):
     assert quiet.getvalue() == ""
 
 
-def test_record_uses_the_frame_rate_of_the_training_videos(tmp_path):
+def test_record_uses_the_frame_rate_of_the_training_videos(tmp_path, monkeypatch, capsys):
+    from dqn_cartpole.report import video
+
+    asked = []
+    monkeypatch.setattr(video, "record_video", lambda act, env_id, path, episodes, fps, *_: asked.append(fps) or [9.0])
+    assert main(["record", "--random", "-o", str(tmp_path / "r.mp4")]) == 0 and asked == [25]
     assert build_parser().parse_args(["record", "--random"]).fps is None
     assert record_fps(None) == Config().video.fps == 25  # as train's videos: CartPole's 50 steps/s, every other one
     run = tmp_path / "run"
