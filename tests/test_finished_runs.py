@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dqn_cartpole.cli.main import main
-from dqn_cartpole.config import load_config
+from dqn_cartpole.config import dump_yaml, load_config
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.training import finished
@@ -27,7 +27,8 @@ def make_finished_run(root: str, solved: bool, artifacts: bool = True) -> checkp
     layout = RunLayout(root)
     path = os.path.join(layout.checkpoints, checkpointing.checkpoint_name(SOLVED_AT))
     os.makedirs(path)
-    shutil.copyfile(SMOKE, layout.config)
+    with open(layout.config, "w", encoding="utf-8") as handle:  # a solved run stopped when solved
+        handle.write(dump_yaml(load_config(SMOKE, [f"evaluation.stop_when_solved={str(solved).lower()}"])))
     state = {"format": checkpointing.FORMAT, "iteration": SOLVED_AT, "finished": True,
              "run_state": {"solved_at_iteration": SOLVED_AT if solved else None},
              "config": {"training": {"num_iterations": 30000 if solved else SOLVED_AT}}}
@@ -134,3 +135,23 @@ def test_a_real_finished_run_moved_elsewhere_has_nothing_to_do(smoke_run, tmp_pa
     out = capsys.readouterr().out
     assert out == (f"{root} finished all its 300 iterations: nothing to do (its artifacts are written). To train "
                    f"longer: python -m dqn_cartpole train --resume {root} -n N, with N above 300\n")
+
+
+def test_training_on_past_the_solve_records_what_the_user_wrote(tmp_path, monkeypatch, capsys):
+    """The command line up to the training (stubbed): the line it says first, the config it trains with, and the
+    keys added to config.written.yaml (the -n given, and the solve check turned off for it)."""
+    from dqn_cartpole.training import run
+
+    root = str(tmp_path / "run")
+    make_finished_run(root, solved=True)
+    with open(RunLayout(root).written_config, "w", encoding="utf-8") as handle:
+        handle.write("agent:\n  learning_rate: 0.001\n")
+    ran = []
+    monkeypatch.setattr(run, "run_resumed", lambda config, run_dir, plan, quiet: ran.append(config) or 0)
+    assert main(["train", "--resume", root, "-n", "3500"]) == 0
+    assert capsys.readouterr().err.startswith(f"{root} was solved at iteration 2500; training on past the solve")
+    (config,) = ran
+    assert config.training.num_iterations == 3500 and not config.evaluation.stop_when_solved
+    with open(RunLayout(root).written_config, encoding="utf-8") as handle:
+        assert yaml.safe_load(handle) == {"agent": {"learning_rate": 0.001}, "training": {"num_iterations": 3500},
+                                          "evaluation": {"stop_when_solved": False}}
