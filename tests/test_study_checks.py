@@ -7,23 +7,30 @@ import pytest
 
 from helpers import CONFIGS
 
+from dqn_cartpole.config import load_config, to_dict
+from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import study_checks
-from dqn_cartpole.experiments.tune import plan_tune, run_tune
+from dqn_cartpole.experiments.tune import TunePlan, run_tune
 
 SMOKE = os.path.join(CONFIGS, "smoke.yaml")
-SPACE = "agent.learning_rate: {low: 1e-4, high: 1e-2, log: true}\n"
 
 
-def plan(tmp_path, space: str = SPACE, *overrides: str, storage=None):
-    path = tmp_path / "space.yaml"
-    path.write_text(space)
-    return plan_tune(SMOKE, str(path), trials=2, jobs=1, storage_url=storage, study_name="t",
-                     overrides=[f"output.root={tmp_path}", *overrides], sampler_seed=0)
-
-
-def test_a_space_that_lets_some_trials_solve_is_accepted(tmp_path):
-    assert plan(tmp_path, SPACE + "evaluation.stop_when_solved: {choices: [true, false]}\n").trials == 2
-    assert plan(tmp_path, SPACE, "evaluation.stop_when_solved=true").trials == 2
+def test_a_study_is_refused_only_when_no_trial_can_solve():
+    """In-process on resolved configs (plan_tune's own checks of them spawn a process: test_experiments_bad_input)."""
+    never = to_dict(load_config(SMOKE))  # smoke.yaml: stop_when_solved false
+    solving = to_dict(load_config(SMOKE, ["evaluation.stop_when_solved=true"]))
+    with pytest.raises(UserError, match=f"^{SMOKE}: evaluation.stop_when_solved is false, so no run checks for a "
+                                        f"solve; --objective cpu_s is measured at a confirmed solve"):
+        study_checks.check_can_solve(SMOKE, [], never, [never], "cpu_s", "solved_cpu_s")
+    study_checks.check_can_solve(SMOKE, [], never, [never, solving], "cpu_s", "solved_cpu_s")  # a value of the space
+    study_checks.check_can_solve(SMOKE, [], never, [], "best_return", "best_return")  # measured without a solve
+    short = ["evaluation.stop_when_solved=true", "env.max_episode_steps=100"]
+    out_of_reach = to_dict(load_config(SMOKE, short))
+    with pytest.raises(UserError, match=r"^--set env.max_episode_steps=100: evaluation.solve_return 475 is above the "
+                                        r"best return CartPole-v1 allows here \(100\), so no run can solve it; "
+                                        r".*lower evaluation.solve_return or raise env.max_episode_steps$"):
+        study_checks.check_can_solve(SMOKE, short, out_of_reach, [], "env_steps", "solved_env_steps")
+    assert study_checks.why_never_solved(solving) is None
 
 
 @pytest.mark.parametrize("values, warns", [([728.0, 728.0, 728.0], True), ([728.0, 700.0], False), ([728.0], False),
@@ -44,7 +51,8 @@ def test_a_study_whose_trials_all_scored_the_same_warns_at_its_end(tmp_path, cap
 
     monkeypatch.setattr(tune_outputs, "write_outputs", lambda study, plan: ["wrote the outputs"])
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    checked = plan(tmp_path, SPACE, "evaluation.stop_when_solved=true", storage=str(tmp_path / "journal.log"))
+    checked = TunePlan("t", str(tmp_path / "tune" / "t"), SMOKE, str(tmp_path / "space.yaml"), (), trials=2, jobs=1,
+                       storage_url=str(tmp_path / "journal.log"), overrides=(), sampler_seed=0, warmup_env_steps=0)
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(checked.storage_url))
     study = optuna.create_study(study_name="t", storage=storage, direction="minimize")
     for rate in (1e-3, 2e-3):

@@ -94,6 +94,7 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
             raise UserError(f"{flag}: must be positive, got {value}")
     if objective not in OBJECTIVES:
         raise UserError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
+    study_checks.check_sampler_seed(sampler_seed)
     seeds = tuple(grid.parse_seeds(seeds_text)) if seeds_text is not None else ()
     if seeds and any(item.split("=", 1)[0].strip() == "training.seed" for item in overrides):
         raise UserError("--set training.seed: give the seeds with --seeds")
@@ -115,7 +116,6 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
         raise UserError(f"--study {name!r}: must be a plain name")
     folder = os.path.join(base["output"]["root"], "tune", name)
     budget = env_step_budget(base)
-    study_checks.check_sampler_seed(sampler_seed)
     study_checks.check_can_solve(config_path, overrides, base, [c for c in checked if isinstance(c, dict)],
                                  objective, OBJECTIVES[objective][1])
     return TunePlan(name, folder, os.path.abspath(config_path), os.path.abspath(space_path), tuple(params), trials,
