@@ -1,7 +1,9 @@
 """Typed, frozen, documented configuration, loaded from YAML plus `--set` overrides.
 
 Config flows one way: YAML file -> `--set section.key=value` overrides -> one frozen
-`Config`, checked here before anything is built. Every field carries a one-line description
+`Config`, checked here before anything is built. `load` also keeps what the user wrote (the keys the
+file and the flags named, before `auto` resolves: what `config` and the report call changed) and
+where each value came from, so an error names the file, the `--set` or the shortcut that gave it. Every field carries a one-line description
 in its metadata (`dqn_cartpole.config_docs` turns them into the `config` command's output and
 docs/configuration-reference.md).
 
@@ -497,7 +499,9 @@ def nested(written: dict) -> dict:
 def changes(written: dict) -> list[str]:
     """The keys of `written` (section.key -> value, as the user wrote it) whose value is not the default: what the
     user changed. An `auto` a run resolved is no change, and neither is a default written out."""
-    return [dotted for dotted, value in written.items() if value != _plain(value_of(Config(), dotted))]
+    defaults = {f"{section}.{key}": _plain(value) for section, keys in to_dict(Config()).items()
+                for key, value in keys.items()}
+    return [dotted for dotted, value in written.items() if dotted in defaults and value != defaults[dotted]]
 
 
 def load(path: Optional[str] = None, overrides: typing.Sequence[typing.Union[str, Flagged]] = ()) -> Loaded:

@@ -118,3 +118,11 @@ def test_the_page_fits_a_1280_px_window(tmp_path):
                                             f"file://{probe}"], str(tmp_path / "profile"))
     scroll_width, client_width = map(int, re.search(r'<pre id="width">(\d+) (\d+)</pre>', dom).groups())
     assert scroll_width <= client_width, f"the page is {scroll_width} px wide in a {client_width} px window"
+
+
+def test_a_written_key_this_version_does_not_know_is_ignored(tmp_path):
+    layout = make_run(str(tmp_path / "run"), ["agent.learning_rate=1e-3"])
+    with open(layout.written_config, "a", encoding="utf-8") as handle:
+        handle.write("agent:\n  learning_rate: 0.001\n  retired_key: 3\nold_section:\n  x: 1\n")  # a newer or older run
+    config = section(open(write_run_report(layout.root), encoding="utf-8").read(), "Config")
+    assert re.findall(r'<tr class="changed"><td class="key">([^<]+)</td>', config) == ["agent.learning_rate"]
