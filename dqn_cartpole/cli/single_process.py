@@ -153,10 +153,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     with contextlib.closing(lock):
         given = override_values(config_overrides(args))
         resume = finished.plan_finished(args.resume, plan.found, config, given)
-        if resume.line:
-            print(resume.line, file=sys.stdout if not resume.run else sys.stderr)
         if not resume.run:
+            print(resume.line)  # the outcome: nothing to do, and how to go on
             return 0
+        if resume.line:
+            print(resume.line, file=sys.stderr)  # with the run's other messages, above its progress
         before = read_written(RunLayout(args.resume).written_config)
         if before is not None:  # a run that recorded what was written: add what this command wrote
             write_written(args.resume, {**before, **given, **dict(resume.written)})
