@@ -3,9 +3,9 @@
 Config flows one way: YAML file -> `--set section.key=value` overrides -> one frozen
 `Config`, checked here before anything is built. `load` also keeps what the user wrote (the keys the
 file and the flags named, before `auto` resolves: what `config` and the report call changed) and
-where each value came from, so an error names the file, the `--set` or the shortcut that gave it. Every field carries a one-line description
-in its metadata (`dqn_cartpole.config_docs` turns them into the `config` command's output and
-docs/configuration-reference.md).
+where each value came from, so an error names the file, the `--set` or the shortcut that gave it.
+Every field carries a one-line description in its metadata (`dqn_cartpole.config_docs` turns them
+into the `config` command's output and docs/configuration-reference.md).
 
 Defaults have one source, configs/default.yaml: every field takes its default from that file
 when this module is imported, so `Config()`, a config file that names only a few keys, and
@@ -483,7 +483,6 @@ class Loaded:
     #                flag named, as written (`auto` stays `auto`)
     origins: dict  # section.key -> where a value came from: the file, `--set ITEM` or e.g. `--env ID`; in the
     #                order they were applied (a key given again moves to the end)
-    file: str  # how errors name the --config file
 
 
 def nested(written: dict) -> dict:
@@ -525,7 +524,7 @@ def load(path: Optional[str] = None, overrides: typing.Sequence[typing.Union[str
         origins.pop(dotted, None)  # re-inserted last: the newest source of a value comes last
         written[dotted], origins[dotted] = _plain(value), where
     validate(config, source, origins)
-    return Loaded(resolve_auto(config), written, origins, source)
+    return Loaded(resolve_auto(config), written, origins)
 
 
 def override_values(overrides: typing.Sequence[typing.Union[str, Flagged]]) -> dict:
