@@ -425,6 +425,14 @@ class Bench:
     def say(self, line: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
+    def wait_started(self) -> None:
+        """Waits until every synthetic collector has imported what it needs (TensorFlow: a few CPU seconds each,
+        all of them on one scheduling group's share of the CPU) and answered."""
+        started = time.monotonic()
+        wait_for(lambda: None not in self.control.answers(len(self.collectors)), "the synthetic collectors starting",
+                 START_TIMEOUT_S + 15 * len(self.collectors), lambda: self.processes.check_alive(self.collectors))
+        self.say(f"{len(self.collectors)} synthetic collectors started ({time.monotonic() - started:.0f} s)")
+
     def order(self, phase_index: int, phase: Phase, address: str, active: int) -> None:
         """Tells the synthetic collectors which of them write (the first `active`), where; waits for their answers."""
         self.control.write(phase=phase_index, address=address, overrides=phase_overrides(phase), active=active)
@@ -647,6 +655,7 @@ def run_phases(args: argparse.Namespace, workdir: str) -> dict:
         collectors = [processes.start(f"collector {i}", command + [str(i), "--workdir", workdir],
                                       own_session=args.collectors_share == "each") for i in range(max(args.counts))]
         bench = Bench(workdir, processes, Control(workdir), collectors, args.counts, args.seconds)
+        bench.wait_started()
         for index, phase in enumerate(args.phases):
             run_phase(bench, index, phase, real_collector=index == 0 and phase.key == "learner")
         bench.control.write(exit=True)
