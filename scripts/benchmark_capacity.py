@@ -55,7 +55,7 @@ from typing import Any, Callable, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from capacity_collectors import SETUP_FILE, STEPS_FILE, Control, collector_child, synthetic_steps  # noqa: E402
+from capacity_collectors import SETUP_FILE, STEPS_FILE, Control, collector_host, synthetic_steps  # noqa: E402
 from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
 
 DEFAULT_COUNTS = (1, 2, 4, 8, 16)
@@ -157,10 +157,11 @@ def parse_args(argv: list) -> argparse.Namespace:
     parser.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="PATH",
                         help="the tutorial's training loop, run first and last as a gauge of the machine's load")
     parser.add_argument("--iterations", default="3000", help="iterations of each reference-loop run")
-    parser.add_argument("--collector-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--collector-host", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--own-sessions", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.collector_child is not None:
+    if args.collector_host is not None:
         return args
     args.counts, args.seconds = parse_counts(args.capacity), parse_seconds(args.seconds)
     args.phases = parse_modes(args.modes)
@@ -182,28 +183,12 @@ class Processes:
     def __init__(self, workdir: str):
         self.workdir, self.children, self.ports = workdir, [], []
 
-    def start(self, name: str, command: list, own_session: bool = True) -> Any:
-        """`command` as a supervisor Child: in a session of its own (Linux schedules each session's autogroup as
-        one unit), or, with `own_session` false, in this process's session (and a process group of its own, so a
-        terminal's Ctrl-C reaches only this process, which stops it)."""
-        import subprocess
+    def start(self, name: str, command: list) -> Any:
+        """`command` as a supervisor Child (in a session of its own: Linux schedules each session's autogroup as one
+        unit), its output in workdir/logs."""
+        from dqn_cartpole.processes.supervisor import Child
 
-        from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
-
-        log = os.path.join(self.workdir, "logs", re.sub(r"\W+", "-", name) + ".log")
-        child = Child(name, command, log)
-        if own_session:
-            child.start()
-        else:
-            os.makedirs(os.path.dirname(log), exist_ok=True)
-
-            def setup() -> None:
-                os.setpgid(0, 0)
-                die_with_parent()
-
-            with open(log, "ab") as handle:
-                child.process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT,
-                                                 stdin=subprocess.DEVNULL, env=child_env(), preexec_fn=setup)
+        child = Child(name, command, os.path.join(self.workdir, "logs", re.sub(r"\W+", "-", name) + ".log")).start()
         self.children.append(child)
         return child
 
@@ -228,7 +213,8 @@ class Processes:
         busy = [port for port in self.ports if port in listening]
         if left or busy:
             return f"LEFT BEHIND: processes {left or 'none'}, ports {busy or 'none'}"
-        return f"cleaned up: {len(self.children)} processes stopped, ports {self.ports or 'none'} free"
+        ports = f"ports {', '.join(map(str, self.ports))} no longer listen" if self.ports else "no port opened"
+        return f"cleaned up: {len(self.children)} child processes (and their own children) stopped, {ports}"
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout_s: float, check: Callable[[], None]) -> Any:
@@ -417,29 +403,42 @@ class Bench:
     workdir: str
     processes: Processes
     control: Control
-    collectors: list  # the synthetic collectors' Children
+    host: Any  # the synthetic collectors' parent (a supervisor Child)
     counts: list
     seconds: float
     results: dict = field(default_factory=dict)  # phase key -> [(count, figures)], and "real collector"
+    collectors: list = field(default_factory=list)  # the synthetic collectors' pids, by index
 
     def say(self, line: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
-    def wait_started(self) -> None:
-        """Waits until every synthetic collector has imported what it needs (TensorFlow: a few CPU seconds each,
-        all of them on one scheduling group's share of the CPU) and answered."""
+    def wait_started(self, count: int) -> None:
+        """Waits until each of the `count` synthetic collectors has answered (their host imports TensorFlow once,
+        then forks them); keeps their pids."""
+        def all_answered() -> Optional[list]:
+            answers = self.control.answers(count)
+            return None if None in answers else answers
+
         started = time.monotonic()
-        wait_for(lambda: None not in self.control.answers(len(self.collectors)), "the synthetic collectors starting",
-                 START_TIMEOUT_S + 15 * len(self.collectors), lambda: self.processes.check_alive(self.collectors))
-        self.say(f"{len(self.collectors)} synthetic collectors started ({time.monotonic() - started:.0f} s)")
+        answers = wait_for(all_answered, "the synthetic collectors starting", START_TIMEOUT_S, self.check_collectors)
+        self.collectors = [answer["pid"] for answer in answers]
+        self.say(f"{count} synthetic collectors started ({time.monotonic() - started:.0f} s)")
+
+    def check_collectors(self) -> None:
+        """RuntimeError (naming the host's log) if the collectors' host or any collector has ended."""
+        import psutil
+
+        self.processes.check_alive([self.host])
+        gone = [i for i, pid in enumerate(self.collectors) if not psutil.pid_exists(pid)]
+        if gone:
+            raise RuntimeError(f"synthetic collector(s) {gone} ended (log: {self.host.log_path})")
 
     def order(self, phase_index: int, phase: Phase, address: str, active: int) -> None:
         """Tells the synthetic collectors which of them write (the first `active`), where; waits for their answers."""
         self.control.write(phase=phase_index, address=address, overrides=phase_overrides(phase), active=active)
-        expected = [{"phase": phase_index, "active": i < active} for i in range(len(self.collectors))]
+        expected = [{"phase": phase_index, "active": i < active, "pid": pid} for i, pid in enumerate(self.collectors)]
         wait_for(lambda: self.control.answers(len(self.collectors)) == expected,
-                 f"the synthetic collectors taking the order of {active} writing", ACK_TIMEOUT_S,
-                 lambda: self.processes.check_alive(self.collectors))
+                 f"the synthetic collectors taking the order of {active} writing", ACK_TIMEOUT_S, self.check_collectors)
 
 
 def start_roles(bench: Bench, phase: Phase) -> tuple:
@@ -483,9 +482,9 @@ def run_phase(bench: Bench, index: int, phase: Phase, real_collector: bool) -> N
     started = time.monotonic()
     address, run_dir, server, learner, client = start_roles(bench, phase)
     roles = [server, learner]
-    alive = lambda: bench.processes.check_alive(roles + bench.collectors)  # noqa: E731
+    alive = lambda: (bench.processes.check_alive(roles), bench.check_collectors())  # noqa: E731
     table = build.distributed_writer_tables(load_config(default_config_path(), phase_overrides(phase)))[0]
-    names = {f"collector {i}": c.process.pid for i, c in enumerate(bench.collectors)}
+    names = {f"collector {i}": pid for i, pid in enumerate(bench.collectors)}
     watch = Watch(client, table, {"server": psutil.Process(server.process.pid),
                                   "learner": psutil.Process(learner.process.pid), "benchmark": psutil.Process(),
                                   **{n: psutil.Process(pid) for n, pid in names.items()}},
@@ -651,11 +650,11 @@ def run_phases(args: argparse.Namespace, workdir: str) -> dict:
     try:
         with heavy():
             prepare_collectors(workdir)
-        command = [sys.executable, os.path.abspath(__file__), "--collector-child"]
-        collectors = [processes.start(f"collector {i}", command + [str(i), "--workdir", workdir],
-                                      own_session=args.collectors_share == "each") for i in range(max(args.counts))]
-        bench = Bench(workdir, processes, Control(workdir), collectors, args.counts, args.seconds)
-        bench.wait_started()
+        host = processes.start("synthetic collectors", [
+            sys.executable, os.path.abspath(__file__), "--collector-host", str(max(args.counts)), "--workdir", workdir,
+            *(["--own-sessions"] if args.collectors_share == "each" else [])])
+        bench = Bench(workdir, processes, Control(workdir), host, args.counts, args.seconds)
+        bench.wait_started(max(args.counts))
         for index, phase in enumerate(args.phases):
             run_phase(bench, index, phase, real_collector=index == 0 and phase.key == "learner")
         bench.control.write(exit=True)
@@ -712,9 +711,8 @@ def capacity(args: argparse.Namespace) -> None:
 
 def main(argv: list) -> None:
     args = parse_args(argv)
-    if args.collector_child is not None:
-        collector_child(args.collector_child, args.workdir)
-        return
+    if args.collector_host is not None:
+        raise SystemExit(collector_host(args.collector_host, args.workdir, args.own_sessions))
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # the children are stopped on the way
     capacity(args)
 

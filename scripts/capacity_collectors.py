@@ -7,9 +7,11 @@ them: a weight pull (the `variables` item) and a flush every `distributed.weight
 window tagged with the pulled train step. Its steps are made beforehand (`synthetic_steps`: random values within
 the specs, whole episodes, so the writers pad each episode's end as they do a real one's) and cycled.
 
-The benchmark starts all of them once (each imports TensorFlow: a few CPU seconds) and tells them through a small
-file (`Control`) which of them write, into which server; each answers every change of its state, so a measurement
-starts only once exactly the wanted ones write.
+The benchmark starts them all once: one host process imports what they need (TensorFlow, Reverb: a few CPU
+seconds) and forks them, so 16 collectors cost one import, and they share one scheduling group (the host's session)
+unless told to take one each. It tells them through a small file (`Control`) which of them write, into which
+server; each answers every change of its state, with its pid, so a measurement starts only once exactly the wanted
+ones write, and their CPU is read process by process.
 """
 
 from __future__ import annotations
@@ -142,10 +144,11 @@ class Control:
                     self._cached = json.load(handle)
         return self._cached
 
-    def answer(self, index: int, phase: int, active: bool) -> None:
+    def answer(self, index: int, phase: Any, active: bool) -> None:
+        """Collector `index`'s state: the phase of the newest order it saw and whether it writes, with its pid."""
         path = os.path.join(self.folder, f"ack-{index}.json")
         with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
-            json.dump({"phase": phase, "active": active}, handle)
+            json.dump({"phase": phase, "active": active, "pid": os.getpid()}, handle)
         os.replace(f"{path}.tmp", path)
 
     def answers(self, count: int) -> list:
@@ -159,19 +162,68 @@ class Control:
         return found
 
 
-def collector_child(index: int, workdir: str) -> None:
-    """A synthetic collector process: writes while the orders say collector `index` is active, idles otherwise;
-    answers each change of its state."""
-    control = Control(workdir)
-    with open(os.path.join(workdir, SETUP_FILE), encoding="utf-8") as handle:
-        setup = json.load(handle)
+def collector_host(count: int, workdir: str, own_sessions: bool) -> int:
+    """The synthetic collectors' parent: imports what they need once, then forks `count` collector processes
+    (copies that share those pages: one TensorFlow import instead of `count`) and waits for them. They are in this
+    process's session, i.e. one scheduling group, unless `own_sessions` gives each its own. Returns the exit status:
+    1 if a collector failed (its traceback is in this process's log)."""
+    import signal
+
     from dqn_cartpole.console.imports import heavy_imports
 
-    with heavy_imports():
-        from dqn_cartpole.config import load_config
-        from dqn_cartpole.replay.reverb_writers import WriterInterrupted
+    with heavy_imports():  # no TensorFlow op runs and no gRPC channel opens before the fork
+        from dqn_cartpole.config import load_config  # noqa: F401  (imported for the children)
+        from dqn_cartpole.core import build  # noqa: F401
+        from dqn_cartpole.replay.reverb_writers import WriterInterrupted  # noqa: F401
     with open(os.path.join(workdir, STEPS_FILE), "rb") as handle:
         data_spec, steps = pickle.load(handle)
+    children = []
+    for index in range(count):
+        pid = os.fork()
+        if pid == 0:
+            _run_child(index, workdir, data_spec, steps, own_sessions)
+        children.append(pid)
+    signal.signal(signal.SIGTERM, lambda signum, frame: [_kill(pid) for pid in children])
+    failed = 0
+    for _ in children:
+        _, status = os.wait()
+        failed += os.waitstatus_to_exitcode(status) not in (0, -signal.SIGTERM)
+    return 1 if failed else 0
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 15)
+
+
+def _run_child(index: int, workdir: str, data_spec: Any, steps: list, own_session: bool) -> None:
+    """A forked collector: never returns into the parent's code."""
+    import traceback
+
+    from dqn_cartpole.processes.supervisor import die_with_parent
+
+    status = 0
+    try:
+        if own_session:
+            os.setsid()
+        die_with_parent()
+        collector_loop(index, workdir, data_spec, steps)
+    except BaseException:  # pylint: disable=broad-except  # reported, then the child ends
+        traceback.print_exc()
+        status = 1
+    finally:
+        os._exit(status)  # pylint: disable=protected-access
+
+
+def collector_loop(index: int, workdir: str, data_spec: Any, steps: list) -> None:
+    """Collector `index`: writes while the orders say it is active, idles otherwise; answers each change of its
+    state; returns on the `exit` order."""
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.replay.reverb_writers import WriterInterrupted
+
+    control = Control(workdir)
+    with open(os.path.join(workdir, SETUP_FILE), encoding="utf-8") as handle:
+        config_path = json.load(handle)["config"]
     collector, phase, answered = None, None, None
 
     def wanted(order: dict) -> bool:
@@ -184,9 +236,8 @@ def collector_child(index: int, workdir: str) -> None:
             collector = None
         if collector is None and order.get("active", 0) > index:
             phase = order["phase"]
-            config = load_config(setup["config"], order["overrides"])
-            collector = SyntheticCollector(config, data_spec, order["address"], steps,
-                                           stopped=lambda: not wanted(control.read()))
+            collector = SyntheticCollector(load_config(config_path, order["overrides"]), data_spec, order["address"],
+                                           steps, stopped=lambda: not wanted(control.read()))
         state = (order.get("phase"), collector is not None)
         if state != answered:
             control.answer(index, *state)
@@ -200,5 +251,3 @@ def collector_child(index: int, workdir: str) -> None:
             pass
     if collector is not None:
         collector.close()
-
-
