@@ -1,6 +1,7 @@
 """Capacity benchmark: how far one learner goes. `python scripts/benchmark.py --capacity [1,2,4,8,16] [--seconds 8]
-[--modes learner,server] [--collectors-share one|each]` (or this file directly, with the same arguments); about 9
-minutes with the defaults on 2 loaded cores.
+[--modes learner,server] [--collectors-share one|each]` (or this file directly, with the same arguments). With the
+defaults: about 7 minutes of measurement plus the reference loop's two runs (12.5 minutes in all on the busy 2-core
+machine of docs/scale-out.md's capacity plan).
 
 One real `replay-server` and one real `learn` process (the roles' own code, default config on `replay.backend:
 reverb`), fed by **synthetic collectors** (scripts/capacity_collectors.py): separate processes, as a cluster's
@@ -24,12 +25,12 @@ For each count it measures, over `--seconds` once the count has settled:
     first.
 
 CPU contention: 2 cores cannot hold 16 collectors, a server and a learner, so on this machine the rates stop where
-the CPU does. Two things keep that apart from the roles' own limits. The synthetic collectors share one scheduling
-group (Linux's autogroup: they run in this command's session), so the server and the learner keep their share of the
-CPU whatever the count, as if the collectors had a machine of their own (`--collectors-share each` gives each
-collector its own group, as `train --topology local` runs its roles: then the count takes CPU from the learner). And
-the per-unit CPU costs, which do not depend on who else runs, are what extrapolates to other machines; the table
-says how busy the machine was and how much of it other users took.
+the CPU does. Two things keep that apart from the roles' own limits. The synthetic collectors are forked by one host
+process and share its scheduling group (Linux's autogroup: one per session), so the server and the learner keep their
+share of the CPU whatever the count, as if the collectors had a machine of their own (`--collectors-share each`
+gives each collector its own group, as `train --topology local` runs its roles: then the count takes CPU from the
+learner). And the per-unit CPU costs, which do not depend on who else runs, are what extrapolates to other machines;
+the table says how busy the machine was and how much of it other users took.
 
 The tutorial's reference loop runs before and after (`--reference PATH`) as the gauge of the machine's load. Every
 child is stopped when the command ends, however it ends (and dies with it: PR_SET_PDEATHSIG); the last line says
@@ -152,8 +153,9 @@ def parse_args(argv: list) -> argparse.Namespace:
     parser.add_argument("--seconds", default=f"{DEFAULT_SECONDS:g}", help="measured seconds per point")
     parser.add_argument("--modes", default="learner,server", help="distributed.replay modes to measure")
     parser.add_argument("--collectors-share", default="one", help="one: the synthetic collectors share one scheduling "
-                        "group, so the server and the learner keep their share of the CPU whatever their number; each: "
-                        "each collector is a group of its own, as train --topology local runs its roles")
+                        "group (their host's session), so the server and the learner keep their share of the CPU "
+                        "whatever their number; each: each collector is a group of its own, as train --topology local "
+                        "runs its roles")
     parser.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="PATH",
                         help="the tutorial's training loop, run first and last as a gauge of the machine's load")
     parser.add_argument("--iterations", default="3000", help="iterations of each reference-loop run")
