@@ -70,9 +70,9 @@ def test_synthetic_collectors_write_windows_a_learner_side_buffer_takes():
     from dqn_cartpole.replay.base import boundary_steps
 
     # The benchmark's own overrides, and a queue deep enough for every window (the benchmark's learner drains it).
+    overrides = benchmark_capacity.phase_overrides(benchmark_capacity.PHASES[0])
     config = load_config(os.path.join(CONFIGS, "default.yaml"), [
-        *benchmark_capacity.phase_overrides(benchmark_capacity.PHASES[0]), "distributed.samples_per_insert_tolerance=64000",
-        "training.initial_collect_steps=64"])
+        *overrides, "distributed.samples_per_insert_tolerance=64000", "training.initial_collect_steps=64"])
     length = config.agent.n_step + 1
     with contextlib.ExitStack() as stack:
         _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
@@ -86,8 +86,7 @@ def test_synthetic_collectors_write_windows_a_learner_side_buffer_takes():
         assert len(steps) >= 150 and int(steps[0][0][0]) == 0 and int(steps[-1][0][0]) == 2  # FIRST ... LAST
         collector = capacity.SyntheticCollector(config, spec, server.address, steps)
         stack.callback(collector.close)
-        collector.write(len(steps) - 1)  # the writers hold the newest n steps back until the episode ends...
-        collector.write(1, pull=False)  # ...which its LAST (boundary) step does: one window per step
+        collector.write(len(steps))  # whole episodes: every step starts a window, the last ones padded
         read = len(steps) // 8 * 8  # the learner reads whole batches of 8
         replay = build.make_learner_replay(config, spec, server.address, agent.train_step_counter, stack, 10_000)
         replay.read(read)
