@@ -716,7 +716,11 @@ def main(argv: list) -> None:
     if args.collector_host is not None:
         raise SystemExit(collector_host(args.collector_host, args.workdir, args.own_sessions))
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # the children are stopped on the way
-    capacity(args)
+    try:
+        capacity(args)
+    except KeyboardInterrupt:  # Ctrl-C: the children were stopped on the way out
+        print("stopped (Ctrl-C)", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":
