@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import time
 
 import imageio.v2 as imageio
@@ -153,3 +154,26 @@ def test_resume_continues_a_run_with_new_iterations(other_run):
     assert resumed.eval_metrics["train_step"].tolist() == [0, 100, 200, 300]
     env_steps = resumed.train_metrics["env_steps"]
     assert np.all(np.diff(env_steps) > 0) and resumed.config.network.fc_layer_params == (16, 16)
+
+
+def test_sweep_is_the_sweep_command(api_smoke, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # smoke.yaml's output.root, outputs/, is relative
+    with pytest.raises(dq.UserError, match="grid: agent.learning_rate: expected a list of values"):
+        dq.sweep("smoke", grid={"agent.learning_rate": 0.001})
+    with pytest.raises(dq.UserError, match="--seeds 0-x: expected seeds like 0-4"):
+        dq.sweep("smoke", seeds="0-x")
+    # A sweep whose members are done (copies of a finished run, in the folder the command planned) trains nothing
+    # and returns them, as the command skips them; its own checks, manifest and summary apply.
+    from dqn_cartpole.config import locate_config
+    from dqn_cartpole.experiments.sweep import plan_sweep, write_manifest
+
+    plan = plan_sweep(locate_config("smoke"), "0,1", ["agent.learning_rate=[0.001]"], [], None, "done")
+    os.makedirs(plan.folder)
+    write_manifest(plan)
+    folder = tmp_path / "outputs" / "sweeps" / "done"
+    for seed in (0, 1):
+        shutil.copytree(api_smoke[0].path, folder / f"learning_rate=0.001__s{seed}")
+    runs = dq.sweep("smoke", seeds=[0, 1], grid={"agent.learning_rate": [0.001]}, name="done", progress=False)
+    assert runs == [dq.Run(str(folder / f"learning_rate=0.001__s{seed}")) for seed in (0, 1)]
+    assert "sweep done: 2 runs (2 already done, 0 finished now, 0 failed)" in capsys.readouterr().out
+    assert (folder / "report.html").is_file()
