@@ -7,6 +7,7 @@ The runs here are trained in the pytest process, after other runs: each must be 
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import os
 import shutil
@@ -41,12 +42,25 @@ def file_bytes(path: str) -> bytes:
         return handle.read()
 
 
+def left_behind() -> tuple[int, int]:
+    """What runs could leave in this process for good: TensorFlow's registered custom gradients (each holds the graph
+    it was traced in), and the graph operations alive."""
+    from tensorflow.python.framework import ops
+
+    gc.collect()
+    custom = sum(name.startswith("CustomGradient-") for name in ops.gradient_registry._registry)
+    return custom, sum(isinstance(o, ops.Operation) for o in gc.get_objects())
+
+
 @pytest.fixture(scope="module")
-def other_run(tmp_path_factory) -> dq.Run:
-    """A run of another shape and seed first, so the runs after it are not this process's first."""
-    return dq.train(SMOKE, tmp_path_factory.mktemp("other") / "run", progress=False,
-                    overrides={**QUIET, "training.seed": 1, "network.fc_layer_params": [16, 16],
-                               "training.num_iterations": 200})
+def other_run(tmp_path_factory) -> tuple[dq.Run, tuple[int, int]]:
+    """A run of another shape and seed first, so the runs after it are not this process's first: (run, what the
+    process held before it)."""
+    before = left_behind()
+    run = dq.train(SMOKE, tmp_path_factory.mktemp("other") / "run", progress=False,
+                   overrides={**QUIET, "training.seed": 1, "network.fc_layer_params": [16, 16],
+                              "training.num_iterations": 200})
+    return run, before
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +119,13 @@ def test_a_run_in_this_process_is_the_run_a_fresh_process_gives(api_smoke, smoke
     assert run.summary["wall_s"] <= seconds and run.summary["cpu_s"] <= seconds * 2
 
 
+def test_runs_in_this_process_leave_nothing_behind(other_run, api_smoke):
+    """Two runs later the process holds no more custom gradients, nor their traced graphs, than before them."""
+    _, (custom_before, operations_before) = other_run
+    custom, operations = left_behind()
+    assert custom == custom_before and operations <= operations_before + 100, (operations_before, operations)
+
+
 def test_open_reads_a_run_folder_as_columns_and_summary(smoke_run, tmp_path):
     cli_dir, _ = smoke_run
     run = dq.Run.open(cli_dir)
@@ -144,6 +165,7 @@ def test_evaluate_record_report_and_how_a_run_shows_itself(api_smoke, tmp_path):
 
 
 def test_resume_continues_a_run_with_new_iterations(other_run):
+    other_run, _ = other_run
     with pytest.raises(dq.UserError, match="cannot change network.fc_layer_params"):  # the CLI's check and line
         dq.train(resume=other_run, overrides={"network.fc_layer_params": [32]})
     with pytest.raises(dq.UserError, match="give no config"):

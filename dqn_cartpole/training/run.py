@@ -15,7 +15,7 @@ from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.processes.commands import resume_command
 from dqn_cartpole.run_folder.checkpointing import ResumePlan
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.training.host import shared_process
+from dqn_cartpole.training.host import custom_gradients_released, shared_process
 from dqn_cartpole.training.outcome import RunEnd
 
 
@@ -84,7 +84,9 @@ def run_here(config: Config, run_dir: str, progress: Progress, plan: Optional[Re
     """Trains in this process, which goes on afterwards, as the CLI's `run` does (summary.json, report.html, the
     summary on stdout), but prints no failure (it is in the `Ending`) and leaves the process as it found it:
 
-    * nothing is frozen on the heap (`host.shared_process`), so the run's objects are freed when it ends;
+    * nothing is frozen on the heap (`host.shared_process`), and the gradient functions its traced train step put
+      in TensorFlow's global registry are dropped (`host.custom_gradients_released`), so the run's objects are freed
+      when it ends;
     * Keras' global state is cleared first, so the network's layers get the names a fresh process gives them;
     * the run's wall and CPU seconds count from now;
     * the seeds are set as in a fresh process (the session's `seed_everything`): the same run, value for value.
@@ -96,7 +98,8 @@ def run_here(config: Config, run_dir: str, progress: Progress, plan: Optional[Re
     from dqn_cartpole.training.session import train
 
     tf.keras.backend.clear_session()  # layer-name counters (and the Keras graph) as in a fresh process
-    with RunEnd(run_dir, created, progress, resume_hint, change_hint, print_failure=False) as end:
+    with RunEnd(run_dir, created, progress, resume_hint, change_hint, print_failure=False) as end, \
+            custom_gradients_released():
         end.summary = train(config, RunLayout(run_dir), progress, plan, host)
     status = end.finish()
     return Ending(end.summary, status, end.failure)
