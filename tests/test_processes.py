@@ -191,6 +191,17 @@ def test_a_child_set_stops_only_the_children_still_running(tmp_path, started):
     assert running.returncode == -signal.SIGINT and not (tmp_path / "terms").exists()  # the signal given, once
 
 
+def test_a_child_stops_on_sigint_when_its_parent_ignores_sigint(tmp_path, started):
+    """A command started in the background by a script (or nohup) has SIGINT ignored; its children must not."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child = start(started, "runner", python(COUNT_TERMS, str(tmp_path / "terms")), tmp_path / "runner.log")
+    finally:
+        signal.signal(signal.SIGINT, before)
+    wait_until(lambda: "ready" in child.output())
+    assert child.stop(grace_s=10, signum=signal.SIGINT) == -signal.SIGINT
+
+
 def test_the_exit_status_of_a_stop_is_128_plus_the_signal():
     assert exit_status.for_signal(signal.SIGINT) == 130
     assert exit_status.for_signal(signal.SIGTERM) == 143

@@ -32,8 +32,11 @@ RUNNING, ENDED, DIED, WAITING, RESTARTED, GAVE_UP = "running", "ended", "died", 
 
 
 def die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies."""
+    """In the child, before exec: SIGTERM when the parent dies, and SIGINT back to its default. A command a script
+    or `nohup` started in the background inherits SIGINT ignored, and a Python child would keep ignoring it: the
+    supervisor's stop (SIGINT, as Ctrl-C) would then wait out its grace and kill the child without its checkpoint."""
     _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def package_root() -> str:
