@@ -13,7 +13,8 @@ import time
 from typing import Callable, Iterator, Optional
 
 # The phases of a run, in the order they first happen.
-STARTUP = "start-up and imports"  # Python, the command line, the config check, TensorFlow and TF-Agents
+STARTUP = "start-up and imports"  # Python, the command line, the config check, TensorFlow and TF-Agents, the
+# run folder and the plotter and renderer children
 BUILD = "build"  # envs, agent, replay, drivers, logs (and a resumed run's checkpoint)
 INITIAL_COLLECT = "initial collect"  # the random policy fills the replay (its first call traces the driver)
 FIRST_EVALUATION = "first evaluation"  # iteration 0, which also traces the evaluation loop

@@ -91,9 +91,10 @@ class TrainingSession:
     def run(self) -> dict:
         with self.stop_request, self.stack:
             try:
-                found = run_checkpoints.prepare_folder(self.layout, self.plan)
-                # The plotter and the renderer start now: their imports overlap the training.
-                self.workers = ArtifactWorkers(self.config, self.layout, self.progress, self.phases)
+                with self.phases(phase.STARTUP):  # starting two children takes a while on a busy machine
+                    found = run_checkpoints.prepare_folder(self.layout, self.plan)
+                    # The plotter and the renderer start now: their imports overlap the training.
+                    self.workers = ArtifactWorkers(self.config, self.layout, self.progress, self.phases)
                 time_step, policy_state = self.build(found)
                 if found is None or not run_checkpoints.already_done(found, self.config):
                     self.iterate(time_step, policy_state)
