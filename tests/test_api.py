@@ -154,7 +154,9 @@ def test_evaluate_record_report_and_how_a_run_shows_itself(api_smoke, tmp_path):
         run.evaluate(episodes=0)
     out = run.record(tmp_path / "agent.mp4", fps=30)
     assert out == str(tmp_path / "agent.mp4") and imageio.get_reader(out).get_meta_data()["fps"] == 30
-    assert run.record(random=True) == os.path.join(run.path, "videos", "random-agent-2.mp4")  # never replaced
+    random_video = run.record(random=True)  # the command's frame rate: the run's video.fps
+    assert random_video == os.path.join(run.path, "videos", "random-agent-2.mp4")  # never replaced
+    assert imageio.get_reader(random_video).get_meta_data()["fps"] == run.config.video.fps != 30
     assert hasattr(run.policy(), "action")
     os.remove(os.path.join(run.path, "plots", "returns.png"))
     assert run.report() == os.path.join(run.path, "report.html")

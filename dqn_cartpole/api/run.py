@@ -169,16 +169,18 @@ class Run:
         policy_dir, env_id, result = evaluate_policy(args)
         return Evaluation(policy_dir, env_id, np.asarray(result.returns), np.asarray(result.lengths))
 
-    def record(self, output: "str | os.PathLike[str] | None" = None, *, episodes: int = 1, fps: int = 50,
-               final: bool = False, random: bool = False, env: Optional[str] = None, seed: int = 0,
-               overwrite: bool = False) -> str:
+    def record(self, output: "str | os.PathLike[str] | None" = None, *, episodes: int = 1,
+               fps: Optional[int] = None, final: bool = False, random: bool = False, env: Optional[str] = None,
+               seed: int = 0, overwrite: bool = False) -> str:
         """Records `episodes` episodes of the saved policy (or, with `random`, of the random one on the run's env)
         to an mp4, as `python -m dqn_cartpole record` does, which prints what it wrote; returns the mp4's path
-        (default: a new file in the run's videos/; with `overwrite`, videos/trained-agent.mp4 itself)."""
+        (default: a new file in the run's videos/; with `overwrite`, videos/trained-agent.mp4 itself). `fps`
+        defaults to the run's video.fps, as its own videos."""
         from dqn_cartpole.cli.single_process import cmd_record, record_output
         from dqn_cartpole.console.imports import import_tensorflow
 
-        argv = ["record", "--episodes", str(int_arg("episodes", episodes)), "--fps", str(int_arg("fps", fps)),
+        fps = self.config.video.fps if fps is None else int_arg("fps", fps)  # `random` too: the run's own rate
+        argv = ["record", "--episodes", str(int_arg("episodes", episodes)), "--fps", str(fps),
                 "--seed", str(int_arg("seed", seed))]
         if random:
             argv += ["--random", "--env", env or self.read().config_value("env.id") or "CartPole-v1"]
