@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import os
 import re
 import socket
@@ -122,3 +124,27 @@ def cartpole_agent(stack):
     config = load_config(None, ["replay.backend=reverb"])
     _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
     return config, agent
+
+
+def write_checkpoint(root: str, iteration: int, finished: bool = False, num_iterations: int = 1000,
+                     damage: bool = False, run_state: Optional[dict] = None) -> str:
+    """A checkpoint folder as CheckpointWriter lays it out (state.json and a manifest, no TF files), under `root`;
+    `run_state` is the saved run state, if any; `damage` spoils state.json after its manifest was written."""
+    from dqn_cartpole.run_folder import checkpointing  # pylint: disable=import-outside-toplevel
+
+    path = os.path.join(root, checkpointing.checkpoint_name(iteration))
+    os.makedirs(path)
+    state = {"format": checkpointing.FORMAT, "iteration": iteration, "finished": finished,
+             "config": {"training": {"num_iterations": num_iterations}}}
+    if run_state is not None:
+        state["run_state"] = run_state
+    with open(os.path.join(path, checkpointing.STATE_FILE), "w") as handle:
+        json.dump(state, handle)
+    data = open(os.path.join(path, checkpointing.STATE_FILE), "rb").read()
+    files = {checkpointing.STATE_FILE: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
+    with open(os.path.join(path, checkpointing.MANIFEST_FILE), "w") as handle:
+        json.dump({"format": checkpointing.FORMAT, "iteration": iteration, "files": files}, handle)
+    if damage:
+        with open(os.path.join(path, checkpointing.STATE_FILE), "a") as handle:
+            handle.write(" ")
+    return path

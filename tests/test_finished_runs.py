@@ -2,7 +2,6 @@
 where the run ended (a solved run: past its solve), says in one line why there is nothing to do otherwise, and
 never redraws the artifacts of a run whose artifacts are all there."""
 
-import hashlib
 import json
 import os
 import shutil
@@ -16,7 +15,7 @@ from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.training import finished
 
-from helpers import SMOKE
+from helpers import SMOKE, write_checkpoint
 
 SOLVED_AT = 2500
 
@@ -25,19 +24,14 @@ def make_finished_run(root: str, solved: bool, artifacts: bool = True) -> checkp
     """A run folder as a finished run leaves it (no TF files: nothing here reads them): its config, a finished
     checkpoint's state.json and manifest, summary.json listing one artifact, report.html."""
     layout = RunLayout(root)
-    path = os.path.join(layout.checkpoints, checkpointing.checkpoint_name(SOLVED_AT))
-    os.makedirs(path)
+    os.makedirs(layout.root, exist_ok=True)
     with open(layout.config, "w", encoding="utf-8") as handle:  # a solved run stopped when solved
         handle.write(dump_yaml(load_config(SMOKE, [f"evaluation.stop_when_solved={str(solved).lower()}"])))
-    state = {"format": checkpointing.FORMAT, "iteration": SOLVED_AT, "finished": True,
-             "run_state": {"solved_at_iteration": SOLVED_AT if solved else None},
-             "config": {"training": {"num_iterations": 30000 if solved else SOLVED_AT}}}
-    with open(os.path.join(path, checkpointing.STATE_FILE), "w") as handle:
-        json.dump(state, handle)
-    data = open(os.path.join(path, checkpointing.STATE_FILE), "rb").read()
-    files = {checkpointing.STATE_FILE: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
-    with open(os.path.join(path, checkpointing.MANIFEST_FILE), "w") as handle:
-        json.dump({"format": checkpointing.FORMAT, "iteration": SOLVED_AT, "files": files}, handle)
+    path = write_checkpoint(layout.checkpoints, SOLVED_AT, finished=True,
+                            num_iterations=30000 if solved else SOLVED_AT,
+                            run_state={"solved_at_iteration": SOLVED_AT if solved else None})
+    with open(os.path.join(path, checkpointing.STATE_FILE)) as handle:
+        state = json.load(handle)
     os.makedirs(layout.plots)
     if artifacts:
         open(layout.returns_plot, "w").close()

@@ -6,7 +6,6 @@ part's rules directly, fast, so a refactor does not lean on the slow tests alone
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -19,6 +18,8 @@ from dqn_cartpole.run_folder.policy_files import INFO_FILE
 from dqn_cartpole.training import checkpoints as resume, triggers
 from dqn_cartpole.training.loop import FIRST_CHUNK, Chunk, ChunkedLoop
 from dqn_cartpole.training.state import RESUMED_FIELDS, RunState
+
+from helpers import write_checkpoint
 
 
 # ---------------------------------------------------------------------------- triggers
@@ -86,25 +87,6 @@ def test_run_state_round_trips_through_a_checkpoint_and_reports_a_summary():
 
 
 # ---------------------------------------------------------------------------- resume planning
-
-
-def write_checkpoint(root: str, iteration: int, finished: bool = False, num_iterations: int = 1000,
-                     damage: bool = False) -> str:
-    """A checkpoint folder as CheckpointWriter lays it out (state.json and a manifest, no TF files)."""
-    path = os.path.join(root, checkpointing.checkpoint_name(iteration))
-    os.makedirs(path)
-    state = {"format": checkpointing.FORMAT, "iteration": iteration, "finished": finished,
-             "config": {"training": {"num_iterations": num_iterations}}}
-    with open(os.path.join(path, checkpointing.STATE_FILE), "w") as handle:
-        json.dump(state, handle)
-    data = open(os.path.join(path, checkpointing.STATE_FILE), "rb").read()
-    files = {checkpointing.STATE_FILE: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
-    with open(os.path.join(path, checkpointing.MANIFEST_FILE), "w") as handle:
-        json.dump({"format": checkpointing.FORMAT, "iteration": iteration, "files": files}, handle)
-    if damage:
-        with open(os.path.join(path, checkpointing.STATE_FILE), "a") as handle:
-            handle.write(" ")
-    return path
 
 
 def test_resume_plan_takes_the_newest_good_checkpoint(tmp_path):
