@@ -176,10 +176,10 @@ class Run:
         to an mp4, as `python -m dqn_cartpole record` does, which prints what it wrote; returns the mp4's path
         (default: a new file in the run's videos/; with `overwrite`, videos/trained-agent.mp4 itself). `fps`
         defaults to the run's video.fps, as its own videos."""
-        from dqn_cartpole.cli.single_process import cmd_record, record_output
+        from dqn_cartpole.cli.single_process import cmd_record, record_fps, record_output
         from dqn_cartpole.console.imports import import_tensorflow
 
-        fps = self.config.video.fps if fps is None else int_arg("fps", fps)  # `random` too: the run's own rate
+        fps = record_fps(self.path) if fps is None else int_arg("fps", fps)  # `random` too: the run's own rate
         argv = ["record", "--episodes", str(int_arg("episodes", episodes)), "--fps", str(fps),
                 "--seed", str(int_arg("seed", seed))]
         if random:
