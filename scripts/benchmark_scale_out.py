@@ -97,19 +97,21 @@ def learner_rate(mode: str, steps: int) -> dict:
 
 def start_server(config_path: str, overrides: list, stack) -> str:
     """A `replay-server` process for `config_path` + `overrides`; returns its address once it is ready."""
-    from dqn_cartpole.distributed.launcher import READY_LINE, free_port
+    from dqn_cartpole.distributed.launcher import free_port
+    from dqn_cartpole.distributed.policy import replay_answers
 
     port = free_port()
     args = python() + ["replay-server", "--config", config_path, "--replay-address", f"localhost:{port}",
                        "--run-dir", tempfile.mkdtemp(prefix="dqn-bench-server-")]
     for item in overrides:
         args += ["--set", item]
-    server = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(args, cwd=REPO, stderr=subprocess.DEVNULL)
     stack.callback(server.wait)
     stack.callback(server.terminate)
-    while READY_LINE not in server.stderr.readline():
+    while not replay_answers(f"localhost:{port}"):  # Reverb's ServerInfo call, as the topologies check it
         if server.poll() is not None:
             raise SystemExit("the replay server did not start")
+        time.sleep(0.1)
     return f"localhost:{port}"
 
 

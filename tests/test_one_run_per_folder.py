@@ -61,8 +61,8 @@ def lock_holders(run_dir: str) -> list:
     return holders(run_dir)
 
 
-# A launcher whose roles are stuck: each ignores SIGTERM (as a role blocked in a call would), and the replay
-# server says it is ready. The real LocalTopology starts them, with the run's lock, and its reaper.
+# A launcher whose roles are stuck: each ignores SIGTERM (as a role blocked in a call would). The real LocalTopology
+# starts them, with the run's lock, and its reaper (it waits for a server that never answers).
 STUCK_LAUNCHER = textwrap.dedent("""
     import sys
     from dqn_cartpole.console import signals
@@ -71,13 +71,13 @@ STUCK_LAUNCHER = textwrap.dedent("""
 
     run_dir = sys.argv[1]
     lock = lock_run(run_dir)
-    topology = launcher.LocalTopology("config.yaml", run_dir, 1, 1, resume=False, quiet=True, keep_fds=lock.fds())
     stuck = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
              "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]; "
-             "print('replay server ready', flush=True); "  # before the marker: the log is whole once it exists
              "open(os.path.join(os.path.dirname(run_dir), f'stuck-{os.getpid()}'), 'w').close(); time.sleep(300)")
-    for child in topology.children():
-        child.command = [sys.executable, "-c", stuck, *child.command[3:]]  # the role's own arguments
+    role_command = launcher.LocalPlacement.command
+    launcher.LocalPlacement.command = lambda placement, role, restart: [
+        sys.executable, "-c", stuck, *role_command(placement, role, restart)[3:]]  # the role's own arguments
+    topology = launcher.LocalTopology("config.yaml", run_dir, 1, 1, resume=False, quiet=True, keep_fds=lock.fds())
     with signals.StopRequest() as stop:
         topology.run(stop)
 """)
