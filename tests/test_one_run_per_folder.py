@@ -375,25 +375,29 @@ def test_a_restarted_collector_counts_its_env_steps_on_from_its_csv(tmp_path):
     from dqn_cartpole.console.signals import StopRequest
     from dqn_cartpole.distributed import collector
     from dqn_cartpole.run_folder.csv_files import CsvLog, read_csv
+    from dqn_cartpole.run_folder.metrics import COLLECTOR_COLUMNS, counted_before as counted
+
+    def counted_before(path: str) -> tuple[int, int]:
+        return counted(read_csv(path))
 
     path = str(tmp_path / "collector-0.csv")
-    first = CsvLog(path, collector.COLLECTOR_COLUMNS)
+    first = CsvLog(path, COLLECTOR_COLUMNS)
     for steps, episodes in ((1000, 40), (1100, 44)):
         first.write({"wall_s": 1.0, "env_steps": steps, "episodes": episodes, "unix_s": "1.0"})
     first.close()
     with open(path, "a", encoding="utf-8") as handle:
         handle.write("9.5,12")  # the row a SIGKILL cut short
-    assert collector.counted_before(path) == (1100, 44)
+    assert counted_before(path) == (1100, 44)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write("\n")
-    log = CsvLog(path, collector.COLLECTOR_COLUMNS)
+    log = CsvLog(path, COLLECTOR_COLUMNS)
     stop = StopRequest()  # never entered: no signal handler, the fake pull "signals" it
     collector.run_driver(HundredStepsDriver(), ThreePulls(stop), log.write, stop, Writers(), log_every_s=0.0,
-                         before=collector.counted_before(path))
+                         before=counted_before(path))
     log.close()
     steps = [int(row["env_steps"]) for row in read_csv(path) if row["episodes"]]
     assert steps == [1000, 1100, 1200, 1300, 1400, 1400], steps  # no sawtooth: 1,100 then 100 on today's code
-    assert collector.counted_before(path) == (1400, 47)
+    assert counted_before(path) == (1400, 47)
 
 
 def test_a_dead_launchers_reaper_kills_only_that_launchers_roles(tmp_path):

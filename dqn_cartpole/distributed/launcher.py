@@ -123,18 +123,20 @@ class LocalTopology:
             reaper.finish(guard)
 
 
-def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.ResumePlan]) -> Config:
+def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.ResumePlan],
+                 topology: str = "local") -> Config:
     """The run's config as the roles share it (replay.backend: reverb), or a one-line UserError: a resumed run
     must have kept its replay in Reverb, and with a shared table, its checkpoint must hold that table."""
     if plan is not None and config.replay.backend != "reverb":  # its replay is in the checkpoint, not in a server
-        raise UserError(f"--resume {run_dir}: the run's replay is {config.replay.backend}, and --topology local "
+        raise UserError(f"--resume {run_dir}: the run's replay is {config.replay.backend}, and --topology {topology} "
                         f"shares a Reverb server; continue it in one process: {resume_command(run_dir)}")
     if config.distributed.replay == "server" and plan is not None and plan.found is not None and not os.path.isdir(
             os.path.join(plan.found.path, checkpointing.REVERB_DIR)):
         raise UserError(f"--resume {run_dir}: {plan.found.name} holds no Reverb table to restore")
     if config.replay.backend == "reverb":
         return config
-    print("note: --topology local shares the replay through a Reverb server: replay.backend: reverb", file=sys.stderr)
+    print(f"note: --topology {topology} shares the replay through a Reverb server: replay.backend: reverb",
+          file=sys.stderr)
     return dataclasses.replace(config, replay=dataclasses.replace(config.replay, backend="reverb", sampling="dataset"))
 
 
@@ -157,12 +159,7 @@ def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[c
 
     port = config.replay.reverb_port or free_port()
     check_port_free(port)
-    layout = RunLayout(run_dir)
-    write_text_atomic(layout.config, dump_yaml(config))
-    os.makedirs(layout.checkpoints, exist_ok=True)
-    # The server loads the shared replay's table from here; a queue to a learner-side replay starts empty.
-    shared = config.distributed.replay == "server"
-    checkpointing.stage_reverb(layout.checkpoints, plan.found if plan and shared else None)
+    layout = prepare_folder(config, run_dir, plan)
     print(f"Local topology: a replay server on port {port}, a learner, an evaluator and {collectors} collector(s) -> "
           f"{run_dir} "
           f"(logs in {layout.roles})", flush=True)
@@ -171,6 +168,17 @@ def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[c
         status = topology.run(stop)
     redraw(run_dir)
     return status
+
+
+def prepare_folder(config: Config, run_dir: str, plan: Optional[checkpointing.ResumePlan]) -> RunLayout:
+    """Writes the run's config.yaml (which every role reads) and stages a resumed run's shared table."""
+    layout = RunLayout(run_dir)
+    write_text_atomic(layout.config, dump_yaml(config))
+    os.makedirs(layout.checkpoints, exist_ok=True)
+    # The server loads the shared replay's table from here; a queue to a learner-side replay starts empty.
+    shared = config.distributed.replay == "server"
+    checkpointing.stage_reverb(layout.checkpoints, plan.found if plan and shared else None)
+    return layout
 
 
 def redraw(run_dir: str) -> None:

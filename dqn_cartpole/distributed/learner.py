@@ -99,6 +99,10 @@ class LearnerSession(TrainingSession):
         return lambda: self.pusher.request()
 
     def iterate(self, time_step: Any, policy_state: Any) -> None:
+        self.checkpoints.time_step = None  # no env stream here (a restore set one): checkpoints keep no seam
+        # A learner that (re)starts owns the run's stop and results: a restarted learner (`--topology ray`) must
+        # not stop on its previous process's stop, nor take an evaluation of steps it has not trained yet.
+        status.clear(self.client)
         # Made only now: a restore re-seeds TensorFlow, which clears the eager kernels and with them the
         # TF Reverb client a container made before it ("Resource ... ReverbClient does not exist").
         self.pusher = WeightPusher(WeightSync(self.address, self.pipeline.agent),

@@ -8,8 +8,8 @@ across a cluster); `supervision.py` applies these rules to any placement. The ru
   0.25 s, then twice as late each time up to 8 s (`RESTART_BACKOFF`). A placement that can bring a role back
   with its state (`Rules.stateful`: Ray pins the learner and the server to the run folder's node, the server
   on its port) restarts the learner (from its last checkpoint, with its buffer: `--resume`) and the server
-  too; a restarted learner takes the evaluator with it (`RESTARTS_WITH`: the evaluator follows the learner's
-  eval_metrics.csv, which the resume puts back);
+  too; a restarted learner takes the evaluator with it (`companions`: the evaluator follows the learner's
+  eval_metrics.csv, which the resume puts back) and brings back the collectors that had left on its stop;
 * **what ends the run**: the learner's end (0: finished or solved, 1: diverged); a role that died more than
   `max_restarts` times within `window_s` (5 in 120 s); in `local`, the learner's crash or the server's exit;
   a role that a placement cannot start again within ROLE_START_S; a stop signal, which goes to the learner
@@ -33,7 +33,6 @@ SERVER, LEARNER, EVALUATOR, COLLECTOR = "replay server", "learner", "evaluator",
 COMMANDS = {SERVER: "replay-server", LEARNER: "learn", EVALUATOR: "evaluate-live", COLLECTOR: "collect"}
 RESTART_BACKOFF = Backoff(first_s=0.25, max_s=8.0, max_restarts=5, window_s=120.0)
 STOP_ORDER = ((COLLECTOR, EVALUATOR, LEARNER), (SERVER,))
-RESTARTS_WITH = {LEARNER: (EVALUATOR,)}
 SERVER_START_S = 120.0  # TensorFlow's import on a loaded machine; the roles wait for the server as long
 ROLE_START_S = 120.0  # a restarted role that no placement could start again within this long ends the run
 STOP_WAIT_S = 12.0  # every role ends within 10 s of SIGTERM; then it is killed
@@ -107,6 +106,14 @@ def verdict(rules: Rules, role: Role, status: Optional[int]) -> str:
     if status == exit_status.EXIT_USAGE and role.kind in (LEARNER, SERVER):
         return FAIL  # bad input: the same again would fail the same way
     return RESTART if rules.restarted(role.kind) else FAIL
+
+
+def companions(role: Role, roles: list[Role], running: set) -> list[Role]:
+    """The roles a restart of `role` takes with it: a restarted learner (back at its checkpoint's train step) takes
+    the evaluator, which follows its eval_metrics.csv, and brings back the collectors that left on its stop."""
+    if role.kind != LEARNER:
+        return []
+    return [other for other in roles if other.kind == EVALUATOR or other.kind == COLLECTOR and other not in running]
 
 
 def stop_groups(roles: list[Role]) -> list[list[Role]]:

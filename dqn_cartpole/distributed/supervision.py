@@ -186,7 +186,8 @@ class Supervision:
                 return exit_status.EXIT_FAILED
             if state.restart_at is None or now < state.restart_at:
                 continue
-            companions = [r for r in self.roles if r.kind in policy.RESTARTS_WITH.get(role.kind, ())]
+            running = {r for r, s in self.states.items() if s.running or s.restart_at is not None}
+            companions = policy.companions(role, self.roles, running)
             self.placement.stop([r for r in companions if self.states[r].running], policy.STOP_WAIT_S,
                                 signal.SIGTERM)
             self.restart(role, now, counted=True)
