@@ -6,7 +6,8 @@ current as roles move (a collector restarted on another node, a learner restarte
     {"topology": "ray", "updated_unix_s": 1795628352.4,
      "roles": {"collector 1": {"node_ip": "10.0.0.3", "node_id": "8f...", "pid": 4242, "worker_pid": 4240,
                                "restarts": 1, "state": "running", "since_unix_s": 1795628350.1,
-                               "before": [{"node_ip": "10.0.0.2", "pid": 4101, "ended": "was lost", ...}]}}}
+                               "before": [{"node_ip": "10.0.0.2", "node_id": "3c...", "pid": 4101,
+                                           "ended": "was lost", ...}]}}}
 
 `pid` is the role's own process (`python -m dqn_cartpole collect ...`); `worker_pid` the Ray worker that holds it
 (ray only). Read without TensorFlow (the report shows it).
@@ -38,7 +39,7 @@ class PlacementRecord:
         previous = roles.get(role)
         before = list(previous.get("before", [])) if previous else []
         if previous and previous.get("pid") is not None:
-            before.append({key: previous.get(key) for key in ("node_ip", "pid", "since_unix_s", "ended")})
+            before.append({key: previous.get(key) for key in ("node_ip", "node_id", "pid", "since_unix_s", "ended")})
         roles[role] = {**where, "restarts": restarts, "state": "running", "since_unix_s": round(time.time(), 1),
                        "before": before[-KEEP_BEFORE:]}
         self.write()
