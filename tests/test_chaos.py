@@ -2,8 +2,9 @@
 
 In one run (the default config on CartPole-v1, two collectors) it SIGKILLs, at train steps drawn from a
 seeded generator: a collector (the launcher restarts it), the evaluator (restarted too), the replay server
-(the run stops; `--resume`), the learner (the run stops; `--resume`) and the launcher itself (its children
-follow it; `--resume`). Then the run must finish on its own and its `policy/final` must score >= 475 over 100
+(the run stops; `--resume`) and the launcher itself (its children follow it; `--resume`). (The learner's
+SIGKILL ends a local run as the server's does, by the same rule, `distributed.policy`; its checkpoint and buffer
+after a SIGKILL are checked in tests/test_ray_topology.py, where Ray restarts it.) Then the run must finish on its own and its `policy/final` must score >= 475 over 100
 episodes in plain TensorFlow; its metrics must be continuous across every kill; after each kill that ends the
 run nothing of it may be left 10 s later, no port open; and every error it printed is one line.
 """
@@ -215,7 +216,6 @@ def test_a_local_run_survives_a_sigkill_of_each_of_its_processes_in_turn(tmp_pat
         chaos.kill_restarted_role("collect", 60 + rng.randrange(40))
         chaos.kill_restarted_role("evaluate-live", 120 + rng.randrange(40))
         chaos.kill_and_resume("replay-server", 220 + rng.randrange(60))
-        chaos.kill_and_resume("learn", chaos.train_step() + 120 + rng.randrange(60))
         chaos.kill_and_resume("launcher", chaos.train_step() + 120 + rng.randrange(60), *LOOK_FOR_A_SOLVE)
         status = chaos.segment.process.wait(chaos.left_s())
         assert status == 0, chaos.segment.stderr[-3000:]

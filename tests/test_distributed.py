@@ -1,5 +1,7 @@
 """The roles as real processes over loopback: train --topology local end to end (the replay on the learner,
-the default), Ctrl-C, and the one-line errors (wrong address, port in use); tests/test_chaos.py kills each role. Every test is bounded in time and checks that no
+the default), and the one-line errors (wrong address, port in use); tests/test_chaos.py kills each role. (A stop
+signal's path: the launcher's in tests/test_processes.py and tests/test_topology_policy.py, the learner's, which
+checkpoints, in tests/test_ray_topology.py's Ctrl-C and tests/test_bounded_waits.py.) Every test is bounded in time and checks that no
 child process and no port is left behind. Then, in this process, the learner's parts: its replay read from a
 queue at the run's ratio, in its checkpoint, and its background weight pushes and evaluator watch; and a
 collector's loop (both drivers) and the live evaluator against an embedded server.
@@ -16,8 +18,7 @@ import time
 
 import pytest
 
-from helpers import (SMOKE, assert_all_gone, cartpole_agent, free_port, kill_tree, rows, run_cli, server_port,
-                     start_cli, wait_for)
+from helpers import SMOKE, assert_all_gone, cartpole_agent, free_port, rows, run_cli, wait_for
 
 LOCAL = ("--topology", "local", "--collectors", "2", "--config", SMOKE, "--set", "replay.backend=reverb",
          "--set", "video.enabled=false", "--quiet")
@@ -70,22 +71,6 @@ def test_local_topology_two_collectors_trains_the_smoke_config(tmp_path):
     assert os.path.getsize(os.path.join(run_dir, "plots", "collectors.png")) > 0
     assert "collectors.png" in open(os.path.join(run_dir, "report.html")).read()
     assert time.monotonic() - started < 400
-
-
-def test_ctrl_c_stops_every_child_with_exit_130(tmp_path):
-    run_dir = str(tmp_path / "run")
-    process = start_cli("train", *LOCAL, "--output-dir", run_dir, "--set", "training.num_iterations=100000",
-                        log_dir=tmp_path)
-    try:
-        train_csv = os.path.join(run_dir, "train_metrics.csv")
-        wait_for(lambda: os.path.exists(train_csv) and len(rows(train_csv)) >= 1, 240, "the first train row")
-        port = server_port(tmp_path)
-        process.send_signal(signal.SIGINT)
-        assert process.wait(120) == 130, (tmp_path / "stderr").read_text()[-3000:]
-        assert_all_gone(run_dir, port)
-        assert any(name.startswith("ckpt-") for name in os.listdir(os.path.join(run_dir, "checkpoints")))
-    finally:
-        kill_tree(process, run_dir)
 
 
 def test_wrong_replay_address_is_one_line_within_seconds(tmp_path):

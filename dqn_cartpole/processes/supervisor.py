@@ -31,8 +31,11 @@ TAIL_BYTES = 64 * 1024
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:
-    """In the child, before exec: `signum` when the parent dies."""
+    """In the child, before exec: `signum` when the parent dies, and no signal blocked. A child inherits the
+    starting thread's signal mask, and some threads block signals (a Ray actor's event loop blocks SIGINT: its
+    child would never see a Ctrl-C sent on to it)."""
     _PRCTL(_PR_SET_PDEATHSIG, signum)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
 def package_root() -> str:

@@ -1,7 +1,8 @@
 """`roles/placement.json`: where each role of a distributed run runs now, and where it ran before.
 
 Written (atomically) by the command that supervises the roles each time one is placed or ends, so it is
-current as roles move (a collector restarted on another node, a learner restarted from its checkpoint):
+current as roles move (a collector restarted on another node, a learner restarted from its checkpoint); a resumed
+run goes on from its record (`restarts` counts the run's restarts, over every command that ran it):
 
     {"topology": "ray", "updated_unix_s": 1795628352.4,
      "roles": {"collector 1": {"node_ip": "10.0.0.3", "node_id": "8f...", "pid": 4242, "worker_pid": 4240,
@@ -30,18 +31,21 @@ class PlacementRecord:
     """The record of one topology's roles, rewritten whole at each change."""
 
     def __init__(self, run_dir: str, topology: str):
+        """A resumed run's record goes on from the one on disk: where its roles ran before, and their restarts."""
         self.path = RunLayout(run_dir).placement
-        self.data = {"topology": topology, "updated_unix_s": time.time(), "roles": {}}
+        earlier = read_placement(run_dir) or {"roles": {}}
+        self.base = {role: int(entry.get("restarts", 0)) for role, entry in earlier["roles"].items()}
+        self.data = {"topology": topology, "updated_unix_s": time.time(), "roles": earlier["roles"]}
 
     def placed(self, role: str, where: dict, restarts: int) -> None:
-        """`role` runs now at `where` (node_ip, pid, ...), after `restarts` restarts."""
+        """`role` runs now at `where` (node_ip, pid, ...), after `restarts` restarts in this command."""
         roles = self.data["roles"]
         previous = roles.get(role)
         before = list(previous.get("before", [])) if previous else []
         if previous and previous.get("pid") is not None:
             before.append({key: previous.get(key) for key in ("node_ip", "node_id", "pid", "since_unix_s", "ended")})
-        roles[role] = {**where, "restarts": restarts, "state": "running", "since_unix_s": round(time.time(), 1),
-                       "before": before[-KEEP_BEFORE:]}
+        roles[role] = {**where, "restarts": self.base.get(role, 0) + restarts, "state": "running",
+                       "since_unix_s": round(time.time(), 1), "before": before[-KEEP_BEFORE:]}
         self.write()
 
     def ended(self, role: str, how: str) -> None:
