@@ -6,7 +6,8 @@
   own process is killed too, which the actor turns into a restart);
 * RSS: the actor's process plus its children, once collecting;
 * the graceful stop: SIGTERM to the role (child: from its actor; in-process: to the actor's worker process, the
-  only way to reach a handler there) -> how it ended (the collector's exit status, or the worker's death).
+  only way to reach a handler there: the actor answers no call while its role runs) -> how it ended (the
+  collector's exit status, or the worker's death).
 
 Usage: python scripts/compare_ray_actor_modes.py [--repeats 3]   (wrap it in `flock /tmp/dqn-heavy.lock`)
 """
@@ -83,7 +84,15 @@ def rss_mb(pid: int) -> float:
 
 
 def worker_pid(ray, actor, mode: str) -> int:
-    return ray.get(actor.pid.remote()) if mode == "in-process" else ray.get(actor.where.remote())["worker_pid"]
+    """The actor's process. An in-process role holds its actor's only thread: the actor answers no call while the
+    role runs, so its process is found by its title."""
+    if mode == "child":
+        return ray.get(actor.where.remote())["worker_pid"]
+    import psutil
+
+    found = [p.pid for p in psutil.process_iter(["cmdline"]) if "ray::InProcess" in " ".join(p.info["cmdline"] or [])]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def one(ray, mode: str, config_path: str, address: str, client) -> dict:
@@ -115,7 +124,7 @@ def graceful_stop(ray, actor, mode: str) -> str:
         started = time.monotonic()
         status = ray.get(actor.stop.remote(int(signal.SIGTERM), 12.0))
         return f"exit status {status} in {time.monotonic() - started:.1f} s"
-    pid = ray.get(actor.pid.remote())
+    pid = worker_pid(ray, actor, mode)
     os.kill(pid, signal.SIGTERM)
     started = time.monotonic()
     while time.monotonic() - started < 15:
