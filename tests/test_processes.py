@@ -74,6 +74,32 @@ def test_a_child_runs_in_its_own_session_and_its_output_goes_to_its_log(tmp_path
     assert child.stop(5) == -signal.SIGTERM
 
 
+def test_a_child_started_from_a_thread_that_blocks_sigint_still_gets_a_ctrl_c(tmp_path, started):
+    """A Ray actor's event loop blocks SIGINT, and a child inherits its starting thread's signal mask: the role it
+    started never saw the Ctrl-C sent on to it. A child starts with no signal blocked."""
+    on_int = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGINT, lambda s, f: (open(sys.argv[1], 'w').write('INT'), sys.exit(0)))\n"
+              "open(sys.argv[1] + '.ready', 'w').close()\n"
+              "time.sleep(30)")
+    out, done = str(tmp_path / "got"), threading.Event()
+
+    def start_blocked() -> None:  # lives as long as the child: its death would be the child's (PR_SET_PDEATHSIG)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+        start(started, "role", python(on_int, out))
+        done.wait(10)
+
+    thread = threading.Thread(target=start_blocked)
+    thread.start()
+    try:
+        wait_until(lambda: os.path.exists(out + ".ready"))
+        started[-1].send(signal.SIGINT)
+        wait_until(lambda: started[-1].returncode is not None, 5.0)
+    finally:
+        done.set()
+        thread.join()
+    assert started[-1].returncode == 0 and open(out).read() == "INT"
+
+
 def test_a_child_gets_sigterm_when_its_parent_dies_however_it_dies(tmp_path, started):
     """A parent that starts a child and is then SIGKILLed: the child still ends (PR_SET_PDEATHSIG)."""
     parent_code = textwrap.dedent(f"""

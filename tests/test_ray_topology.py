@@ -171,6 +171,21 @@ def test_a_ray_run_spreads_its_collectors_survives_its_learners_sigkill_and_a_lo
 # In this process: the checks come before anything heavy (Ray itself is imported only once they pass).
 
 
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Input that got past the checks fails the test at once, instead of running in this process."""
+    from dqn_cartpole.distributed import launcher, ray_topology
+    from dqn_cartpole.training import run
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the bad input got past the checks")
+
+    import ray
+
+    for module, name in ((launcher, "launch"), (ray_topology, "run"), (run, "run_new"), (ray, "init")):
+        monkeypatch.setattr(module, name, ran)
+
+
 def train(capsys, *args: str) -> str:
     """`train ARGS` in this process: its one error line (exit status 2)."""
     from dqn_cartpole.cli.main import main
@@ -181,7 +196,7 @@ def train(capsys, *args: str) -> str:
     return err[0]
 
 
-def test_without_ray_installed_topology_ray_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
+def test_without_ray_installed_topology_ray_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch, nothing_runs):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as without the extra
     line = train(capsys, "--topology", "ray", "--output-dir", str(tmp_path / "run"))
     assert line == ('error: --topology ray needs Ray, which is not installed: pip install "dqn_cartpole[ray]" (in a '
@@ -189,7 +204,7 @@ def test_without_ray_installed_topology_ray_is_one_line_naming_the_extra(tmp_pat
     assert not (tmp_path / "run").exists()
 
 
-def test_a_silent_cluster_address_is_one_line_within_the_connect_timeout(tmp_path, capsys):
+def test_a_silent_cluster_address_is_one_line_within_the_connect_timeout(tmp_path, capsys, nothing_runs):
     with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as silent:  # accepts connections, never answers
         silent.bind(("::", 0))
         silent.listen()
@@ -211,7 +226,7 @@ def test_a_silent_cluster_address_is_one_line_within_the_connect_timeout(tmp_pat
     (("--topology", "local", "--address", "10.0.0.1:6379"), "error: --address: only for --topology ray"),
     (("--topology", "ray", "--address", "nowhere"), "error: --address 'nowhere': expected HOST:PORT"),
 ])
-def test_bad_topology_arguments_are_one_line_and_touch_nothing(tmp_path, capsys, args, starts):
+def test_bad_topology_arguments_are_one_line_and_touch_nothing(tmp_path, capsys, nothing_runs, args, starts):
     existing = tmp_path / "earlier-run"
     existing.mkdir()
     (existing / "config.yaml").write_text("an earlier run's file\n")

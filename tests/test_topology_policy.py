@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from concurrent import futures
 
 import pytest
@@ -107,7 +108,7 @@ def fast(monkeypatch):
 def supervised(tmp_path, rules=policy.RAY, collectors=2):
     placement = FakePlacement()
     run_dir = str(tmp_path / "run")
-    os.makedirs(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
     loop = Supervision(placement, policy.make_roles(collectors), rules, run_dir, "localhost:1",
                        ("--topology", "ray", "--collectors", str(collectors)), PlacementRecord(run_dir, "ray"))
     for role in loop.roles:
@@ -225,3 +226,27 @@ def test_the_placement_record_keeps_each_roles_current_place_and_where_it_was(tm
     assert (entry["node_ip"], entry["pid"], entry["restarts"], entry["state"]) == ("10.0.0.3", 12, 1, "running")
     assert [(b["node_ip"], b["pid"], b["ended"]) for b in entry["before"]] == [("10.0.0.2", 11, "was lost")]
     assert read_placement(str(tmp_path))["topology"] == "ray"
+
+
+def test_a_server_that_ends_or_never_answers_before_it_is_ready_is_one_line(tmp_path, monkeypatch):
+    from dqn_cartpole.errors import UserError
+
+    monkeypatch.setattr(supervision, "POLL_S", 0.0)
+    monkeypatch.setattr(policy, "replay_answers", lambda address, timeout_s=0: False)  # never ready
+    monkeypatch.setattr(policy, "SERVER_START_S", 0.2)
+    loop, placement = supervised(tmp_path)
+    calls = []
+
+    def wait(timeout_s):  # a loop that goes on for 2 s did not see that the server never answered
+        calls.append(timeout_s)
+        assert len(calls) < 200, "the run went on without a server"
+        time.sleep(0.01)
+        return []
+
+    monkeypatch.setattr(placement, "wait", wait)
+    with pytest.raises(UserError, match=r"^the replay server did not start within 0 s \(log RUN/roles/"):
+        loop.supervise(StopRequest())
+    loop, placement = supervised(tmp_path / "second")
+    placement.events.append(Ended(Role(SERVER), 2, "error: replay.reverb_port: port 8000 is already in use"))
+    with pytest.raises(UserError, match="did not start: error: replay.reverb_port: port 8000 is already in use"):
+        loop.supervise(StopRequest())
