@@ -224,18 +224,22 @@ def cost(kind: str, out: str, killed_step: int, result: dict) -> str:
     """What the failure cost the run, from its files."""
     train = [int(r["train_step"]) for r in rows(os.path.join(out, "train_metrics.csv"))]
     gaps = max((b - a for a, b in zip(train, train[1:])), default=0)
-    evals = [int(r["train_step"]) // 250 for r in rows(os.path.join(out, "eval_metrics.csv"))]
+    evals = [int(r["train_step"]) // 250 for r in rows(os.path.join(out, "eval_metrics.csv"))]  # eval_interval
     missed = sum(b - a - 1 for a, b in zip(evals, evals[1:]) if b - a > 1)
     parts = []
     resumed_at = resumed(out)
-    if resumed_at is not None:
-        parts.append(f"{killed_step - resumed_at} train steps trained again (restarted from its checkpoint)")
+    if resumed_at is not None and resumed_at <= killed_step:
+        parts.append(f"the learner resumed from its checkpoint at train step {resumed_at:,} (logged {killed_step:,} "
+                     f"at the kill): {killed_step - resumed_at:,} train steps trained again")
+    elif resumed_at is not None:
+        parts.append(f"the learner checkpointed its buffer at train step {resumed_at:,} when stopped, and resumed "
+                     f"there: no train step lost")
     if kind == "replay server":
         if result.get("answers_s") is not None:
-            parts.append(f"the server answered again after {result['answers_s']:.1f} s")
-        if resumed_at is None:
-            parts.append("the learner carried on with its own buffer (the queue's windows, at most 25, lost)")
-    parts.append(f"{missed} evaluation(s) missed" if missed else "no evaluation missed")
+            parts.append(f"the server answered again after {result['answers_s']:.1f} s; the queue's windows (at "
+                         f"most 25) lost")
+    if kind == "evaluator":
+        parts.append(f"{missed} evaluation interval(s) without a row" if missed else "no evaluation interval missed")
     if result["role"].startswith("collector"):
         path = os.path.join(out, "roles", f"collector-{result['role'].split()[-1]}.csv")
         steps = [int(r["env_steps"]) for r in rows(path)]

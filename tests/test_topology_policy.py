@@ -39,11 +39,13 @@ def test_each_end_of_each_role_means_what_the_rules_say_under_each_placement():
         assert policy.verdict(policy.RAY, role, status) == policy.RESTART, (role, status)
 
 
-def test_a_restarted_learner_takes_the_evaluator_and_the_collectors_that_left():
+def test_a_restarted_learner_takes_the_evaluator_and_the_collectors_that_left_a_restarted_server_takes_all():
     roles = policy.make_roles(2)
     running = {Role(SERVER), Role(LEARNER), Role(EVALUATOR), C0}  # collector 1 left on the learner's stop
     assert policy.companions(Role(LEARNER), roles, running) == [Role(EVALUATOR), C1]
     assert policy.companions(C0, roles, running) == []
+    # A restarted server takes every other role (their gRPC channels would wait out a growing backoff).
+    assert policy.companions(Role(SERVER), roles, running) == [Role(LEARNER), Role(EVALUATOR), C0, C1]
     assert [[r.name for r in group] for group in policy.stop_groups(roles)] == [
         ["learner", "evaluator", "collector 0", "collector 1"], ["replay server"]]
 
@@ -138,7 +140,7 @@ def test_ray_rules_restart_the_learner_from_its_checkpoint_with_the_evaluator_an
     assert "warning: learner was killed by SIGKILL; restarting it in 0.25 s (restart 1" in capsys.readouterr().err
     loop.states[Role(LEARNER)].restart_at = 0.0  # its backoff has passed
     assert step(loop, placement) is None
-    assert placement.log == [("stop", ["evaluator"]), ("start", "learner", True), ("start", "evaluator", True),
+    assert placement.log == [("start", "learner", True), ("stop", ["evaluator"]), ("start", "evaluator", True),
                              ("start", "collector 1", True)]
     assert step(loop, placement) is None  # the Placed events
     record = read_placement(loop.run_dir)

@@ -9,7 +9,8 @@ across a cluster); `supervision.py` applies these rules to any placement. The ru
   with its state (`Rules.stateful`: Ray pins the learner and the server to the run folder's node, the server
   on its port) restarts the learner (from its last checkpoint, with its buffer: `--resume`) and the server
   too; a restarted learner takes the evaluator with it (`companions`: the evaluator follows the learner's
-  eval_metrics.csv, which the resume puts back) and brings back the collectors that had left on its stop;
+  eval_metrics.csv, which the resume puts back) and brings back the collectors that had left on its stop; a
+  restarted server takes every other role, the learner first checkpointing its own buffer;
 * **what ends the run**: the learner's end (0: finished or solved, 1: diverged); a role that died more than
   `max_restarts` times within `window_s` (5 in 120 s); in `local`, the learner's crash or the server's exit;
   a role that a placement cannot start again within ROLE_START_S; a stop signal, which goes to the learner
@@ -109,8 +110,17 @@ def verdict(rules: Rules, role: Role, status: Optional[int]) -> str:
 
 
 def companions(role: Role, roles: list[Role], running: set) -> list[Role]:
-    """The roles a restart of `role` takes with it: a restarted learner (back at its checkpoint's train step) takes
-    the evaluator, which follows its eval_metrics.csv, and brings back the collectors that left on its stop."""
+    """The roles a restart of `role` takes with it (each stopped first with one SIGTERM, then started again):
+
+    * a restarted learner (back at its checkpoint's train step) takes the evaluator, which follows its
+      eval_metrics.csv, and brings back the collectors that left on its stop;
+    * a restarted server takes every other role: each one's gRPC channel to the lost server retries on a backoff
+      that grows to minutes (measured: a server back on its port after about 30 s was answered 50 s later, and
+      the learner's limit, `distributed.rate_limiter_timeout_ms`, passed first), while a new process connects at
+      once. The learner's SIGTERM makes it checkpoint its own buffer first: it resumes where it stopped.
+    """
+    if role.kind == SERVER:
+        return [other for other in roles if other.kind != SERVER]
     if role.kind != LEARNER:
         return []
     return [other for other in roles if other.kind == EVALUATOR or other.kind == COLLECTOR and other not in running]
@@ -126,7 +136,9 @@ def replay_answers(address: str, timeout_s: float = READY_PROBE_S) -> bool:
     placements import no TensorFlow)."""
     import grpc  # pylint: disable=import-outside-toplevel  # comes with TensorFlow
 
-    channel = grpc.insecure_channel(address)
+    # Its own subchannel: gRPC shares connections, and their reconnect backoff, across a process's channels, so a
+    # probe would otherwise wait out the backoff of earlier failed probes (a server restarted on its port).
+    channel = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
     try:
         channel.unary_unary(_SERVER_INFO)(b"", timeout=timeout_s)
         return True

@@ -188,9 +188,9 @@ class Supervision:
                 continue
             running = {r for r, s in self.states.items() if s.running or s.restart_at is not None}
             companions = policy.companions(role, self.roles, running)
+            self.restart(role, now, counted=True)  # first: it starts while its companions stop
             self.placement.stop([r for r in companions if self.states[r].running], policy.STOP_WAIT_S,
                                 signal.SIGTERM)
-            self.restart(role, now, counted=True)
             for companion in companions:
                 self.states[companion].restart_at = None
                 self.restart(companion, now, counted=False)
