@@ -321,6 +321,43 @@ def test_the_learner_pushes_its_weights_in_the_background_and_watches_the_evalua
         assert watch.server_info["variables"].current_size == 1
 
 
+def test_a_pusher_outlives_a_failed_push_and_pushes_again_what_a_restarted_server_lost(monkeypatch):
+    """A server restarted on its port holds no weights (collectors wait for them): `repush` pushes even the weights
+    of the last push; and a push that fails (the server gone) does not end the pusher: it is tried again."""
+    import contextlib
+
+    import reverb
+
+    from dqn_cartpole.distributed import variables
+    from dqn_cartpole.distributed.variables import VARIABLES_TABLE, WeightPusher, WeightSync, make_variables_table
+
+    with contextlib.ExitStack() as stack:
+        _, learner = cartpole_agent(stack)
+        server = reverb.Server([make_variables_table(learner)])
+        stack.callback(server.stop)
+        sync = WeightSync(f"localhost:{server.port}", learner)
+        pusher = WeightPusher(sync, every_steps=1000, poll_s=0.005)
+        stack.callback(pusher.close)
+        assert pusher.push_now() == 0 and pusher.pushes == 1
+        sync.client.reset(VARIABLES_TABLE)  # what the server's restart leaves
+        pusher.repush()
+        wait_for(lambda: pusher.pushes == 2 and sync.available(), 10, "the weights pushed again")
+        real_push, failures = sync.push, []
+
+        def fails_twice() -> None:
+            if len(failures) < 2:
+                failures.append(1)
+                raise variables.deadlines.ServerUnanswered("push the weights: the server is gone")
+            real_push()
+
+        monkeypatch.setattr(sync, "push", fails_twice)
+        monkeypatch.setattr(variables, "RETRY_S", 0.01)
+        sync.client.reset(VARIABLES_TABLE)
+        pusher.repush()
+        wait_for(lambda: pusher.pushes == 3, 10, "the push after two failed ones")
+        assert len(failures) == 2 and pusher.error is None and sync.available()
+
+
 def test_a_push_requested_just_as_the_pushers_wait_times_out_is_not_lost():
     """The pusher's wait timed out and, before it looked, an evaluation asked for a push (CI saw this once: the
     request was cleared with the timeout and never pushed)."""
