@@ -129,7 +129,7 @@ class Chaos:
                              for p in processes_of(self.run_dir) if role in command_line(p)[3:4]),
                  min(60.0, self.left_s()), f"{role} restarted")
         if role == "collect":
-            line = f"collector {same[0]} exited with status -9; restarting it"
+            line = f"collector {same[0]} was killed by SIGKILL; restarting it"
             wait_for(lambda: line in self.segment.stderr, 10, line)
         self.lost[role] = 0  # the learner never stopped
 

@@ -1,7 +1,8 @@
 """`train --topology ray` on a three-node Ray cluster on this machine (`ray.cluster_utils.Cluster`: a head and two
 worker nodes of 1 CPU each, shared by the module's tests), and its one-line answers to bad input.
 
-One run of the default config with two collectors: they land on two nodes; a worker node that holds a collector is
+One run of the default config on CartPole-v0 (solved at 195, the quickest solve to wait for) with two collectors:
+they land on two nodes; a worker node that holds a collector is
 removed, and its collector comes back on another node and writes again (its rows reach the run folder, counted on
 from the lost node's); the learner is SIGKILLed after a checkpoint, and Ray starts it again from that checkpoint
 with its buffer, with no resume typed. No solve may end the run before that (it could come within 40 s): the run
@@ -90,7 +91,8 @@ def test_a_ray_run_spreads_its_collectors_survives_its_learners_sigkill_and_a_lo
     run_dir = str(tmp_path / "run")
     began = time.monotonic()
     env = cli_env(RAY_ADDRESS=cluster.address)
-    process = start_cli("train", "--topology", "ray", "--collectors", "2", "--seed", str(SEED), "--quiet",
+    process = start_cli("train", "--topology", "ray", "--collectors", "2", "--env", "CartPole-v0", "--seed", str(SEED),
+                        "--quiet",
                         "--set", f"training.checkpoint_interval={CHECKPOINT_INTERVAL}",
                         "--set", "training.log_interval=50", "--set", "video.enabled=false",
                         "--set", "evaluation.stop_when_solved=false", "--output-dir", run_dir, log_dir=tmp_path, env=env)
