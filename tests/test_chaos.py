@@ -36,7 +36,8 @@ FRESH = (*TOPOLOGY, "--seed", str(SEED), "--set", "training.log_interval=50",
          "--set", "evaluation.stop_when_solved=false", "--quiet")
 LOOK_FOR_A_SOLVE = ("--set", "evaluation.stop_when_solved=true")
 BUDGET_S = 600  # the whole test, start-ups and training included
-GONE_S = 10  # after a kill that ends the run: every process of it gone, its port closed
+GONE_S = 10  # after a kill that ends the run: every role of it gone, its port closed
+LAUNCHER_GONE_S = 30  # and the launcher, which redraws the plots once its roles have stopped (seconds, under load)
 
 
 def command_line(process: psutil.Process) -> list:
@@ -134,12 +135,15 @@ class Chaos:
         self.lost[role] = 0  # the learner never stopped
 
     def wait_until_gone(self, what: str) -> None:
-        """Every process of the run ends within GONE_S of the kill (else: which roles are left)."""
+        """Every role of the run ends within GONE_S of the kill (else: which roles are left), and the launcher
+        within LAUNCHER_GONE_S: once its roles have stopped it redraws the plots with their last rows."""
         deadline = time.monotonic() + GONE_S
-        while processes_of(self.run_dir):
-            left = [" ".join(command_line(p)[3:4]) or "?" for p in processes_of(self.run_dir)]
+        launcher = self.segment.process.pid
+        while [p for p in processes_of(self.run_dir) if p.pid != launcher]:
+            left = [" ".join(command_line(p)[3:4]) or "?" for p in processes_of(self.run_dir) if p.pid != launcher]
             assert time.monotonic() < deadline, f"{GONE_S} s after the {what} was killed, still running: {left}"
             time.sleep(0.2)
+        wait_for(lambda: not processes_of(self.run_dir), LAUNCHER_GONE_S, f"the launcher to end after the {what}")
 
     def kill_and_resume(self, what: str, at_step: int, *resume_args: str) -> None:
         """SIGKILLs the replay server, the learner or the launcher; checks the run stops cleanly; resumes it (with
