@@ -208,10 +208,15 @@ class RayPlacement:
 
 
 class LogTail:
-    """What a log file gained since the last look (the learner's output, which is the run's console)."""
+    """What a log file gained since the last look (the learner's output, which is the run's console); what it held
+    before (a resumed run's earlier commands) is not shown again."""
 
     def __init__(self, path: str):
-        self.path, self.offset = path, 0
+        self.path = path
+        try:
+            self.offset = os.path.getsize(path)
+        except OSError:
+            self.offset = 0
 
     def copy_to(self, stream: Any) -> None:
         try:
