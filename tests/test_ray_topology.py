@@ -105,6 +105,11 @@ def test_a_ray_run_spreads_its_collectors_survives_its_learners_sigkill_and_a_lo
         wait_for(lambda: going() or len(running_collectors(run_dir)) == 2, 180, "both collectors placed")
         first_nodes = {name: entry["node_id"] for name, entry in running_collectors(run_dir).items()}
         assert len(set(first_nodes.values())) == 2, first_nodes  # SPREAD
+        # The roles beside the run folder hold its lock (a `train --resume` of it is refused while they live).
+        from dqn_cartpole.run_folder.lock import holders
+
+        wait_for(lambda: going() or {"learn", "replay-server", "evaluate-live"} <= {r for _, r in holders(run_dir)},
+                 60, "the roles on the run folder's node to hold its lock")
         port = int(re.search(r"port (\d+)", (tmp_path / "stdout").read_text()).group(1))
 
         # Once the collectors write and the learner has checkpointed: the learner SIGKILLed, and a worker node that
