@@ -244,11 +244,10 @@ def _collect_finished(running: dict, children: ChildSet, outcome: Outcome) -> No
 
 
 def _progress_bar(plan: SweepPlan, enabled: bool):
-    from tqdm import tqdm
+    from dqn_cartpole.console.progress import counter  # a tqdm bar on a terminal, plain lines in a log
 
     total = sum(m.num_iterations for m in plan.members)
-    return tqdm(total=total, desc=f"sweep {plan.name}", unit="it", disable=not enabled, dynamic_ncols=True,
-                smoothing=0.1)
+    return counter(total, f"sweep {plan.name}", enabled, unit="it", dynamic_ncols=True, smoothing=0.1)
 
 
 def _update_bar(bar, plan: SweepPlan, outcome: Outcome) -> None:
