@@ -19,8 +19,10 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
+from typing import Optional
 
 import psutil
+import pytest
 
 from helpers import kill_tree, port_is_free, processes_of, rows, run_python, server_port, start_cli, wait_for
 
@@ -80,6 +82,7 @@ class Chaos:
     deadline: float
     segments: list = field(default_factory=list)
     lost: dict = field(default_factory=dict)  # kill -> train steps trained again after it
+    first_kill_ending_the_run: Optional[int] = None  # the train step logged at it: the first launcher's last
 
     @property
     def segment(self) -> Segment:
@@ -149,6 +152,8 @@ class Chaos:
         """SIGKILLs the replay server, the learner or the launcher; checks the run stops cleanly; resumes it (with
         `resume_args`)."""
         killed_at = self.wait_for_train_step(at_step)
+        if self.first_kill_ending_the_run is None:
+            self.first_kill_ending_the_run = killed_at
         port = server_port(self.segment.log_dir)
         victim = self.segment.process.pid if what == "launcher" else self.role(what).pid
         os.kill(victim, signal.SIGKILL)
@@ -197,6 +202,44 @@ print(returns.mean())
     result = run_python(code, cwd=cwd, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return float(result.stdout.split()[-1])
+
+
+def check_the_learners_replay_and_the_collectors_files(run_dir: str, first_launcher_until: int) -> None:
+    """What every local run's files hold, whatever was killed: the collectors' rows, weights and TensorBoard
+    events, the collectors' plot in the report; the learner's policy lag on every row. And, over the first
+    launcher's rows (up to the first kill that ended the run), the learner-side replay read exactly what the ratio
+    asks: one window per train step after the fill (batch_size / samples_per_insert), in whole reads of
+    LEARNER_READ_BATCH windows, so at most that many less one beyond it; its sampled items are its own count."""
+    from dqn_cartpole.config import load_config, samples_per_insert
+    from dqn_cartpole.replay.learner_side import LEARNER_READ_BATCH
+
+    config = load_config(os.path.join(run_dir, "config.yaml"))
+    batch, fill = config.training.batch_size, config.training.initial_collect_steps
+    per_step = batch / samples_per_insert(config)
+    train = rows(os.path.join(run_dir, "train_metrics.csv"))
+    first = [r for r in train if int(r["train_step"]) <= first_launcher_until]
+    assert len(first) >= 4 and int(first[0]["env_steps"]) >= fill, first[:1]
+    for row in first:
+        step = int(row["train_step"])
+        beyond = int(row["replay_inserts"]) - (fill + per_step * step)
+        assert 0 <= beyond < LEARNER_READ_BATCH, (beyond, row)
+        assert int(row["replay_samples"]) == step * batch, row
+        assert float(row["samples_per_insert"]) == pytest.approx(
+            int(row["replay_samples"]) / int(row["replay_inserts"]), rel=1e-4)
+    for row in train:  # every item carries the train step of the weights that collected it
+        lag, lag_max, step = float(row["policy_lag"]), float(row["policy_lag_max"]), int(row["train_step"])
+        assert 0 <= lag <= lag_max < step, row
+    assert all(float(r["train_steps_per_s"]) > 0 for r in first[1:]), first  # none on a launcher's first row
+    for collector in (0, 1):
+        log = rows(os.path.join(run_dir, "roles", f"collector-{collector}.csv"))
+        assert log and int(log[-1]["env_steps"]) > 0 and float(log[-1]["env_steps_per_s"]) > 0
+        assert max(int(r["weights_train_step"]) for r in log) > 0  # the learner's weights (and epsilon) reach it
+        events = os.path.join(run_dir, "tensorboard", f"collector-{collector}")
+        assert any(name.startswith("events.out.tfevents") for name in os.listdir(events))
+    assert os.path.getsize(os.path.join(run_dir, "plots", "collectors.png")) > 0
+    assert "collectors.png" in open(os.path.join(run_dir, "report.html")).read()
+    for name in ("best", "final"):
+        assert os.path.exists(os.path.join(run_dir, "policy", name, "saved_model.pb"))
 
 
 def assert_continuous(steps: list, gap: int, what: str) -> None:
@@ -252,6 +295,7 @@ def test_a_local_run_survives_a_sigkill_of_each_of_its_processes_in_turn(tmp_pat
     final = json.load(open(os.path.join(chaos.run_dir, "policy", "final", "policy_info.json")))
     assert final["episodes"] == 100, final  # the policy the evaluator's solve check confirmed
     assert "Solved at iteration" in open(os.path.join(roles_dir, "evaluator.log")).read()
+    check_the_learners_replay_and_the_collectors_files(chaos.run_dir, chaos.first_kill_ending_the_run)
     score = score_in_plain_tensorflow(os.path.join(chaos.run_dir, "policy", "final"), str(tmp_path))
     print(f"chaos: policy/final scores {score:.1f} over 100 episodes")
     assert score >= 475, score
