@@ -16,8 +16,15 @@ of the machine's load, with the load average. It prints:
     collectors' env steps/s and the learner's train steps/s;
   * time to a solve-checked policy on the default config for each seed, from the command's start
     until policy/final is saved: one process, and the local topology with each number of
-    collectors; the medians and their ratio; each policy/final's average return over 100 fresh
-    episodes, loaded with plain TensorFlow (`tf.saved_model.load`, no project code).
+    collectors (with `--ray`, `--topology ray` too, each run starting its own local Ray instance: its
+    start-up seconds and the peak RSS of Ray's processes and of the roles'); the medians and their
+    ratio; each policy/final's average return over 100 fresh episodes, loaded with plain TensorFlow
+    (`tf.saved_model.load`, no project code);
+  * with `--ray-failures`, one `--topology ray` run per failure of one role (scripts/benchmark_ray.py).
+`--solve-only` leaves out the throughput tables.
+
+The Ray figures of docs/scale-out.md come from
+    flock /tmp/dqn-heavy.lock python scripts/benchmark.py --scale-out 2 --ray --ray-failures --solve-only
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import sys
 import tempfile
 import time
 
+import benchmark_ray
 from benchmark import DEFAULT_REFERENCE, REPO, project_rate, reference_rate
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
@@ -97,19 +105,21 @@ def learner_rate(mode: str, steps: int) -> dict:
 
 def start_server(config_path: str, overrides: list, stack) -> str:
     """A `replay-server` process for `config_path` + `overrides`; returns its address once it is ready."""
-    from dqn_cartpole.distributed.launcher import READY_LINE, free_port
+    from dqn_cartpole.distributed.launcher import free_port
+    from dqn_cartpole.distributed.policy import replay_answers
 
     port = free_port()
     args = python() + ["replay-server", "--config", config_path, "--replay-address", f"localhost:{port}",
                        "--run-dir", tempfile.mkdtemp(prefix="dqn-bench-server-")]
     for item in overrides:
         args += ["--set", item]
-    server = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(args, cwd=REPO, stderr=subprocess.DEVNULL)
     stack.callback(server.wait)
     stack.callback(server.terminate)
-    while READY_LINE not in server.stderr.readline():
+    while not replay_answers(f"localhost:{port}"):  # Reverb's ServerInfo call, as the topologies check it
         if server.poll() is not None:
             raise SystemExit("the replay server did not start")
+        time.sleep(0.1)
     return f"localhost:{port}"
 
 
@@ -235,13 +245,17 @@ def solve_result(summary: dict, out: str, started: float) -> dict:
     return result
 
 
-def time_to_solve(seed: int, collector_counts: list, workdir: str) -> dict:
-    """{"single": result, N: result for each number of collectors} for one seed."""
+def time_to_solve(seed: int, collector_counts: list, workdir: str, ray: bool) -> dict:
+    """{"single": result, N: result for each number of collectors, ("ray", N) too with `ray`} for one seed."""
     out = os.path.join(workdir, f"solve-single-{seed}")
     results = {"single": solve_result(*_with_out(single_run(out, seed), out))}
     for n in collector_counts:
         out = os.path.join(workdir, f"solve-local{n}-{seed}")
         results[n] = solve_result(*_with_out(local_run(n, out, [f"training.seed={seed}"]), out))
+    for n in collector_counts if ray else ():
+        out = os.path.join(workdir, f"solve-ray{n}-{seed}")
+        summary, started, ray_stats = benchmark_ray.ray_solve_run(n, out, [f"training.seed={seed}"])
+        results[("ray", n)] = {**solve_result(summary, out, started), **ray_stats}
     return results
 
 
@@ -257,27 +271,44 @@ def cell(result: dict) -> str:
     if not result["solved"]:
         return "**not solved**"
     mean, low = result["score"]
-    return f"{result['time_s']:.1f} s, {result['env_steps']:,} env steps; plain TF {mean:.1f} (min {low:.0f})"
+    ray = (f"; Ray's start-up {result['ray_startup_s']:.1f} s, peak RSS Ray {result['ray_rss_mb']:,.0f} MB, roles "
+           f"{result['roles_rss_mb']:,.0f} MB") if "ray_startup_s" in result else ""
+    return f"{result['time_s']:.1f} s, {result['env_steps']:,} env steps; plain TF {mean:.1f} (min {low:.0f}){ray}"
 
 
-def print_solve_table(seeds: list, collector_counts: list, workdir: str) -> None:
-    names = ["single", *collector_counts]
-    print("\n| default config, seed | one process | " + " | ".join(f"local, {n} collector(s)" for n in collector_counts)
+def column(name) -> str:
+    return f"ray, {name[1]} collector(s)" if isinstance(name, tuple) else f"local, {name} collector(s)"
+
+
+def print_solve_table(seeds: list, collector_counts: list, workdir: str, ray: bool = False) -> None:
+    names = ["single", *collector_counts, *([("ray", n) for n in collector_counts] if ray else [])]
+    print("\n| default config, seed | one process | " + " | ".join(column(name) for name in names[1:])
           + " |\n|" + " --- |" * (len(names) + 1), flush=True)
     by_name: dict = {name: [] for name in names}
     for seed in seeds:
-        results = time_to_solve(seed, collector_counts, workdir)
+        results = time_to_solve(seed, collector_counts, workdir, ray)
         for name in names:
             by_name[name].append(results[name])
         print(f"| {seed} | " + " | ".join(cell(results[name]) for name in names) + " |", flush=True)
     medians = {name: statistics.median(r["time_s"] if r["solved"] else float("inf") for r in rows)
                for name, rows in by_name.items()}
     print("| **median** | " + " | ".join(
-        f"**{medians[name]:.1f} s**" + ("" if name == "single" else f" (**x{medians[name] / medians['single']:.2f}**)")
+        f"**{medians[name]:.1f} s**" + ("" if name == "single" else f" (**x{medians[name] / medians['single']:.2f}**"
+                                        + (f", **x{medians[name] / medians[name[1]]:.2f}** local"
+                                           if isinstance(name, tuple) else "") + ")")
         for name in names) + " |", flush=True)
+    for name in names:
+        if isinstance(name, tuple):
+            runs = by_name[name]
+            print(f"\n{column(name)}: Ray's start-up (the command's `ray.init` of a local instance) median "
+                  f"{statistics.median(r['ray_startup_s'] for r in runs):.1f} s; peak RSS of Ray's processes (GCS, "
+                  f"raylet, agents, the actors' workers) median {statistics.median(r['ray_rss_mb'] for r in runs):,.0f}"
+                  f" MB, of the roles' processes {statistics.median(r['roles_rss_mb'] for r in runs):,.0f} MB",
+                  flush=True)
 
 
-def scale_out_tables(collector_counts: list, iterations: int, seeds: list, reference: str) -> None:
+def scale_out_tables(collector_counts: list, iterations: int, seeds: list, reference: str, ray: bool = False,
+                     ray_failures: bool = False, solve_only: bool = False) -> None:
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")
     started = time.time()
     print(f"load average (1/5/15 min) at the start: {load()}", flush=True)
@@ -287,6 +318,20 @@ def scale_out_tables(collector_counts: list, iterations: int, seeds: list, refer
               flush=True)
     before = reference_rate(reference, iterations) if has_reference else None
 
+    if not solve_only:
+        throughput_tables(collector_counts, iterations, workdir, before)
+    print_solve_table(seeds, collector_counts, workdir, ray)
+    if ray_failures:
+        benchmark_ray.failure_table(workdir)
+    after = reference_rate(reference, iterations) if has_reference else None
+    if has_reference:
+        print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end "
+              f"(ratios above use the start)")
+    print(f"load average at the end: {load()}; the benchmark took {time.time() - started:.0f} s; runs in {workdir}")
+
+
+def throughput_tables(collector_counts: list, iterations: int, workdir: str, before) -> None:
+    """One process at the tutorial's settings, the learner alone, the local topology's throughput."""
     rates = tutorial_rates(iterations, workdir)
     print("\n| one process, tutorial hyperparameters | it/s | x the reference loop |\n| --- | --- | --- |")
     for (backend, driver), rate in rates.items():
@@ -307,13 +352,6 @@ def scale_out_tables(collector_counts: list, iterations: int, seeds: list, refer
         r = local_throughput(n, iterations, workdir)
         print(f"| {n} collector(s) | {r['env_steps_per_s']:.0f} | {r['train_steps_per_s']:.0f} |", flush=True)
 
-    print_solve_table(seeds, collector_counts, workdir)
-    after = reference_rate(reference, iterations) if has_reference else None
-    if has_reference:
-        print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end "
-              f"(ratios above use the start)")
-    print(f"load average at the end: {load()}; the benchmark took {time.time() - started:.0f} s; runs in {workdir}")
-
 
 def main(argv: list) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -322,6 +360,12 @@ def main(argv: list) -> None:
     parser.add_argument("--iterations", type=int, default=6000, help="iterations per throughput run")
     parser.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="PATH",
                         help="the tutorial's training loop, run for the ratios and as a gauge of the machine's load")
+    parser.add_argument("--ray", action="store_true",
+                        help="add `train --topology ray` (a local Ray instance per run) to the time-to-solve table")
+    parser.add_argument("--ray-failures", action="store_true",
+                        help="add one --topology ray run per failure of one role (scripts/benchmark_ray.py)")
+    parser.add_argument("--solve-only", action="store_true",
+                        help="only the time-to-solve table (and the failure runs): no throughput tables")
     parser.add_argument("--learner-child", default=None, choices=list(LEARNER_MODES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.learner_child is not None:
@@ -330,7 +374,7 @@ def main(argv: list) -> None:
     if not re.fullmatch(r"[1-9]\d*(,[1-9]\d*)*", args.scale_out):
         raise UserError(f"--scale-out {args.scale_out}: expected numbers of collectors like 1,2")
     scale_out_tables([int(v) for v in args.scale_out.split(",")], args.iterations, parse_seeds(args.seeds),
-                     args.reference)
+                     args.reference, args.ray, args.ray_failures, args.solve_only)
 
 
 if __name__ == "__main__":

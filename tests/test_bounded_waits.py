@@ -258,20 +258,27 @@ def write_checkpoint(run_dir: str, iteration: int) -> str:
 def test_the_launcher_reads_a_learner_crash_as_a_crash_naming_its_last_checkpoint(tmp_path, capsys):
     from dqn_cartpole.console.signals import StopRequest
     from dqn_cartpole.distributed.launcher import LocalTopology
+    from dqn_cartpole.distributed.policy import LEARNER, Role
+    from dqn_cartpole.distributed.supervision import Ended
 
     run_dir = str(tmp_path / "run")
-    topology = LocalTopology(os.path.join(run_dir, "config.yaml"), run_dir, 8000, 2, resume=False, quiet=True)
+    supervision = LocalTopology(os.path.join(run_dir, "config.yaml"), run_dir, 8000, 2, resume=False,
+                                quiet=True).supervision
     stop = StopRequest()  # never entered: no signal
-    assert topology.learner_ended(3, stop) == 1
+
+    def learner_ended(status: int) -> int:
+        return supervision.take(Ended(Role(LEARNER), status), stop)
+
+    assert learner_ended(3) == 1
     assert capsys.readouterr().err.strip().endswith("it wrote no checkpoint yet; resume with: python -m dqn_cartpole "
                                                      f"train --resume {run_dir} --topology local --collectors 2")
     name = write_checkpoint(run_dir, 200)
     for status, how in ((3, "crashed (exit status 3)"), (-9, "was killed by SIGKILL"), (-11, "was killed by SIGSEGV")):
-        assert topology.learner_ended(status, stop) == 1
+        assert learner_ended(status) == 1
         (line,) = capsys.readouterr().err.strip().splitlines()  # one line
         assert line.startswith(f"error: the learner {how}; every role is stopped; its last checkpoint is {name}; "
                                f"resume with: "), line
-    assert topology.learner_ended(1, stop) == 1 and topology.learner_ended(0, stop) == 0  # diverged; finished
+    assert learner_ended(1) == 1 and learner_ended(0) == 0  # diverged; finished
     assert capsys.readouterr().err == ""  # the learner said how it ended itself
 
 

@@ -1,5 +1,8 @@
-"""The roles as real processes over loopback: train --topology local end to end (the replay on the learner,
-the default), Ctrl-C, and the one-line errors (wrong address, port in use); tests/test_chaos.py kills each role. Every test is bounded in time and checks that no
+"""The roles as real processes over loopback: the one-line errors (wrong address, port in use); train --topology
+local end to end is tests/test_chaos.py's run, which also checks what every local run's files hold (the learner-side
+replay read at the run's ratio, policy lag, the collectors' rows, events and plot), and kills each role. (A stop
+signal's path: the launcher's in tests/test_processes.py and tests/test_topology_policy.py, the learner's, which
+checkpoints, in tests/test_ray_topology.py's Ctrl-C and tests/test_bounded_waits.py.) Every test is bounded in time and checks that no
 child process and no port is left behind. Then, in this process, the learner's parts: its replay read from a
 queue at the run's ratio, in its checkpoint, and its background weight pushes and evaluator watch; and a
 collector's loop (both drivers) and the live evaluator against an embedded server.
@@ -9,95 +12,31 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import time
 
 import pytest
 
-from helpers import (SMOKE, assert_all_gone, cartpole_agent, free_port, kill_tree, rows, run_cli, server_port,
-                     start_cli, wait_for)
+from helpers import SMOKE, cartpole_agent, free_port, rows, run_cli, wait_for
 
 LOCAL = ("--topology", "local", "--collectors", "2", "--config", SMOKE, "--set", "replay.backend=reverb",
          "--set", "video.enabled=false", "--quiet")
 
 
-def test_local_topology_two_collectors_trains_the_smoke_config(tmp_path):
-    run_dir = str(tmp_path / "run")
+def test_wrong_replay_address_is_one_line_within_seconds(tmp_path, capsys):
+    """In this process (TensorFlow is imported already): the role builds its agent, then asks the server."""
+    from dqn_cartpole.cli.main import main
+
     started = time.monotonic()
-    result = run_cli("train", *LOCAL, "--output-dir", run_dir, timeout=400)
-    assert result.returncode == 0, result.stderr[-3000:]
-    port = int(re.search(r"replay server on port (\d+)", result.stdout).group(1))
-    assert_all_gone(run_dir, port)
-    with open(os.path.join(run_dir, "summary.json")) as handle:
-        summary = json.load(handle)
-    assert summary["train_steps"] == 300
-    train = rows(os.path.join(run_dir, "train_metrics.csv"))
-    assert [int(r["train_step"]) for r in train] == [50, 100, 150, 200, 250, 300]
-    assert int(train[0]["env_steps"]) >= 64  # the learner waits for initial_collect_steps items
-    # The evaluator evaluates the newest weights once each eval_interval has passed, and the final weights.
-    evaluated = [int(r["train_step"]) for r in rows(os.path.join(run_dir, "eval_metrics.csv"))]
-    assert evaluated[0] == 0 and evaluated[-1] == 300 and evaluated == sorted(set(evaluated)), evaluated
-    assert summary["final_return"] is not None
-    for name in ("best", "final"):
-        assert os.path.exists(os.path.join(run_dir, "policy", name, "saved_model.pb"))
-    for collector in (0, 1):
-        log = rows(os.path.join(run_dir, "roles", f"collector-{collector}.csv"))
-        assert log and int(log[-1]["env_steps"]) > 0 and float(log[-1]["env_steps_per_s"]) > 0
-        # The collector's weights follow the learner's train step (and with it, epsilon).
-        assert max(int(r["weights_train_step"]) for r in log) > 0
-        events = os.path.join(run_dir, "tensorboard", f"collector-{collector}")
-        assert any(name.startswith("events.out.tfevents") for name in os.listdir(events))
-    # The replay lives on the learner: it read what the ratio asks (32 sampled items per insert: one window per
-    # train step after the 64 of the fill), in whole reads of LEARNER_READ_BATCH windows, so at most that many
-    # less one beyond it; and its checkpoint holds that buffer.
-    from dqn_cartpole.replay.learner_side import LEARNER_READ_BATCH
-
-    beyond = [int(r["replay_inserts"]) - (64 + int(r["train_step"])) for r in train]
-    assert all(0 <= b < LEARNER_READ_BATCH for b in beyond), beyond
-    state = json.load(open(os.path.join(run_dir, "checkpoints", "ckpt-0000000300", "state.json")))
-    assert state["replay_size"] == state["replay_inserts"] and 364 <= state["replay_inserts"] < 364 + LEARNER_READ_BATCH
-    # Policy lag: every item carries the train step of the weights that collected it; the learner's
-    # train step minus that is at least 0, and below the train steps taken so far.
-    for row in train:
-        lag, lag_max, step = float(row["policy_lag"]), float(row["policy_lag_max"]), int(row["train_step"])
-        assert 0 <= lag <= lag_max < step, row
-    assert float(train[-1]["samples_per_insert"]) == pytest.approx(
-        int(train[-1]["replay_samples"]) / int(train[-1]["replay_inserts"]), rel=1e-4)
-    assert int(train[-1]["replay_samples"]) == 300 * 32  # the learner's own count
-    assert all(float(r["train_steps_per_s"]) > 0 for r in train[1:])
-    assert os.path.getsize(os.path.join(run_dir, "plots", "collectors.png")) > 0
-    assert "collectors.png" in open(os.path.join(run_dir, "report.html")).read()
-    assert time.monotonic() - started < 400
-
-
-def test_ctrl_c_stops_every_child_with_exit_130(tmp_path):
-    run_dir = str(tmp_path / "run")
-    process = start_cli("train", *LOCAL, "--output-dir", run_dir, "--set", "training.num_iterations=100000",
-                        log_dir=tmp_path)
-    try:
-        train_csv = os.path.join(run_dir, "train_metrics.csv")
-        wait_for(lambda: os.path.exists(train_csv) and len(rows(train_csv)) >= 1, 240, "the first train row")
-        port = server_port(tmp_path)
-        process.send_signal(signal.SIGINT)
-        assert process.wait(120) == 130, (tmp_path / "stderr").read_text()[-3000:]
-        assert_all_gone(run_dir, port)
-        assert any(name.startswith("ckpt-") for name in os.listdir(os.path.join(run_dir, "checkpoints")))
-    finally:
-        kill_tree(process, run_dir)
-
-
-def test_wrong_replay_address_is_one_line_within_seconds(tmp_path):
-    started = time.monotonic()
-    result = run_cli("collect", "--config", SMOKE, "--set", "replay.backend=reverb",
-                     "--set", "distributed.connect_timeout_s=2", "--replay-address", f"localhost:{free_port()}",
-                     "--run-dir", str(tmp_path / "run"), timeout=120)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --replay-address localhost:")
+    status = main(["collect", "--config", SMOKE, "--set", "replay.backend=reverb", "--set",
+                   "distributed.connect_timeout_s=2", "--replay-address", f"localhost:{free_port()}",
+                   "--run-dir", str(tmp_path / "run")])
+    assert status == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --replay-address localhost:"), lines
     assert "no Reverb server answered within 2 s" in lines[0]
-    assert time.monotonic() - started < 60  # TensorFlow's import, then 2 s
+    assert time.monotonic() - started < 30  # the agent's build, then 2 s
 
 
 def test_a_role_sees_a_server_that_starts_after_it_asked_at_once():
@@ -334,6 +273,43 @@ def test_the_learner_pushes_its_weights_in_the_background_and_watches_the_evalua
         wait_for(lambda: watch.evaluation is not None, 10, "the watch to read the evaluation")
         assert watch.evaluation.average_return == 123.0 and watch.evaluation.train_step == 500
         assert watch.server_info["variables"].current_size == 1
+
+
+def test_a_pusher_outlives_a_failed_push_and_pushes_again_what_a_restarted_server_lost(monkeypatch):
+    """A server restarted on its port holds no weights (collectors wait for them): `repush` pushes even the weights
+    of the last push; and a push that fails (the server gone) does not end the pusher: it is tried again."""
+    import contextlib
+
+    import reverb
+
+    from dqn_cartpole.distributed import variables
+    from dqn_cartpole.distributed.variables import VARIABLES_TABLE, WeightPusher, WeightSync, make_variables_table
+
+    with contextlib.ExitStack() as stack:
+        _, learner = cartpole_agent(stack)
+        server = reverb.Server([make_variables_table(learner)])
+        stack.callback(server.stop)
+        sync = WeightSync(f"localhost:{server.port}", learner)
+        pusher = WeightPusher(sync, every_steps=1000, poll_s=0.005)
+        stack.callback(pusher.close)
+        assert pusher.push_now() == 0 and pusher.pushes == 1
+        sync.client.reset(VARIABLES_TABLE)  # what the server's restart leaves
+        pusher.repush()
+        wait_for(lambda: pusher.pushes == 2 and sync.available(), 10, "the weights pushed again")
+        real_push, failures = sync.push, []
+
+        def fails_twice() -> None:
+            if len(failures) < 2:
+                failures.append(1)
+                raise variables.deadlines.ServerUnanswered("push the weights: the server is gone")
+            real_push()
+
+        monkeypatch.setattr(sync, "push", fails_twice)
+        monkeypatch.setattr(variables, "RETRY_S", 0.01)
+        sync.client.reset(VARIABLES_TABLE)
+        pusher.repush()
+        wait_for(lambda: pusher.pushes == 3, 10, "the push after two failed ones")
+        assert len(failures) == 2 and pusher.error is None and sync.available()
 
 
 def test_a_push_requested_just_as_the_pushers_wait_times_out_is_not_lost():

@@ -1,23 +1,32 @@
-"""Across machines, simulated: the replay server, the learner and the evaluator in one network namespace, a
-collector in another, joined by a veth pair on private test addresses that the test creates and removes. The replay
-is the server's shared table (`distributed.replay: server`), which the server checkpoints."""
+"""Across machines, simulated: two network namespaces on a veth pair with private test addresses that the test
+creates and removes. Machine A runs the Ray head and the command; machine B joins the cluster. Both use the
+commands docs/security.md gives (`ray start --head` / `ray start --address`, token authentication on), then
+`train --topology ray --address` runs the smoke config with the shared replay on the server
+(`distributed.replay: server`): a collector placed on machine B feeds the learner over the veth pair, and its
+rows reach the run folder on A. While it runs, each machine's listening sockets are read (`ss -ltnp`): what
+docs/security.md says a cluster run opens. A driver without the cluster's token gets one line."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
-import time
+import sys
+import tempfile
 
+import psutil
 import pytest
 
-from helpers import SMOKE, cli_command, cli_env
+from helpers import SMOKE, cli_command, cli_env, rows, wait_for
+
+pytest.importorskip("ray")
 
 SUBNET = f"10.231.{os.getpid() % 250}"  # private test addresses, one /24 per test process
-ROLE = ("--config", SMOKE, "--set", "replay.backend=reverb", "--set", "video.enabled=false",
-        "--set", "distributed.replay=server")
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
 def ip(*args: str) -> subprocess.CompletedProcess:
@@ -27,8 +36,8 @@ def ip(*args: str) -> subprocess.CompletedProcess:
 def netns_problem() -> str:
     if os.geteuid() != 0:
         return "needs root to create network namespaces"
-    if shutil.which("ip") is None:
-        return "needs the `ip` command (iproute2)"
+    if shutil.which("ip") is None or shutil.which("ss") is None:
+        return "needs the `ip` and `ss` commands (iproute2)"
     probe = f"dqnprobe{os.getpid()}"
     result = ip("netns", "add", probe)
     ip("netns", "del", probe)
@@ -57,55 +66,88 @@ def two_machines():
         ip("netns", "del", b)
 
 
-def start_in(namespace: str, log_path: str, *args: str) -> subprocess.Popen:
-    with open(log_path, "w") as log:
-        return subprocess.Popen(["ip", "netns", "exec", namespace, *cli_command(*args)], env=cli_env(),
-                                stdout=log, stderr=subprocess.STDOUT)
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-
-def test_a_collector_in_another_namespace_feeds_the_learner(two_machines, tmp_path):
+@pytest.fixture
+def ray_cluster(two_machines):
+    """A Ray head on machine A and a worker on machine B, with a token; (A, B, token env). Afterwards every process
+    of this cluster (found by its temp dir, which is this test's) is killed: `ray stop` would stop every Ray on
+    the machine."""
     a, b = two_machines
-    server_address = f"{SUBNET}.1:8470"
-    run_dir = str(tmp_path / "run")  # server and learner share it (machine A)
-    server = start_in(a, str(tmp_path / "server.log"), "replay-server", *ROLE, "--replay-address", server_address,
-                      "--run-dir", run_dir)
-    collector = learner = evaluator = None
+    temp = tempfile.mkdtemp(prefix="dqnray", dir="/tmp")  # short: Ray's sockets' paths must fit 107 bytes
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = cli_env(**token)
     try:
-        deadline = time.monotonic() + 180
-        while "replay server ready" not in (tmp_path / "server.log").read_text():
-            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
-            time.sleep(0.5)
-        learner = start_in(a, str(tmp_path / "learner.log"), "learn", *ROLE, "--replay-address", "localhost:8470",
-                           "--run-dir", run_dir, "--quiet")
-        evaluator = start_in(a, str(tmp_path / "evaluator.log"), "evaluate-live", *ROLE,
-                             "--replay-address", "localhost:8470", "--run-dir", run_dir)
-        collector = start_in(b, str(tmp_path / "collector.log"), "collect", *ROLE, "--replay-address", server_address,
-                             "--run-dir", str(tmp_path / "collector-b"), "--collector-id", "1")
-        assert learner.wait(400) == 0, (tmp_path / "learner.log").read_text()[-3000:]
-        with open(os.path.join(run_dir, "summary.json")) as handle:
-            summary = json.load(handle)
-        assert summary["train_steps"] == 300 and summary["final_return"] is not None  # the evaluator's
-        # The run's stop reaches machine B over the veth pair: its collector leaves by itself, status 0.
-        assert collector.wait(60) == 0, (tmp_path / "collector.log").read_text()[-3000:]
-        assert evaluator.wait(60) == 0, (tmp_path / "evaluator.log").read_text()[-3000:]
-        # Machine B cannot reach A's loopback: only the veth address serves it.
-        wrong = subprocess.run(["ip", "netns", "exec", b, *cli_command(
-            "collect", *ROLE, "--set", "distributed.connect_timeout_s=2", "--replay-address", "localhost:8470",
-            "--run-dir", str(tmp_path / "wrong"))], env=cli_env(), capture_output=True, text=True, timeout=120)
-        assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
-        assert "no Reverb server answered within 2 s" in wrong.stderr
+        for namespace, args in ((a, ("--head", f"--node-ip-address={SUBNET}.1", "--port=6379", f"--temp-dir={temp}")),
+                                (b, (f"--address={SUBNET}.1:6379", f"--node-ip-address={SUBNET}.2"))):
+            started = subprocess.run(["ip", "netns", "exec", namespace, RAY, "start", "--num-cpus=1", *args],
+                                     env=env, capture_output=True, text=True, timeout=120)
+            assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+        yield a, b, token
     finally:
-        for process in (collector, evaluator, learner, server):
-            if process is not None:
-                stop(process)
-    assert "Stored checkpoint" in (tmp_path / "server.log").read_text()
+        for process in psutil.process_iter(["cmdline"]):
+            if any(temp in part for part in process.info["cmdline"] or []):
+                process.send_signal(signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def listening(namespace: str) -> list[tuple[str, int, int, str]]:
+    """(address, port, pid, process name) of each TCP socket listening in `namespace`."""
+    out = subprocess.run(["ip", "netns", "exec", namespace, "ss", "-ltnpH"], capture_output=True, text=True,
+                         timeout=30).stdout
+    found = []
+    for line in out.splitlines():
+        fields = line.split()
+        address, _, port = fields[3].rpartition(":")
+        match = re.search(r'\("([^"]+)",pid=(\d+)', line)
+        if match:
+            found.append((address, int(port), int(match.group(2)), match.group(1)))
+    return found
+
+
+def test_a_collector_on_another_machine_of_a_ray_cluster_feeds_the_learner(ray_cluster, tmp_path):
+    a, b, token = ray_cluster
+    run_dir = str(tmp_path / "run")
+    role = ("--topology", "ray", "--address", f"{SUBNET}.1:6379", "--config", SMOKE, "--quiet",
+            "--set", "distributed.replay=server", "--set", "video.enabled=false")
+    # Without the cluster's token: one line, nothing made.
+    refused = subprocess.run(["ip", "netns", "exec", a, *cli_command("train", *role, "--output-dir", run_dir)],
+                             env=cli_env(RAY_USAGE_STATS_ENABLED="0"), capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "requires token authentication; set RAY_AUTH_MODE=token" in refused.stderr
+    assert not os.path.exists(run_dir)
+
+    with open(tmp_path / "out", "w") as out:
+        driver = subprocess.Popen(["ip", "netns", "exec", a, *cli_command("train", *role, "--collectors", "2",
+                                                                           "--output-dir", run_dir)],
+                                  env=cli_env(**token), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        csv = os.path.join(run_dir, "train_metrics.csv")
+        def first_row() -> bool:
+            assert driver.poll() is None, (tmp_path / "out").read_text()[-3000:]
+            return os.path.exists(csv) and bool(rows(csv))
+
+        wait_for(first_row, 240, "the first train row")
+        on_a, on_b = listening(a), listening(b)
+        placed = json.load(open(os.path.join(run_dir, "roles", "placement.json")))["roles"]
+        assert driver.wait(240) == 0, (tmp_path / "out").read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    text = (tmp_path / "out").read_text()
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert summary["train_steps"] == 300 and summary["final_return"] is not None  # the evaluator's
+    on_b_collectors = [n for n, e in placed.items() if n.startswith("collector") and e["node_ip"] == f"{SUBNET}.2"]
+    assert on_b_collectors, placed  # SPREAD put one on machine B
+    for name in on_b_collectors:  # its rows crossed to machine A's run folder
+        assert rows(os.path.join(run_dir, "roles", f"collector-{name.split()[-1]}.csv")), name
+    # What a cluster run opens (docs/security.md): on A, the Reverb port it announced (every interface) beside
+    # Ray's own; on B, only Ray's (its raylet, its agent, its actors' workers): a collector opens no port.
+    reverb_port = int(re.search(r"port (\d+), a learner", text).group(1))
+    server_pid = placed["replay server"]["pid"]
+    assert (reverb_port, server_pid) in {(port, pid) for _, port, pid, _ in on_a}, on_a
+    assert not any(port == 8265 for _, port, _, _ in on_a + on_b)  # no dashboard
+    role_pids = {entry["pid"] for entry in placed.values()}
+    assert not [s for s in on_b if s[2] in role_pids], on_b
+    assert {name for _, _, _, name in on_b} <= {"raylet", "ray::RuntimeEnv", "ray::RoleHost"}, on_b
+    print("\nmachine A listens:", sorted((p, n) for _, p, _, n in on_a), "\nmachine B listens:",
+          sorted((p, n) for _, p, _, n in on_b))

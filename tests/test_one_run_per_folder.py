@@ -61,8 +61,8 @@ def lock_holders(run_dir: str) -> list:
     return holders(run_dir)
 
 
-# A launcher whose roles are stuck: each ignores SIGTERM (as a role blocked in a call would), and the replay
-# server says it is ready. The real LocalTopology starts them, with the run's lock, and its reaper.
+# A launcher whose roles are stuck: each ignores SIGTERM (as a role blocked in a call would). The real LocalTopology
+# starts them, with the run's lock, and its reaper (it waits for a server that never answers).
 STUCK_LAUNCHER = textwrap.dedent("""
     import sys
     from dqn_cartpole.console import signals
@@ -71,13 +71,13 @@ STUCK_LAUNCHER = textwrap.dedent("""
 
     run_dir = sys.argv[1]
     lock = lock_run(run_dir)
-    topology = launcher.LocalTopology("config.yaml", run_dir, 1, 1, resume=False, quiet=True, keep_fds=lock.fds())
     stuck = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
              "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]; "
-             "print('replay server ready', flush=True); "  # before the marker: the log is whole once it exists
              "open(os.path.join(os.path.dirname(run_dir), f'stuck-{os.getpid()}'), 'w').close(); time.sleep(300)")
-    for child in topology.children():
-        child.command = [sys.executable, "-c", stuck, *child.command[3:]]  # the role's own arguments
+    role_command = launcher.LocalPlacement.command
+    launcher.LocalPlacement.command = lambda placement, role, restart: [
+        sys.executable, "-c", stuck, *role_command(placement, role, restart)[3:]]  # the role's own arguments
+    topology = launcher.LocalTopology("config.yaml", run_dir, 1, 1, resume=False, quiet=True, keep_fds=lock.fds())
     with signals.StopRequest() as stop:
         topology.run(stop)
 """)
@@ -375,25 +375,29 @@ def test_a_restarted_collector_counts_its_env_steps_on_from_its_csv(tmp_path):
     from dqn_cartpole.console.signals import StopRequest
     from dqn_cartpole.distributed import collector
     from dqn_cartpole.run_folder.csv_files import CsvLog, read_csv
+    from dqn_cartpole.run_folder.metrics import COLLECTOR_COLUMNS, counted_before as counted
+
+    def counted_before(path: str) -> tuple[int, int]:
+        return counted(read_csv(path))
 
     path = str(tmp_path / "collector-0.csv")
-    first = CsvLog(path, collector.COLLECTOR_COLUMNS)
+    first = CsvLog(path, COLLECTOR_COLUMNS)
     for steps, episodes in ((1000, 40), (1100, 44)):
         first.write({"wall_s": 1.0, "env_steps": steps, "episodes": episodes, "unix_s": "1.0"})
     first.close()
     with open(path, "a", encoding="utf-8") as handle:
         handle.write("9.5,12")  # the row a SIGKILL cut short
-    assert collector.counted_before(path) == (1100, 44)
+    assert counted_before(path) == (1100, 44)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write("\n")
-    log = CsvLog(path, collector.COLLECTOR_COLUMNS)
+    log = CsvLog(path, COLLECTOR_COLUMNS)
     stop = StopRequest()  # never entered: no signal handler, the fake pull "signals" it
     collector.run_driver(HundredStepsDriver(), ThreePulls(stop), log.write, stop, Writers(), log_every_s=0.0,
-                         before=collector.counted_before(path))
+                         before=counted_before(path))
     log.close()
     steps = [int(row["env_steps"]) for row in read_csv(path) if row["episodes"]]
     assert steps == [1000, 1100, 1200, 1300, 1400, 1400], steps  # no sawtooth: 1,100 then 100 on today's code
-    assert collector.counted_before(path) == (1400, 47)
+    assert counted_before(path) == (1400, 47)
 
 
 def test_a_dead_launchers_reaper_kills_only_that_launchers_roles(tmp_path):

@@ -5,11 +5,13 @@ time (a few seconds) and kills every child it started."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -70,6 +72,32 @@ def test_a_child_runs_in_its_own_session_and_its_output_goes_to_its_log(tmp_path
     assert child.output().split() == ["pid", str(child.process.pid)]  # the header is not the child's output
     assert log.read_text().startswith("$ python -c ")
     assert child.stop(5) == -signal.SIGTERM
+
+
+def test_a_child_started_from_a_thread_that_blocks_sigint_still_gets_a_ctrl_c(tmp_path, started):
+    """A Ray actor's event loop blocks SIGINT, and a child inherits its starting thread's signal mask: the role it
+    started never saw the Ctrl-C sent on to it. A child starts with no signal blocked."""
+    on_int = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGINT, lambda s, f: (open(sys.argv[1], 'w').write('INT'), sys.exit(0)))\n"
+              "open(sys.argv[1] + '.ready', 'w').close()\n"
+              "time.sleep(30)")
+    out, done = str(tmp_path / "got"), threading.Event()
+
+    def start_blocked() -> None:  # lives as long as the child: its death would be the child's (PR_SET_PDEATHSIG)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+        start(started, "role", python(on_int, out))
+        done.wait(10)
+
+    thread = threading.Thread(target=start_blocked)
+    thread.start()
+    try:
+        wait_until(lambda: os.path.exists(out + ".ready"))
+        started[-1].send(signal.SIGINT)
+        wait_until(lambda: started[-1].returncode is not None, 5.0)
+    finally:
+        done.set()
+        thread.join()
+    assert started[-1].returncode == 0 and open(out).read() == "INT"
 
 
 def test_a_child_gets_sigterm_when_its_parent_dies_however_it_dies(tmp_path, started):
@@ -138,31 +166,17 @@ def test_the_backoff_doubles_to_its_cap_and_then_gives_up():
     assert [backoff.delay(n) for n in range(7)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0, None]
 
 
-def test_a_dead_child_restarts_after_its_backoff_until_the_cap_within_the_window(tmp_path, started):
-    child = start(started, "crasher", python("import sys; sys.exit(3)"), tmp_path / "crash.log")
-    backoff = Backoff(first_s=1.0, max_s=5.0, max_restarts=3, window_s=100.0)
+def test_a_restart_window_waits_its_backoff_until_the_cap_within_the_window():
+    window = supervisor.RestartWindow(Backoff(first_s=1.0, max_s=5.0, max_restarts=3, window_s=100.0))
     now = 1000.0
-    expected_delays = [1.0, 2.0, 4.0]
-    for restart, delay in enumerate(expected_delays, start=1):
-        wait_until(lambda: child.returncode is not None)
-        assert child.returncode == 3
-        assert child.keep_alive(backoff, now) == supervisor.DIED
-        assert child.restart_at == now + delay
-        assert child.keep_alive(backoff, now + delay - 0.01) == supervisor.WAITING
+    for restart, delay in enumerate([1.0, 2.0, 4.0], start=1):
+        assert window.due(now) == delay
         now += delay
-        assert child.keep_alive(backoff, now) == supervisor.RESTARTED
-        assert child.restarts == restart
-    wait_until(lambda: child.returncode is not None)
-    assert child.keep_alive(backoff, now) == supervisor.GAVE_UP  # 3 restarts within 100 s
+        window.restarted(now)
+        assert window.restarts == restart
+    assert window.due(now) is None  # 3 restarts within 100 s: give up
     # Restarts older than the window no longer count: the backoff starts again from its first delay.
-    assert child.keep_alive(backoff, now + 100.0) == supervisor.DIED
-    assert child.restart_at == now + 100.0 + 1.0
-
-
-def test_a_child_that_ends_with_status_0_stays_out(started):
-    child = start(started, "leaver", python("pass"))
-    wait_until(lambda: child.returncode is not None)
-    assert child.keep_alive(Backoff(), 0.0) == supervisor.ENDED and child.restarts == 0
+    assert window.due(now + 100.0) == 1.0 and window.restarts == 3
 
 
 def test_the_log_tail_is_what_the_child_wrote_since_its_last_start(tmp_path, started):
@@ -237,9 +251,10 @@ def test_a_second_signal_stops_a_run_at_once_but_a_supervisor_keeps_waiting(caps
 # ---------------------------------------------------------------------------- the local topology on the supervisor
 
 # A role that writes one line per signal it receives to argv[1]; `exit_on` (a signal name or "") makes it leave.
+# Given a port (argv[3]), it answers Reverb's ServerInfo call there, as a replay server that is ready does.
 ROLE = textwrap.dedent("""
     import signal, sys, time
-    out, exit_on, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+    out, exit_on, port = sys.argv[1], sys.argv[2], sys.argv[3]
     def on_signal(signum, frame):
         with open(out, "a") as handle:
             handle.write(signal.Signals(signum).name + "\\n")
@@ -247,7 +262,16 @@ ROLE = textwrap.dedent("""
             sys.exit(128 + signum)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    print(ready, flush=True)
+    if port:
+        from concurrent import futures
+        import grpc
+        server = grpc.server(futures.ThreadPoolExecutor(2))
+        answer = grpc.unary_unary_rpc_method_handler(lambda request, context: b"")
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "deepmind.reverb.ReverbService", {"ServerInfo": answer}),))
+        server.add_insecure_port(f"[::]:{port}")
+        server.start()
+    open(out + ".ready", "w").close()
     while True:
         time.sleep(60)
 """)
@@ -276,21 +300,41 @@ def sent(monkeypatch) -> list:
 
 
 def fake_topology(tmp_path, monkeypatch, learner_exits_on: str, collector_code: str = ""):
-    """A LocalTopology whose roles are tiny Python processes; signals they get are logged in tmp_path/NAME."""
-    from dqn_cartpole.distributed import launcher
+    """A LocalTopology whose roles are tiny Python processes (the server answers Reverb's ServerInfo); the signals
+    they get are logged in tmp_path/NAME."""
+    from dqn_cartpole.distributed import launcher, policy, supervision
+    from dqn_cartpole.distributed.policy import COLLECTOR, LEARNER, SERVER
 
-    monkeypatch.setattr(launcher, "STOP_WAIT_S", 0.5)
-    monkeypatch.setattr(launcher, "POLL_S", 0.05)
-    monkeypatch.setattr(launcher, "RESTART_BACKOFF", Backoff(first_s=0.01, max_s=0.04, max_restarts=3, window_s=60))
-    topology = launcher.LocalTopology("config.yaml", str(tmp_path / "run"), 1, 2, resume=False, quiet=True)
-    topology.learner.log_path = str(tmp_path / "learner.log")  # to see it is ready
-    for child in topology.children():
-        name = child.name.replace(" ", "-")
-        exits_on = learner_exits_on if child is topology.learner else ""
-        child.command = python(ROLE, str(tmp_path / name), exits_on, launcher.READY_LINE)
-    if collector_code:  # collector 0 only: which of two dying collectors gives up first is a race
-        topology.collectors[0].command = python(collector_code)
+    monkeypatch.setattr(policy, "STOP_WAIT_S", 0.5)
+    monkeypatch.setattr(supervision, "POLL_S", 0.05)
+    monkeypatch.setattr(policy, "LOCAL", policy.Rules(stateful=False, backoff=Backoff(
+        first_s=0.01, max_s=0.04, max_restarts=3, window_s=60)))
+    port = free_port()
+
+    def command(placement, role, restart):
+        if collector_code and role == policy.Role(COLLECTOR, 0):  # only collector 0: which of two dying
+            return python(collector_code, str(tmp_path))           # collectors gives up first is a race
+        exits_on = learner_exits_on if role.kind == LEARNER else ""
+        return python(ROLE, str(tmp_path / role.name.replace(" ", "-")), exits_on,
+                      str(port) if role.kind == SERVER else "")
+
+    monkeypatch.setattr(launcher.LocalPlacement, "command", command)
+    topology = launcher.LocalTopology("config.yaml", str(tmp_path / "run"), port, 2, resume=False, quiet=True)
+    monkeypatch.setattr(launcher.LocalPlacement, "log_path",
+                        lambda placement, role: str(tmp_path / f"{role.name.replace(' ', '-')}.log"))
     return topology
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+        probe.bind(("::", 0))
+        return probe.getsockname()[1]
+
+
+def child_of(topology, name: str) -> Child:
+    return next(child for role, child in topology.placement.children.items() if role.name == name)
 
 
 def signals_of(sent: list, child: Child) -> list:
@@ -303,24 +347,41 @@ def signals_got(tmp_path, name: str) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+def all_ready(tmp_path, roles: int) -> bool:
+    """Whether `roles` fake roles have installed their signal handlers."""
+    return len(list(tmp_path.glob("*.ready"))) >= roles
+
+
+# Collector 0: dies with status 3 as soon as the other four roles are up (a signal must find their handlers).
+DIES_ONCE_THE_OTHERS_ARE_UP = ("import glob, sys, time\n"
+                               "while len(glob.glob(sys.argv[1] + '/*.ready')) < 4: time.sleep(0.01)\n"
+                               "sys.exit(3)")
+
+
 def test_a_role_that_keeps_dying_stops_the_run_with_status_1_and_every_role_gets_one_sigterm(
         tmp_path, monkeypatch, capsys, bounded, sent):
-    topology = fake_topology(tmp_path, monkeypatch, learner_exits_on="", collector_code="import sys; sys.exit(3)")
+    topology = fake_topology(tmp_path, monkeypatch, learner_exits_on="", collector_code=DIES_ONCE_THE_OTHERS_ARE_UP)
     try:
         began = time.monotonic()
-        assert topology.run(StopRequest()) == exit_status.EXIT_FAILED
+        assert topology.supervision.run(StopRequest()) == exit_status.EXIT_FAILED
         assert time.monotonic() - began < 15
         err = capsys.readouterr().err
         assert "warning: collector 0 exited with status 3; restarting it in" in err
-        assert "error: collector 0 exited with status 3 after 3 restarts within 60 s" in err
-        assert "train --resume" in err and "--topology local --collectors 2" in err
-        assert topology.collectors[0].restarts == 3
-        for child in (topology.learner, topology.evaluator, topology.server):
-            assert signals_of(sent, child) == ["SIGTERM", "SIGKILL"], child.name  # one TERM; KILL after the grace
-            assert signals_got(tmp_path, child.name.replace(" ", "-")) == ["SIGTERM"], child.name
-        assert all(child.returncode is not None for child in topology.children())
+        (line,) = [line for line in err.splitlines() if line.startswith("error:")]  # one line
+        assert line.startswith("error: collector 0 exited with status 3 after 3 restarts within 60 s"), line
+        assert f"(log {tmp_path / 'collector-0.log'})" in line
+        assert line.endswith("Resume with: python -m dqn_cartpole train --resume "
+                             f"{tmp_path / 'run'} --topology local --collectors 2"), line
+        record = json.loads((tmp_path / "run" / "roles" / "placement.json").read_text())
+        assert record["roles"]["collector 0"]["restarts"] == 3
+        assert len(record["roles"]["collector 0"]["before"]) == 3
+        for name in ("learner", "evaluator", "replay server"):
+            child = child_of(topology, name)
+            assert signals_of(sent, child) == ["SIGTERM", "SIGKILL"], name  # one TERM; KILL after the grace
+            assert signals_got(tmp_path, name.replace(" ", "-")) == ["SIGTERM"], name
+        assert all(child.returncode is not None for child in topology.placement.children.values())
     finally:
-        stop_all(topology.children(), 0.0)
+        stop_all(topology.placement.children.values(), 0.0)
 
 
 def test_a_stop_goes_to_the_learner_first_and_the_launcher_exits_128_plus_the_signal(
@@ -328,19 +389,22 @@ def test_a_stop_goes_to_the_learner_first_and_the_launcher_exits_128_plus_the_si
     topology = fake_topology(tmp_path, monkeypatch, learner_exits_on="SIGINT")
     try:
         stop = StopRequest()
-        stop.signum = signal.SIGINT  # as if Ctrl-C reached the launcher
-        for child in topology.children():
-            child.start()
-        wait_until(lambda: all("ready" in child.output() for child in topology.children()))
-        assert topology.supervise(stop) == 130
-        topology.stop_all()
+
+        def ctrl_c_once_every_role_is_up() -> None:
+            wait_until(lambda: all_ready(tmp_path, 5))
+            stop.signum = signal.SIGINT  # as if Ctrl-C reached the launcher
+
+        threading.Thread(target=ctrl_c_once_every_role_is_up, daemon=True).start()
+        assert topology.supervision.run(stop) == 130
         assert "Every role is stopped. Resume the run with:" in capsys.readouterr().err
-        assert signals_of(sent, topology.learner) == ["SIGINT"] and signals_got(tmp_path, "learner") == ["SIGINT"]
-        for child in (topology.evaluator, *topology.collectors, topology.server):
-            assert signals_of(sent, child) == ["SIGTERM", "SIGKILL"], child.name
-            assert signals_got(tmp_path, child.name.replace(" ", "-")) == ["SIGTERM"], child.name
+        learner = child_of(topology, "learner")
+        assert signals_of(sent, learner) == ["SIGINT"] and signals_got(tmp_path, "learner") == ["SIGINT"]
+        for name in ("evaluator", "collector 0", "collector 1", "replay server"):
+            child = child_of(topology, name)
+            assert signals_of(sent, child) == ["SIGTERM", "SIGKILL"], name
+            assert signals_got(tmp_path, name.replace(" ", "-")) == ["SIGTERM"], name
     finally:
-        stop_all(topology.children(), 0.0)
+        stop_all(topology.placement.children.values(), 0.0)
 
 
 def test_the_local_topology_shares_its_replay_through_reverb_and_checks_what_a_resume_needs(tmp_path, capsys):

@@ -47,6 +47,9 @@ def add_parsers(sub: Any) -> None:
                        "A PyDriver collector: the agent's collect policy with the learner's weights, writing windows "
                        "to the replay server.")
     collect.add_argument("--collector-id", type=int, default=0, help="this collector's number (its seed offset)")
+    # `--topology ray`: the env steps and episodes its earlier processes counted (its CSV is in the run folder,
+    # which a collector on another node does not see).
+    collect.add_argument("--count-from", metavar="STEPS,EPISODES", help=argparse.SUPPRESS)
     add_role(sub, "evaluate-live", "evaluate the learner's weights as they are pushed",
              "The evaluator: the greedy evaluation of the learner's newest weights every evaluation.eval_interval "
              "iterations (eval_metrics.csv, policy/best, the solve check and policy/final); a confirmed solve stops "
@@ -96,11 +99,22 @@ def cmd_collect(args: argparse.Namespace) -> int:
     config = load_role_config(args)
     if args.collector_id < 0:
         raise UserError(f"--collector-id: must be 0 or more, got {args.collector_id}")
+    count_from = parse_count_from(args.count_from)
     with contextlib.closing(join_role(args.run_dir)):
         with heavy_imports():
             from dqn_cartpole.distributed.collector import collect
 
-        return collect(config, args.replay_address, args.collector_id, args.run_dir)
+        return collect(config, args.replay_address, args.collector_id, args.run_dir, count_from)
+
+
+def parse_count_from(text: Any) -> Any:
+    """`STEPS,EPISODES` -> (steps, episodes); None -> None."""
+    if text is None:
+        return None
+    steps, _, episodes = text.partition(",")
+    if not (steps.isdigit() and episodes.isdigit()):
+        raise UserError(f"--count-from: expected STEPS,EPISODES (two whole numbers), got {text!r}")
+    return int(steps), int(episodes)
 
 
 def cmd_evaluate_live(args: argparse.Namespace) -> int:
@@ -121,6 +135,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
     created, lock = False, None
     if not args.supervised:
         created, lock = create_run_dir(args.run_dir, overwrite=False, beside_roles=True)
+    else:  # beside the run's owner (a launcher's lock it inherits, or a `--topology ray` driver's), as a role
+        lock = join_role(args.run_dir)
     with contextlib.ExitStack() as held:
         if lock is not None:
             held.callback(lock.close)

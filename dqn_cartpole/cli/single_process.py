@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 import sys
 from typing import Any, Callable, Optional
 
@@ -42,10 +43,16 @@ def add_parsers(sub: Any) -> None:
                        help="continue a stopped or crashed run from its newest good checkpoint (with its own "
                             "config.yaml; --set may change keys that keep the env, network and replay shapes)")
     train.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
-    train.add_argument("--topology", choices=("single", "local"), default="single",
-                       help="single: one process (default); local: a replay server, a learner and --collectors "
-                            "collectors as separate processes on this machine, supervised")
-    train.add_argument("--collectors", type=int, default=2, help="collectors of --topology local (default 2)")
+    train.add_argument("--topology", choices=("single", "local", "ray"), default="single",
+                       help="single: one process (default); local: a replay server, a learner, an evaluator and "
+                            "--collectors collectors as separate processes on this machine, supervised; ray: the "
+                            "same roles as Ray actors, the collectors spread over a Ray cluster's nodes, every "
+                            "failure of one role survived (needs the ray extra)")
+    train.add_argument("--collectors", type=int, default=None,
+                       help="collectors of --topology local or ray (default 2)")
+    train.add_argument("--address", metavar="HOST:PORT",
+                       help="--topology ray: the Ray cluster's head (default: RAY_ADDRESS, else a Ray instance "
+                            "started on this machine for the run)")
 
     evaluate = sub.add_parser("evaluate", help="average return of a saved policy",
                               description="Load a saved policy and report the return over N greedy episodes.")
@@ -93,9 +100,11 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """`train`: checks everything (in ~0.1 s, before TensorFlow), creates and locks the run folder, trains."""
-    check_positive("--collectors", args.collectors)
+    check_topology_args(args)
     if args.topology == "local":
         return cmd_train_local(args)
+    if args.topology == "ray":
+        return cmd_train_ray(args)
     if args.resume:
         return cmd_resume(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -117,6 +126,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         return run_new(config, run_dir, path, created, args.quiet)
 
 
+MAX_COLLECTORS = 1024
+
+
+def check_topology_args(args: argparse.Namespace) -> None:
+    """--collectors and --address only where they mean something; a number of collectors that can run."""
+    if args.collectors is not None and args.topology == "single":
+        raise UserError("--collectors: only for --topology local or ray (one process collects itself)")
+    if args.address is not None and args.topology != "ray":
+        raise UserError("--address: only for --topology ray (the Ray cluster to run on)")
+    check_positive("--collectors", args.collectors)
+    if args.collectors is not None and args.collectors > MAX_COLLECTORS:
+        raise UserError(f"--collectors: at most {MAX_COLLECTORS} (one learner reads every collector), got "
+                        f"{args.collectors}")
+    args.collectors = 2 if args.collectors is None else args.collectors
+
+
 def write_written(run_dir: str, written: dict) -> None:
     """config.written.yaml: what the user wrote for the run, which the report compares with the defaults."""
     write_text_atomic(RunLayout(run_dir).written_config, dump_written(written))
@@ -133,15 +158,72 @@ def cmd_train_local(args: argparse.Namespace) -> int:
         config = launcher.local_config(config, run_dir, plan)
         created = False
     else:
-        with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
-            if args.output_dir:
-                resolve_run_dir(None, args.output_dir, args.overwrite)
-            config = load_config(config_path(args.config), config_overrides(args))
-            run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
+        config, run_dir = new_topology_run(args)
         config, plan = launcher.local_config(config, run_dir, None), None
         created, lock = create_run_dir(run_dir, args.overwrite)
     with contextlib.closing(lock):  # every role inherits it: it lives as long as any of them does
         return launcher.launch(config, run_dir, args.collectors, plan, args.quiet, created, lock)
+
+
+def new_topology_run(args: argparse.Namespace) -> tuple:
+    """(config, run folder) of a new distributed run, checked; nothing created yet."""
+    with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
+        if args.output_dir:
+            resolve_run_dir(None, args.output_dir, args.overwrite)
+        config = load_config(config_path(args.config), config_overrides(args))
+        run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
+    return config, run_dir
+
+
+def cmd_train_ray(args: argparse.Namespace) -> int:
+    """`train --topology ray`: the checks of `--topology local`, then the cluster (joined or started: a missing
+    extra or a silent address is one line, before anything is created), then the run folder and the roles."""
+    from dqn_cartpole.processes import ray_cluster
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    ray_cluster.import_ray("--topology ray")
+    address = ray_cluster.cluster_address(args.address)
+    if address is not None:
+        ray_cluster.parse_cluster_address(address, "--address" if args.address else "RAY_ADDRESS")
+    if args.resume:
+        check_resume_folder(args.resume, args)
+        with contextlib.redirect_stderr(io.StringIO()):
+            config, run_dir = resume_config(args.resume, args), args.resume
+        launcher.local_config(config, run_dir, checkpointing.ResumePlan(None), "ray")
+    else:
+        config, run_dir = new_topology_run(args)
+    return launch_on_ray(args, config, run_dir, address)
+
+
+def launch_on_ray(args: argparse.Namespace, config: Any, run_dir: str, address: Optional[str]) -> int:
+    """Joins or starts Ray, then creates (or locks and plans) the run folder and runs the roles on it."""
+    import time
+
+    from dqn_cartpole.distributed import ray_topology
+    from dqn_cartpole.processes.ray_cluster import ray_session
+
+    started = time.monotonic()
+    with ray_topology.quiet_ray(layout.RunLayout(run_dir).roles), \
+            ray_session(address, config.distributed.connect_timeout_s, "--topology ray",
+                        flag="--address" if args.address else "RAY_ADDRESS") as session:
+        ready_s = time.monotonic() - started
+        if args.resume:
+            config, plan, lock = lock_and_plan_resume(
+                run_dir, args, lambda config: launcher.local_config(config, run_dir, checkpointing.ResumePlan(None),
+                                                                    "ray"))
+            config, created = launcher.local_config(config, run_dir, plan, "ray"), False
+        else:
+            config, plan = launcher.local_config(config, run_dir, None, "ray"), None
+            created, lock = create_run_dir(run_dir, args.overwrite)
+        with contextlib.closing(lock):
+            try:
+                status = ray_topology.run(config, run_dir, args.collectors, plan, args.quiet, session, ready_s)
+            except UserError:
+                if created:
+                    shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
+                raise
+    launcher.redraw(run_dir)
+    return status
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

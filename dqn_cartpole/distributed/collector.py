@@ -9,7 +9,8 @@ env steps it pulls the learner's weights and train step (the train step sets eps
 steps on; the items it writes carry that train step as their priority, so the learner can
 measure its policy lag. Each collector has its own seed and its own metrics CSV (env steps/s,
 episodes, the train step and age of its weights); a restarted collector counts its env steps and episodes
-on from the last row of that file.
+on from the last row of that file (or, under `--topology ray`, from what its actor was told: a collector
+there writes into a folder of its own node, whose files its actor streams into the run folder).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -30,14 +31,13 @@ from dqn_cartpole.distributed import parts
 from dqn_cartpole.distributed.variables import WeightSync, check_server
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.csv_files import CsvLog, read_csv
+from dqn_cartpole.run_folder.metrics import COLLECTOR_COLUMNS, counted_before
 from dqn_cartpole.run_folder.tensorboard import Scalars
 
-COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weights_train_step", "weights_age_s",
-                     "unix_s")  # puts collectors (and a restarted one) on one time axis
-
-
-def collect(config: Config, address: str, collector_id: int, run_dir: str) -> int:
-    """Collects until SIGINT/SIGTERM (exit status 128 + the signal) or the run's stop (0)."""
+def collect(config: Config, address: str, collector_id: int, run_dir: str,
+            count_from: Optional[tuple[int, int]] = None) -> int:
+    """Collects until SIGINT/SIGTERM (exit status 128 + the signal) or the run's stop (0). Its rows count on from
+    `count_from` (env steps, episodes), else from the last row of its CSV in `run_dir`."""
     seed = config.training.seed + parts.COLLECTOR_SEED_OFFSET * (collector_id + 1)
     seed_everything(seed)
     os.makedirs(RunLayout(run_dir).roles, exist_ok=True)
@@ -52,7 +52,7 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str) -> in
                               config.distributed.weight_refresh_steps)
         driver.prepare()  # while the learner builds: its first weights come after the server's start
         csv_path = RunLayout(run_dir).collector_metrics(collector_id)
-        before = counted_before(csv_path)
+        before = count_from if count_from is not None else counted_before(read_csv(csv_path))
         csv_log = stack.enter_context(contextlib.closing(CsvLog(csv_path, COLLECTOR_COLUMNS)))
         # Its own TensorBoard run next to the learner's, so the collectors' curves can be compared.
         tensorboard = os.path.join(RunLayout(run_dir).tensorboard, f"collector-{collector_id}")
@@ -60,17 +60,6 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str) -> in
         if sync.wait_for_first(lambda: stop.requested):
             run_driver(driver, sync, lambda row: log_row(row, csv_log, scalars), stop, replay, before=before)
     return exit_status.for_signal(stop.signum) if stop.signum else 0
-
-
-def counted_before(csv_path: str) -> tuple[int, int]:
-    """(env steps, episodes) of this collector's earlier processes: its CSV's last whole row (a row cut short by
-    a SIGKILL is skipped), or (0, 0)."""
-    for row in reversed(read_csv(csv_path)):
-        try:
-            return int(float(row["env_steps"])), int(float(row["episodes"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return 0, 0
 
 
 def log_row(row: dict, csv_log: CsvLog, scalars: Scalars) -> None:

@@ -41,7 +41,7 @@ from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.cancel import ChunkCanceller
 from dqn_cartpole.distributed.policy_lag import IntervalLag, make_lagged_train_step
-from dqn_cartpole.distributed.variables import WeightPusher, WeightSync
+from dqn_cartpole.distributed.variables import VARIABLES_TABLE, WeightPusher, WeightSync
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.replay import deadlines
@@ -99,13 +99,17 @@ class LearnerSession(TrainingSession):
         return lambda: self.pusher.request()
 
     def iterate(self, time_step: Any, policy_state: Any) -> None:
+        self.checkpoints.time_step = None  # no env stream here (a restore set one): checkpoints keep no seam
+        # A learner that (re)starts owns the run's stop and results: a restarted learner (`--topology ray`) must
+        # not stop on its previous process's stop, nor take an evaluation of steps it has not trained yet.
+        status.clear(self.client)
         # Made only now: a restore re-seeds TensorFlow, which clears the eager kernels and with them the
         # TF Reverb client a container made before it ("Resource ... ReverbClient does not exist").
         self.pusher = WeightPusher(WeightSync(self.address, self.pipeline.agent),
                                    self.config.distributed.weight_push_interval)
         self.stack.callback(self.pusher.close)  # before the replay and the server's clients close
         self.watch = status.StatusWatch(self.client, lost_after_s=self.config.distributed.rate_limiter_timeout_ms / 1000,
-                                        on_lost=lambda: self.canceller.cancel(SERVER_GONE))
+                                        on_lost=lambda: self.canceller.cancel(SERVER_GONE), on_info=self.repush_if_lost)
         self.stack.callback(self.watch.close)
         if not self.replay_on_learner:
             self.pipeline.replay.counts_from(lambda: self.watch.server_info)
@@ -117,6 +121,12 @@ class LearnerSession(TrainingSession):
             self.cut_short(NO_DATA)
         except tf.errors.CancelledError:  # see `distributed.cancel`
             self.cut_short(self.canceller.reason or SERVER_GONE)
+
+    def repush_if_lost(self, info: dict) -> None:
+        """A server restarted on its port (`--topology ray`) holds no weights: the collectors and the evaluator
+        wait for them, so they are pushed again at once."""
+        if self.pusher.pushes and int(info[VARIABLES_TABLE].current_size) == 0:
+            self.pusher.repush()
 
     def running_chunk(self) -> Any:
         return self.canceller.running()

@@ -126,8 +126,9 @@ class StatusWatch:
     """
 
     def __init__(self, client: Any, poll_s: float = 0.5, lost_after_s: Optional[float] = None,
-                 on_lost: Callable[[], None] = lambda: None):
+                 on_lost: Callable[[], None] = lambda: None, on_info: Callable[[dict], None] = lambda info: None):
         self.client, self.poll_s, self.lost_after_s, self.on_lost = client, poll_s, lost_after_s, on_lost
+        self.on_info = on_info  # each fresh server_info (a learner sees there a restarted server's empty tables)
         self.evaluation: Optional[Evaluation] = None
         self.server_info: Optional[dict] = None
         self.lost = False
@@ -143,6 +144,7 @@ class StatusWatch:
         self.evaluation = read_evaluation(self.client, info) or self.evaluation
         self.server_info = info
         self.answered_at = time.monotonic()
+        self.on_info(info)
 
     def unanswered_s(self) -> float:
         """Seconds since the server last answered."""

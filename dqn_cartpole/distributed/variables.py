@@ -136,12 +136,15 @@ class WeightSync:
 
 
 log = logging.getLogger(__name__)
+RETRY_S = 0.5  # between the tries of a push that failed
 
 
 class WeightPusher:
     """Pushes a learner's weights from a background thread: whenever its train step has moved `every_steps`
-    past the last push, and soon after each `request()`. The thread reads the variables while the learner
-    trains, as Acme's variable sources do; a push is one insert of about 1 ms."""
+    past the last push, soon after each `request()`, and again after `repush()` (a restarted server has an empty
+    `variables` table). The thread reads the variables while the learner trains, as Acme's variable sources do; a
+    push is one insert of about 1 ms. A push that fails (the server is gone) is tried again at the next wake-up:
+    a server restarted on its port gets the weights as soon as it answers."""
 
     def __init__(self, sync: WeightSync, every_steps: int, poll_s: float = 0.01):
         self.sync, self.every_steps, self.poll_s = sync, every_steps, poll_s
@@ -150,6 +153,7 @@ class WeightPusher:
         self.error: Optional[BaseException] = None
         self._lock = threading.Lock()
         self._requested = False  # set by request(), taken by the thread under _request_lock
+        self._again = False  # set by repush(): push even the weights of the last push
         self._request_lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -162,26 +166,32 @@ class WeightPusher:
             self._requested = True
         self._wake.set()
 
+    def repush(self) -> None:
+        """Asks for a push of the current weights, even if they were pushed already (the server lost them)."""
+        with self._request_lock:
+            self._requested = self._again = True
+        self._wake.set()
+
     def push_now(self) -> int:
         """Pushes the current weights on the caller's thread (unless they were just pushed); returns their train
         step."""
         return self._push(force=True)
 
-    def _push(self, force: bool) -> int:
+    def _push(self, force: bool, again: bool = False) -> int:
         with self._lock:
             step = int(self.sync.agent.train_step_counter.numpy())
-            if step != self.pushed_step and (force or self.pushed_step is None
-                                             or step - self.pushed_step >= self.every_steps):
+            if again or step != self.pushed_step and (force or self.pushed_step is None
+                                                      or step - self.pushed_step >= self.every_steps):
                 self.sync.push()
                 self.pushed_step, self.pushes = step, self.pushes + 1
             return step
 
-    def _take_request(self) -> bool:
-        """Whether a push was requested since the last call. A flag rather than the wake-up event, which a
-        timed-out wait would clear even if a request had set it in the meantime."""
+    def _take_request(self) -> tuple[bool, bool]:
+        """(requested, again) since the last call. Flags rather than the wake-up event, which a timed-out wait
+        would clear even if a request had set it in the meantime."""
         with self._request_lock:
-            requested, self._requested = self._requested, False
-            return requested
+            taken, self._requested, self._again = (self._requested, self._again), False, False
+            return taken
 
     def _run(self) -> None:
         while not self._closed.is_set():
@@ -189,13 +199,16 @@ class WeightPusher:
             if self._closed.is_set():
                 return
             self._wake.clear()  # before the request is taken: one that comes later sets it again
-            requested = self._take_request()
+            requested, again = self._take_request()
             try:
-                self._push(force=requested)
-            except Exception as exc:  # pylint: disable=broad-except  # the server went away: the learner sees it too
+                self._push(force=requested, again=again)
+                self.error = None
+            except Exception as exc:  # pylint: disable=broad-except  # the server is gone: try again, later
                 self.error = exc
                 log.debug("weight push failed", exc_info=True)
-                return
+                with self._request_lock:  # the failed push is still due
+                    self._requested, self._again = self._requested or requested, self._again or again
+                self._closed.wait(RETRY_S)
 
     def close(self) -> None:
         self._closed.set()

@@ -20,6 +20,7 @@ from dqn_cartpole.errors import UserError
 EXTRA = "ray"
 INSTALL_HINT = 'pip install "dqn_cartpole[ray]" (in a checkout: pip install -e ".[ray]")'
 ADDRESS_ENV = "RAY_ADDRESS"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"  # `token`: send the token (RAY_AUTH_TOKEN...) to a cluster started with one
 # A local instance's object store: a run's results are small (a run folder, some MB); Ray's default is 30% of RAM.
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 
@@ -77,6 +78,10 @@ def check_answers(address: str, timeout_s: float, flag: str = "--address") -> No
         return
     except grpc.RpcError as exc:
         code = exc.code()
+        if code == grpc.StatusCode.UNAUTHENTICATED and os.environ.get(AUTH_MODE_ENV, "").lower() != "token":
+            raise UserError(f"{flag} {address}: the Ray cluster there requires token authentication; set "
+                            f"{AUTH_MODE_ENV}=token and its token in RAY_AUTH_TOKEN (or a file named by "
+                            f"RAY_AUTH_TOKEN_PATH); see docs/security.md") from None
         if code in (grpc.StatusCode.OK, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT):
             return
         why = {grpc.StatusCode.DEADLINE_EXCEEDED: "timed out", grpc.StatusCode.UNAVAILABLE: "nothing listens",

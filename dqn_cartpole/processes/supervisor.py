@@ -7,8 +7,9 @@
   descriptors the child keeps open (the run folder's lock: see `run_folder.lock`); every other one is closed.
 * `stop_all` signals each running child once (a second SIGTERM would make a run stop at once, without its
   final checkpoint), waits a grace period for all of them together, then kills what is left.
-* `Child.keep_alive` restarts a child that died, after a backoff that doubles up to a cap, and gives up
-  after `Backoff.max_restarts` restarts within `Backoff.window_s`.
+* `RestartWindow` says when a child that died starts again: after a backoff that doubles up to a cap, and
+  never after `Backoff.max_restarts` restarts within `Backoff.window_s` (`distributed.policy` applies it to
+  the roles of a topology, whatever places them).
 * `Child.output` and `Child.last_error` read what the child wrote since it was last started.
 """
 
@@ -27,15 +28,16 @@ _PR_SET_PDEATHSIG = 1
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it, between fork and exec
 TAIL_BYTES = 64 * 1024
 
-# What `Child.keep_alive` saw.
-RUNNING, ENDED, DIED, WAITING, RESTARTED, GAVE_UP = "running", "ended", "died", "waiting", "restarted", "gave up"
 
 
-def die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies, and SIGINT back to its default. A command a script
-    or `nohup` started in the background inherits SIGINT ignored, and a Python child would keep ignoring it: the
-    supervisor's stop (SIGINT, as Ctrl-C) would then wait out its grace and kill the child without its checkpoint."""
-    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """In the child, before exec: `signum` when the parent dies, no signal blocked, and SIGINT back to its default.
+    A child inherits the starting thread's signal mask, and some threads block signals (a Ray actor's event loop
+    blocks SIGINT: its child would never see a Ctrl-C sent on to it). A command a script or `nohup` started in the
+    background inherits SIGINT ignored, and a Python child would keep ignoring it: the supervisor's stop (SIGINT,
+    as Ctrl-C) would then wait out its grace and kill the child without its checkpoint."""
+    _PRCTL(_PR_SET_PDEATHSIG, signum)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
@@ -70,9 +72,30 @@ class Backoff:
         return min(self.max_s, self.first_s * 2 ** recent_restarts)
 
 
+@dataclass
+class RestartWindow:
+    """One child's restarts: `due(now)` is the wait before the next one (None: it died too often, give up), and
+    `restarted(now)` counts one."""
+
+    backoff: Backoff
+    times: list = field(default_factory=list)
+    restarts: int = 0
+
+    def recent(self, now: float) -> int:
+        self.times = [t for t in self.times if now - t < self.backoff.window_s]
+        return len(self.times)
+
+    def due(self, now: float) -> Optional[float]:
+        return self.backoff.delay(self.recent(now))
+
+    def restarted(self, now: float) -> None:
+        self.times.append(now)
+        self.restarts += 1
+
+
 @dataclass(eq=False)  # compared and hashed by identity: a dict key while it runs
 class Child:
-    """One child process: its command, its log (None: the parent's console) and its restarts."""
+    """One child process: its command and its log (None: the parent's console)."""
 
     name: str
     command: list
@@ -80,16 +103,14 @@ class Child:
     header: bool = False  # start each stretch of the log with the command line
     keep_fds: tuple = ()  # descriptors the child inherits (the run's lock), besides its output
     extra_env: dict = field(default_factory=dict)  # variables added to `child_env()`
+    parent_death_signal: int = signal.SIGTERM  # what the child gets when this process dies
     process: Optional[subprocess.Popen] = field(default=None, repr=False)
-    restarts: int = 0
-    restart_at: Optional[float] = None  # a pending restart (time.monotonic())
-    _restart_times: list = field(default_factory=list, repr=False)
     _log_offset: int = 0
 
     def start(self) -> "Child":
         """Starts the command in its own session, tied to this process's life; its output appended to the log."""
         if not self.log_path:
-            self.process = _spawn(self.command, None, self.keep_fds, self.extra_env)
+            self.process = _spawn(self.command, None, self.keep_fds, self.extra_env, self.parent_death_signal)
             return self
         os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
@@ -97,7 +118,7 @@ class Child:
                 log.write(f"$ {' '.join(['python', *self.command[1:]])}\n".encode())
             log.flush()
             self._log_offset = log.tell()
-            self.process = _spawn(self.command, log, self.keep_fds, self.extra_env)
+            self.process = _spawn(self.command, log, self.keep_fds, self.extra_env, self.parent_death_signal)
         return self
 
     @property
@@ -139,34 +160,14 @@ class Child:
         errors = [line for line in lines if line.startswith("error:")]
         return (errors or lines or [""])[-1]
 
-    def keep_alive(self, backoff: Backoff, now: Optional[float] = None) -> str:
-        """For a child that should keep running: RUNNING; ENDED (status 0: it stopped by itself, and stays
-        out); DIED (just seen dead: a restart is due at `restart_at`); WAITING for it; RESTARTED; GAVE_UP."""
-        now = time.monotonic() if now is None else now
-        status = self.returncode
-        if status is None or status == 0:
-            return RUNNING if status is None else ENDED
-        if self.restart_at is None:
-            self._restart_times = [t for t in self._restart_times if now - t < backoff.window_s]
-            delay = backoff.delay(len(self._restart_times))
-            if delay is None:
-                return GAVE_UP
-            self.restart_at = now + delay
-            return DIED
-        if now < self.restart_at:
-            return WAITING
-        self.restart_at = None
-        self._restart_times.append(now)
-        self.restarts += 1
-        self.start()
-        return RESTARTED
 
-
-def _spawn(command: list, log, keep_fds: tuple = (), extra_env: Optional[dict] = None) -> subprocess.Popen:
+def _spawn(command: list, log, keep_fds: tuple = (), extra_env: Optional[dict] = None,
+           parent_death_signal: int = signal.SIGTERM) -> subprocess.Popen:
     out = subprocess.STDOUT if log is not None else None
     env = {**child_env(), **(extra_env or {})}
     return subprocess.Popen(command, stdout=log, stderr=out, stdin=subprocess.DEVNULL, env=env,
-                            start_new_session=True, preexec_fn=die_with_parent, pass_fds=keep_fds)
+                            start_new_session=True, preexec_fn=lambda: die_with_parent(parent_death_signal),
+                            pass_fds=keep_fds)
 
 
 def stop_all(children: Iterable[Child], grace_s: float, signum: int = signal.SIGTERM) -> None:

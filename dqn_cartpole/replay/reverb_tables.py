@@ -85,6 +85,9 @@ def check_port_free(port: int) -> None:
     and split the clients between the two; a plain bind sees the conflict.
     """
     with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+        # As gRPC binds: the connections of a server killed on this port, left in TIME_WAIT, do not count (a
+        # server restarted on its port would wait a minute for them); a socket that listens there still does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("::", port))
         except OSError as exc:

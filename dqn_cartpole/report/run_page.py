@@ -182,6 +182,38 @@ def provenance_section(record: RunRecord) -> str:
     return html.table(("", "version or value"), rows)
 
 
+def placement_section(run_dir: str) -> Optional[str]:
+    """A distributed run's roles/placement.json: where each role runs now (or ran last), its pid, its restarts
+    and where it ran before; None for a run without one."""
+    from dqn_cartpole.run_folder.placement import read_placement
+
+    found = read_placement(run_dir)
+    if not found:
+        return None
+    def order(name: str) -> tuple:
+        kind, _, index = name.rpartition(" ")
+        first = {"replay server": 0, "learner": 1, "evaluator": 2}
+        return (first[name], 0) if name in first else (3, int(index) if index.isdigit() else 0)
+
+    rows = []
+    for role, entry in sorted(found["roles"].items(), key=lambda item: order(item[0])):
+        earlier = "; ".join(f"{_node(b)} pid {b.get('pid')} ({b.get('ended') or 'replaced'})"
+                            for b in entry.get("before", [])) or "-"
+        node = _node(entry)
+        state = entry.get("ended") if entry.get("state") == "ended" else entry.get("state")
+        rows.append((role, node, entry.get("pid") or "-", entry.get("restarts", 0), state or "-", earlier))
+    note = (f'<p class="note">From roles/placement.json (topology {html.esc(found.get("topology", "?"))}), kept '
+            f"current as roles are restarted or move.</p>")
+    return note + '<div class="scroll">' + html.table(("role", "node", "pid", "restarts", "last state",
+                                                      "where it ran before"), rows, key_columns=2) + "</div>"
+
+
+def _node(entry: dict) -> str:
+    """`10.0.0.3 (node 8f3a01c2)`: a node's IP and the start of its Ray id (nodes on one machine share an IP)."""
+    node = str(entry.get("node_ip") or "-")
+    return node + (f" (node {str(entry['node_id'])[:8]})" if entry.get("node_id") else "")
+
+
 def _show(value: object) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -215,6 +247,7 @@ def write_run_report(run_dir: str, record: Optional[RunRecord] = None) -> str:
         html.Section("Plots", plots_section(record, page_dir)),
         html.Section("Videos", videos_section(record, page_dir)),
         html.Section("Evaluations", eval_table(record, facts)),
+        *([html.Section("Where the roles ran", placed)] if (placed := placement_section(run_dir)) else []),
         html.Section("Config", config_section(record)),
         html.Section("Files", links_section(record, page_dir)),
         html.Section("Provenance", provenance_section(record)),

@@ -29,6 +29,7 @@ LOCK_FILE = "run.lock"  # held by the process that owns the run, and passed to t
 ROLES_LOCK_FILE = "roles.lock"  # held shared by every role of a distributed run (run_folder.lock)
 ROLES_DIR = "roles"  # a distributed run: each role's log, and each collector's metrics CSV
 COLLECTOR_METRICS = "collector-{id}.csv"
+PLACEMENT_FILE = "placement.json"  # a distributed run: where each role runs now (node, pid), and its restarts
 
 
 @dataclass(frozen=True)
@@ -126,3 +127,7 @@ class RunLayout:
 
     def collector_metrics(self, collector_id: int) -> str:
         return self.path(ROLES_DIR, COLLECTOR_METRICS.format(id=collector_id))
+
+    @property
+    def placement(self) -> str:
+        return self.path(ROLES_DIR, PLACEMENT_FILE)

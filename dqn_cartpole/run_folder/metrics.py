@@ -27,6 +27,21 @@ EVAL_COLUMNS = ("train_step", "env_steps", "average_return", "average_episode_le
                 "average_max_q_at_reset")  # mean of max_a Q(s0, a) over those first states: its estimate
 
 
+COLLECTOR_COLUMNS = ("wall_s", "env_steps", "episodes", "env_steps_per_s", "weights_train_step", "weights_age_s",
+                     "unix_s")  # puts collectors (and a restarted one) on one time axis
+
+
+def counted_before(rows: list[dict[str, str]]) -> tuple[int, int]:
+    """(env steps, episodes) a collector's earlier processes counted: its CSV's last whole row (a row cut short by a
+    SIGKILL is skipped), or (0, 0)."""
+    for row in reversed(rows):
+        try:
+            return int(float(row["env_steps"])), int(float(row["episodes"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return 0, 0
+
+
 def column(rows: list[dict[str, str]], name: str) -> list[float]:
     """One numeric column, skipping empty cells."""
     return [float(r[name]) for r in rows if r.get(name) not in (None, "")]

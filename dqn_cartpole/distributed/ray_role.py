@@ -1,0 +1,127 @@
+"""The Ray actor of `--topology ray`: one role, run as its own command in a child process of the actor.
+
+A role keeps its code: the actor starts `python -m dqn_cartpole ROLE ...` (`processes.supervisor.Child`)
+and waits for it; the role's signals, its watchdog, its exit statuses and its log are those of
+`--topology local`. The child dies with its actor (SIGKILL as its parent-death signal): when Ray restarts
+an actor (its worker was killed, its node was lost, or the driver asked for a restart with
+`ray.kill(no_restart=False)`), the role's old process is gone and the new actor starts the role afresh.
+A role's SIGTERM (the stop order) goes through `stop`.
+
+A role that must not need the run folder's file system (a collector) runs in a folder of its node
+(`node_local`): the actor writes the run's config.yaml there, substitutes the folder for NODE_LOCAL in the
+command, and hands the files the role writes there to the driver (`files`, see `mirror`). Its folder is
+removed when the actor is closed, and an earlier process's folder whose actor is gone when the next
+starts.
+
+The methods are coroutines (an async actor): `run` waits for the role while `where`, `send`, `stop` and
+`files` answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from typing import Optional
+
+from dqn_cartpole.distributed import mirror
+from dqn_cartpole.processes.commands import child_command
+from dqn_cartpole.processes.supervisor import Child
+
+NODE_LOCAL = "{node-local}"  # in a command: the role's folder on its node
+WHERE_WAIT_S = 60.0  # `where` waits this long for `run` to start the role
+POLL_S = 0.1
+
+
+class RoleHost:
+    """One role in a Ray actor; see the module docstring."""
+
+    def __init__(self, role_name: str, run_name: str, config_text: Optional[str] = None):
+        self.role_name, self.token = role_name, uuid.uuid4().hex  # `token`: this process, for the mirror
+        self.child: Optional[Child] = None
+        self.root: Optional[str] = None
+        if config_text is not None:
+            self.root = node_local_folder(run_name, role_name)
+            with open(os.path.join(self.root, "config.yaml"), "w", encoding="utf-8") as handle:
+                handle.write(config_text)
+
+    def command(self, argv: list) -> list:
+        return child_command([arg.replace(NODE_LOCAL, self.root) if self.root else arg for arg in argv])
+
+    async def run(self, argv: list, log_path: str) -> dict:
+        """Runs the role to its end: {"status": its exit status, "why": its last error line}."""
+        if self.root is not None:
+            log_path = log_path.replace(NODE_LOCAL, self.root)
+        self.child = Child(self.role_name, self.command(argv), log_path, parent_death_signal=signal.SIGKILL)
+        self.child.start()
+        while self.child.returncode is None:
+            await asyncio.sleep(POLL_S)
+        return {"status": self.child.returncode, "why": self.child.last_error()}
+
+    async def ready(self) -> str:
+        """This actor process's token, once it is up (a restarted actor's first answer)."""
+        return self.token
+
+    async def where(self) -> dict:
+        """Where the role runs: its node (IP, id), its pid and its actor's (once `run` started it)."""
+        import ray  # pylint: disable=import-outside-toplevel  # in the actor's process
+
+        deadline = time.monotonic() + WHERE_WAIT_S
+        while self.child is None and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)
+        return {"node_ip": ray.util.get_node_ip_address(), "node_id": ray.get_runtime_context().get_node_id(),
+                "pid": self.child.process.pid if self.child else None, "worker_pid": os.getpid(),
+                "token": self.token}
+
+    async def send(self, signum: int) -> None:
+        if self.child is not None:
+            self.child.send(signum)
+
+    async def stop(self, signum: int, grace_s: float) -> Optional[int]:
+        """`signum` once, SIGKILL after `grace_s`; the role's exit status."""
+        if self.child is None or self.child.process is None:
+            return None
+        self.child.send(signum)
+        deadline = time.monotonic() + grace_s
+        while self.child.returncode is None and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S / 2)
+        if self.child.returncode is None:
+            self.child.process.kill()
+            self.child.process.wait()
+        return self.child.returncode
+
+    async def files(self, taken: dict) -> tuple:
+        """(this process's token, what is new in its node-local folder past what the driver has `taken` of it:
+        {token: {path: offset}}; see `mirror`)."""
+        return self.token, (mirror.read_new(self.root, taken.get(self.token, {})) if self.root else [])
+
+    async def close(self) -> None:
+        """Removes the node-local folder (the role has ended)."""
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def node_local_folder(run_name: str, role_name: str) -> str:
+    """A fresh folder for a role on this node, laid out like a run folder; the folders an earlier process of the
+    same role left behind (its actor was killed) are removed first."""
+    prefix = os.path.join(tempfile.gettempdir(), f"dqn_cartpole-{run_name}-{role_name.replace(' ', '-')}-")
+    for stale in glob.glob(prefix + "*"):
+        owner = stale[len(prefix):].split("-")[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

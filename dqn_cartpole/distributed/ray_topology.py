@@ -1,0 +1,107 @@
+"""`train --topology ray --collectors N`: a run's roles as Ray actors, on a cluster or a local Ray instance.
+
+The command (the driver) stays light (no TensorFlow): the CLI checks the input, joins the cluster that
+`--address` or RAY_ADDRESS names, or starts a Ray instance on this machine for the run
+(`processes.ray_cluster`), and only then creates and locks the run folder. Here it writes the run's
+config.yaml, stages a resumed run's table, places the roles (`ray_placement`) and runs them under the
+topology's rules (`policy.RAY`, applied by `supervision`): every single failure (a collector's or the
+evaluator's process, a whole worker node, the learner, the server) is survived without a manual resume;
+a role that dies 5 times within 120 s stops the run with one line and the resume command. A local Ray
+instance is shut down at the end of the command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import time
+from typing import Any, Iterator, Optional
+
+from dqn_cartpole.config import Config, dump_yaml
+from dqn_cartpole.console import signals
+from dqn_cartpole.distributed import launcher, policy
+from dqn_cartpole.distributed.ray_placement import RayPlacement
+from dqn_cartpole.distributed.supervision import Supervision
+from dqn_cartpole.run_folder import checkpointing
+from dqn_cartpole.run_folder.placement import PlacementRecord
+
+RAY_ERRORS_LOG = "ray-errors.log"  # what Ray's own processes report to the driver (a worker died, ...)
+
+
+def topology_args(collectors: int) -> tuple:
+    return ("--topology", "ray", "--collectors", str(collectors))
+
+
+def driver_node(ray: Any) -> dict:
+    """The node this command runs on (which holds the run folder): its id and IP."""
+    node_id = ray.get_runtime_context().get_node_id()
+    found = next((n for n in ray.nodes() if n.get("NodeID") == node_id), {})
+    return {"node_id": node_id, "node_ip": found.get("NodeManagerAddress") or ray.util.get_node_ip_address()}
+
+
+def cluster_line(ray: Any, started_here: bool, seconds: float) -> str:
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
+    how = "started a local Ray instance" if started_here else "joined a Ray cluster"
+    return f"Ray: {how} in {seconds:.1f} s ({len(nodes)} node(s), {cpus:g} CPUs)"
+
+
+def run(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan], quiet: bool,
+        session: Any, started_s: float) -> int:
+    """Runs the Ray topology in `session` (a `ray_cluster.Session`, joined or started `started_s` seconds ago);
+    the caller holds the run folder's lock."""
+    import ray  # pylint: disable=import-outside-toplevel  # the extra, present: the session is up
+
+    from dqn_cartpole.replay.reverb_tables import check_port_free
+
+    node = driver_node(ray)
+    port = config.replay.reverb_port or launcher.free_port()
+    check_port_free(port)
+    layout = launcher.prepare_folder(config, run_dir, plan)
+    print(cluster_line(ray, session.started_here, started_s), flush=True)
+    print(f"Ray topology: a replay server on {node['node_ip']} port {port}, a learner and an evaluator beside it, "
+          f"{collectors} collector(s) spread over the cluster -> {run_dir} (logs in {layout.roles})", flush=True)
+    placement = RayPlacement(ray, run_dir, dump_yaml(config), port, node, plan is not None, quiet)
+    supervision = Supervision(placement, policy.make_roles(collectors), policy.RAY, run_dir, f"localhost:{port}",
+                              topology_args(collectors), PlacementRecord(run_dir, "ray"))
+    try:
+        with signals.StopRequest() as stop:
+            status = supervision.run(stop)
+    finally:
+        placement.close()
+    return status
+
+
+@contextlib.contextmanager
+def quiet_ray(roles_dir: str) -> Iterator[None]:
+    """Ray's own messages off the terminal, for a `ray.init` inside the block: its Python loggers' warnings (a note
+    on token authentication at a local instance's start) and the errors its processes send the driver (a worker
+    died: `supervision` says each role's end in one line) go to `roles_dir`/ray-errors.log once that folder
+    exists. Ray prints the latter from a thread that `ray.init` starts: its function is replaced first."""
+    import ray._private.worker as ray_worker  # pylint: disable=import-outside-toplevel,protected-access
+
+    ray_logger = logging.getLogger("ray")
+    level, listener = ray_logger.level, ray_worker.listen_error_messages
+    ray_logger.setLevel(logging.ERROR)
+    ray_worker.listen_error_messages = functools.partial(_errors_to_log, roles_dir=roles_dir)
+    try:
+        yield
+    finally:
+        ray_worker.listen_error_messages = listener
+        ray_logger.setLevel(level)
+
+
+def _errors_to_log(worker: Any, threads_stopped: Any, roles_dir: str) -> None:
+    """Ray's error listener (`ray._private.worker.listen_error_messages`), writing to a log file."""
+    try:
+        worker.gcs_error_subscriber.subscribe()
+        while not threads_stopped.is_set():
+            _, error = worker.gcs_error_subscriber.poll()
+            if error is None or not os.path.isdir(roles_dir):
+                continue
+            with open(os.path.join(roles_dir, RAY_ERRORS_LOG), "a", encoding="utf-8") as log:
+                log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {error['error_message'].rstrip()}\n")
+    except Exception:  # pylint: disable=broad-except  # the listener ends with its connection
+        return

@@ -1,0 +1,254 @@
+"""The topology's rules, in this process and in milliseconds: what each role's end means under each placement, the
+readiness check (Reverb's ServerInfo over gRPC), the supervision loop on a fake placement (restarts, backoff,
+companions, the give-up line, a role no node can take, the stop order), roles/placement.json, and the copy of a
+collector's node-local files into the run folder (`mirror`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from concurrent import futures
+
+import pytest
+
+from dqn_cartpole.console.signals import StopRequest
+from dqn_cartpole.distributed import mirror, policy, supervision
+from dqn_cartpole.distributed.policy import COLLECTOR, EVALUATOR, LEARNER, SERVER, Role
+from dqn_cartpole.distributed.supervision import Ended, Placed, Supervision
+from dqn_cartpole.processes.supervisor import Backoff
+from dqn_cartpole.run_folder.placement import PlacementRecord, read_placement
+
+C0, C1 = Role(COLLECTOR, 0), Role(COLLECTOR, 1)
+
+
+def test_each_end_of_each_role_means_what_the_rules_say_under_each_placement():
+    for rules in (policy.LOCAL, policy.RAY):
+        assert policy.verdict(rules, C0, 0) == policy.LEFT  # it saw the run's stop
+        assert policy.verdict(rules, Role(EVALUATOR), 0) == policy.LEFT
+        assert policy.verdict(rules, C0, -9) == policy.RESTART
+        assert policy.verdict(rules, C0, None) == policy.RESTART  # its node was lost
+        assert policy.verdict(rules, Role(LEARNER), 0) == policy.END_RUN
+        assert policy.verdict(rules, Role(LEARNER), 1) == policy.END_RUN  # diverged
+        assert policy.verdict(rules, Role(LEARNER), 2) == policy.FAIL  # bad input: the same again fails again
+    for role, status in ((Role(LEARNER), 3), (Role(LEARNER), -9), (Role(SERVER), -9), (Role(SERVER), None)):
+        assert policy.verdict(policy.LOCAL, role, status) == policy.FAIL, (role, status)
+        assert policy.verdict(policy.RAY, role, status) == policy.RESTART, (role, status)
+
+
+def test_a_restarted_learner_takes_the_evaluator_and_the_collectors_that_left_a_restarted_server_takes_all():
+    roles = policy.make_roles(2)
+    running = {Role(SERVER), Role(LEARNER), Role(EVALUATOR), C0}  # collector 1 left on the learner's stop
+    assert policy.companions(Role(LEARNER), roles, running) == [Role(EVALUATOR), C1]
+    assert policy.companions(C0, roles, running) == []
+    # A restarted server takes every other role (their gRPC channels would wait out a growing backoff).
+    assert policy.companions(Role(SERVER), roles, running) == [Role(LEARNER), Role(EVALUATOR), C0, C1]
+    assert [[r.name for r in group] for group in policy.stop_groups(roles)] == [
+        ["learner", "evaluator", "collector 0", "collector 1"], ["replay server"]]
+
+
+def test_only_a_reverb_server_is_ready_not_a_port_that_accepts_nor_another_grpc_server():
+    import grpc
+    import reverb
+
+    server = reverb.Server([reverb.Table.queue("q", 10)], port=None)
+    try:
+        assert policy.replay_answers(f"localhost:{server.port}")
+    finally:
+        server.stop()
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as silent:  # accepts, never answers
+        silent.bind(("::", 0))
+        silent.listen()
+        assert not policy.replay_answers(f"localhost:{silent.getsockname()[1]}", timeout_s=0.5)
+    other = grpc.server(futures.ThreadPoolExecutor(1))
+    port = other.add_insecure_port("[::]:0")
+    other.start()
+    try:
+        assert not policy.replay_answers(f"localhost:{port}")  # UNIMPLEMENTED: not Reverb
+    finally:
+        other.stop(0)
+    assert not policy.replay_answers(f"localhost:{port}")  # nothing listens
+
+
+class FakePlacement:
+    """A placement in memory: the test ends roles; it records starts, signals and stops."""
+
+    def __init__(self):
+        self.events: list = []
+        self.log: list = []  # ("start", name, restart) / ("stop", names) / ("send", name, signum)
+        self.pid = 100
+
+    def start(self, role, restart):
+        self.log.append(("start", role.name, restart))
+        self.pid += 1
+        self.events.append(Placed(role, {"node_ip": "10.0.0.2", "pid": self.pid}))
+
+    def wait(self, timeout_s):
+        events, self.events = self.events, []
+        return events
+
+    def send(self, role, signum):
+        self.log.append(("send", role.name, signum))
+
+    def stop(self, roles, grace_s, signum):
+        if roles:
+            self.log.append(("stop", [r.name for r in roles]))
+
+    def log_path(self, role):
+        return f"RUN/roles/{role.log_name}"
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    monkeypatch.setattr(supervision, "POLL_S", 0.0)
+    monkeypatch.setattr(policy, "replay_answers", lambda address, timeout_s=0: True)
+
+
+def supervised(tmp_path, rules=policy.RAY, collectors=2):
+    placement = FakePlacement()
+    run_dir = str(tmp_path / "run")
+    os.makedirs(run_dir, exist_ok=True)
+    loop = Supervision(placement, policy.make_roles(collectors), rules, run_dir, "localhost:1",
+                       ("--topology", "ray", "--collectors", str(collectors)), PlacementRecord(run_dir, "ray"))
+    for role in loop.roles:
+        placement.start(role, restart=False)
+    for event in placement.wait(0):
+        loop.take(event)  # where each role was placed
+    return loop, placement
+
+
+def step(loop, placement, *events, stop=None):
+    """One turn of the loop: the placement reports `events`; returns the run's status, if it ended."""
+    placement.events.extend(events)
+    stop = stop or StopRequest()
+    for event in placement.wait(0):
+        outcome = loop.take(event, stop)
+        if outcome is not None:
+            return outcome
+    return loop.restart_due()
+
+
+def test_ray_rules_restart_the_learner_from_its_checkpoint_with_the_evaluator_and_the_collector_that_left(
+        tmp_path, fast, capsys):
+    loop, placement = supervised(tmp_path)
+    assert step(loop, placement, Ended(C1, 0)) is None  # collector 1 left on the (old) learner's stop
+    placement.log.clear()
+    assert step(loop, placement, Ended(Role(LEARNER), -9)) is None
+    assert "warning: learner was killed by SIGKILL; restarting it in 0.25 s (restart 1" in capsys.readouterr().err
+    loop.states[Role(LEARNER)].restart_at = 0.0  # its backoff has passed
+    assert step(loop, placement) is None
+    assert placement.log == [("start", "learner", True), ("stop", ["evaluator"]), ("start", "evaluator", True),
+                             ("start", "collector 1", True)]
+    assert step(loop, placement) is None  # the Placed events
+    record = read_placement(loop.run_dir)
+    assert record["roles"]["learner"]["restarts"] == 1 and record["roles"]["learner"]["before"][0]["ended"] == \
+        "was killed by SIGKILL"
+    assert record["roles"]["evaluator"]["restarts"] == 0  # a companion's restart is not its own
+    assert record["roles"]["collector 0"]["state"] == "running"
+
+
+def test_a_role_that_dies_too_often_stops_the_run_with_one_line_naming_it_its_log_and_the_resume(
+        tmp_path, fast, capsys, monkeypatch):
+    monkeypatch.setattr(policy, "RAY", policy.Rules(stateful=True, backoff=Backoff(0.25, 8.0, 5, 120.0)))
+    loop, placement = supervised(tmp_path, policy.RAY)
+    for restart in range(5):
+        assert step(loop, placement, Ended(C0, None, "its Ray actor's node was lost (ActorDiedError)")) is None
+        loop.states[C0].restart_at = 0.0
+        assert step(loop, placement) is None
+    assert step(loop, placement, Ended(C0, None, "its Ray actor's node was lost (ActorDiedError)")) == 1
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert line == ("error: collector 0 was lost after 5 restarts within 120 s: its Ray actor's node was lost "
+                    "(ActorDiedError) (log RUN/roles/collector-0.log); every role is stopped. Resume with: "
+                    f"python -m dqn_cartpole train --resume {loop.run_dir} --topology ray --collectors 2")
+
+
+def test_a_restarted_role_that_no_node_takes_in_time_stops_the_run(tmp_path, fast, capsys, monkeypatch):
+    loop, placement = supervised(tmp_path)
+    monkeypatch.setattr(placement, "start", lambda role, restart: None)  # never placed again
+    step(loop, placement, Ended(C0, None))
+    loop.states[C0].restart_at = 0.0
+    assert step(loop, placement) is None
+    loop.states[C0].placed_by = 0.0  # ROLE_START_S has passed
+    assert step(loop, placement) == 1
+    assert "error: collector 0 could not be started again within 120 s (no node could take it" in \
+        capsys.readouterr().err
+
+
+def test_a_stop_signal_goes_to_the_learner_then_every_role_stops_in_order(tmp_path, fast, capsys):
+    loop, placement = supervised(tmp_path)
+    stop = StopRequest()
+    stop.signum = signal.SIGTERM
+
+    def learner_leaves():
+        placement.events.append(Ended(Role(LEARNER), 143))
+
+    threading.Timer(0.05, learner_leaves).start()
+    assert loop.supervise(stop) == 143
+    loop.stop_all()
+    assert ("send", "learner", signal.SIGTERM) in placement.log
+    assert [entry for entry in placement.log if entry[0] == "stop"] == [
+        ("stop", ["learner", "evaluator", "collector 0", "collector 1"]), ("stop", ["replay server"])]
+    assert "Every role is stopped. Resume the run with:" in capsys.readouterr().err
+
+
+def test_a_collectors_node_local_files_reach_the_run_folder_whole_and_once(tmp_path):
+    node, run = tmp_path / "node", tmp_path / "run"
+    (node / "roles").mkdir(parents=True)
+    (node / "tensorboard" / "collector-0").mkdir(parents=True)
+    csv_path, events = node / "roles" / "collector-0.csv", node / "tensorboard" / "collector-0" / "events.1"
+    csv_path.write_bytes(b"env_steps,episodes\n100,4\n200,")  # a row still being written
+    events.write_bytes(b"\x00\x01binary")
+    (node / "roles.lock").write_text("")
+    appender = mirror.RunFolderAppender(str(run))
+    appender.append("p1", mirror.read_new(str(node), appender.offsets_by_token().get("p1", {})))
+    assert (run / "roles" / "collector-0.csv").read_bytes() == b"env_steps,episodes\n100,4\n"
+    csv_path.write_bytes(b"env_steps,episodes\n100,4\n200,8\n")
+    events.write_bytes(b"\x00\x01binary\x02more")
+    stale = mirror.read_new(str(node), {})  # a reply that crossed a newer one: ignored
+    appender.append("p1", mirror.read_new(str(node), appender.offsets_by_token()["p1"]))
+    appender.append("p1", stale)
+    # The collector's next process (another node): a fresh file, its header kept only once.
+    appender.append("p2", [("roles/collector-0.csv", 0, b"env_steps,episodes\n300,12\n"),
+                           ("../escape.txt", 0, b"no"), ("roles/../../escape.txt", 0, b"no")])
+    assert (run / "roles" / "collector-0.csv").read_bytes() == b"env_steps,episodes\n100,4\n200,8\n300,12\n"
+    assert (run / "tensorboard" / "collector-0" / "events.1").read_bytes() == b"\x00\x01binary\x02more"
+    assert not (tmp_path / "escape.txt").exists() and not (run / "roles.lock").exists()
+
+
+def test_the_placement_record_keeps_each_roles_current_place_and_where_it_was(tmp_path):
+    record = PlacementRecord(str(tmp_path), "ray")
+    record.placed("collector 1", {"node_ip": "10.0.0.2", "pid": 11}, 0)
+    record.ended("collector 1", "was lost")
+    record.placed("collector 1", {"node_ip": "10.0.0.3", "pid": 12}, 1)
+    data = json.loads((tmp_path / "roles" / "placement.json").read_text())
+    entry = data["roles"]["collector 1"]
+    assert (entry["node_ip"], entry["pid"], entry["restarts"], entry["state"]) == ("10.0.0.3", 12, 1, "running")
+    assert [(b["node_ip"], b["pid"], b["ended"]) for b in entry["before"]] == [("10.0.0.2", 11, "was lost")]
+    assert read_placement(str(tmp_path))["topology"] == "ray"
+
+
+def test_a_server_that_ends_or_never_answers_before_it_is_ready_is_one_line(tmp_path, monkeypatch):
+    from dqn_cartpole.errors import UserError
+
+    monkeypatch.setattr(supervision, "POLL_S", 0.0)
+    monkeypatch.setattr(policy, "replay_answers", lambda address, timeout_s=0: False)  # never ready
+    monkeypatch.setattr(policy, "SERVER_START_S", 0.2)
+    loop, placement = supervised(tmp_path)
+    calls = []
+
+    def wait(timeout_s):  # a loop that goes on for 2 s did not see that the server never answered
+        calls.append(timeout_s)
+        assert len(calls) < 200, "the run went on without a server"
+        time.sleep(0.01)
+        return []
+
+    monkeypatch.setattr(placement, "wait", wait)
+    with pytest.raises(UserError, match=r"^the replay server did not start within 0 s \(log RUN/roles/"):
+        loop.supervise(StopRequest())
+    loop, placement = supervised(tmp_path / "second")
+    placement.events.append(Ended(Role(SERVER), 2, "error: replay.reverb_port: port 8000 is already in use"))
+    with pytest.raises(UserError, match="did not start: error: replay.reverb_port: port 8000 is already in use"):
+        loop.supervise(StopRequest())
