@@ -21,6 +21,7 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid
+from dqn_cartpole.experiments.sweep_progress import SweepProgress
 from dqn_cartpole.processes.commands import child_command, continue_command, resume_argv, train_argv
 from dqn_cartpole.processes.supervisor import Child, ChildSet
 from dqn_cartpole.run_folder import layout, read_run
@@ -55,7 +56,8 @@ class SweepPlan:
     config_path: str
     manifest: dict
     members: tuple
-    jobs: int
+    jobs: Optional[int]  # runs at a time (on Ray, None: one per CPU of the cluster)
+    runner: tuple = ()  # where the runs go, as the continue command says it: () here, ("--ray", ...) on Ray
 
     @property
     def logs(self) -> str:
@@ -63,8 +65,8 @@ class SweepPlan:
 
     def continue_command(self) -> str:
         m = self.manifest
-        argv = ["sweep", "--config", m["config"], "--seeds",
-                ",".join(str(s) for s in m["seeds"]), "--name", self.name, "--jobs", str(self.jobs)]
+        argv = ["sweep", "--config", m["config"], "--seeds", ",".join(str(s) for s in m["seeds"]), "--name", self.name,
+                *(["--jobs", str(self.jobs)] if self.jobs is not None else []), *self.runner]
         for axis in m["grid"]:
             argv += ["--grid", axis]
         for item in m["set"]:
@@ -243,15 +245,12 @@ def _collect_finished(running: dict, children: ChildSet, outcome: Outcome) -> No
             outcome.failed.append((member.name, child.returncode, child.last_error(), child.log_path))
 
 
-def _progress_bar(plan: SweepPlan, enabled: bool):
-    from tqdm import tqdm
-
+def _progress_bar(plan: SweepPlan, enabled: bool) -> SweepProgress:
     total = sum(m.num_iterations for m in plan.members)
-    return tqdm(total=total, desc=f"sweep {plan.name}", unit="it", disable=not enabled, dynamic_ncols=True,
-                smoothing=0.1)
+    return SweepProgress(f"sweep {plan.name}", total, "it", enabled)
 
 
-def _update_bar(bar, plan: SweepPlan, outcome: Outcome) -> None:
+def _update_bar(bar: SweepProgress, plan: SweepPlan, outcome: Outcome) -> None:
     """Iterations done over all members: finished ones count in full, running ones by their train log."""
     finished = set(outcome.done) | set(outcome.ok)
     done = 0
@@ -262,15 +261,14 @@ def _update_bar(bar, plan: SweepPlan, outcome: Outcome) -> None:
         rows = read_csv(os.path.join(member.run_dir, layout.TRAIN_METRICS_FILE))
         if rows and rows[-1].get("train_step"):
             done += min(member.num_iterations, int(rows[-1]["train_step"]) // member.train_steps_per_iteration)
-    bar.n = done
-    bar.set_postfix_str(f"{len(finished)}/{len(plan.members)} runs done, {len(outcome.failed)} failed", refresh=False)
-    bar.refresh()
+    bar.update(done, f"{len(finished)}/{len(plan.members)} runs done, {len(outcome.failed)} failed")
 
 
-def summary_lines(plan: SweepPlan, outcome: Outcome, wall_s: float) -> list[str]:
-    """The final report: counts, failures with their log, and how to continue or compare."""
+def summary_lines(plan: SweepPlan, outcome: Outcome, wall_s: float, where: Optional[str] = None) -> list[str]:
+    """The final report: counts, failures with their log, and how to continue or compare (`where` the runs ran,
+    default: here, --jobs at a time)."""
     lines = [f"sweep {plan.name}: {len(plan.members)} runs ({len(outcome.done)} already done, {len(outcome.ok)} "
-             f"finished now, {len(outcome.failed)} failed) in {wall_s:.1f} s with --jobs {plan.jobs}; "
+             f"finished now, {len(outcome.failed)} failed) in {wall_s:.1f} s {where or f'with --jobs {plan.jobs}'}; "
              f"folder {plan.folder}"]
     for name, status, error, log in outcome.failed:
         lines.append(f"  failed {name} (exit {status}): {error or '?'}  [log: {log}]")
