@@ -21,7 +21,8 @@ markers, naming the run: date, command, load average, the reference loop's rate)
     repository or the folder above it), measured before and after the runs (steady state: both exclude
     evaluation and the first 1,000 iterations, which include tracing); without that file the ratios are skipped;
   * 10 greedy CartPole-v1 episodes of a solved policy (5,000 steps): seconds.
-With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py instead (see there).
+With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py instead (see there); with
+`--sweep [--seeds 0-7]`, scripts/benchmark_sweep.py (sweep --ray against sweep --jobs 2).
 Absolute times drift on shared machines; the ratios are measured side by side.
 """
 
@@ -294,6 +295,11 @@ def main() -> None:
         import benchmark_scale_out  # scripts/ is on the path when this file runs as a script
 
         benchmark_scale_out.main(sys.argv[1:])
+        return
+    if "--sweep" in sys.argv[1:]:  # the sweep section: scripts/benchmark_sweep.py (sweep --ray against --jobs 2)
+        import benchmark_sweep
+
+        benchmark_sweep.main(sys.argv[1:])
         return
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables, naming this run, into PATH "
                                                             "between its benchmark.py markers (e.g. docs/benchmarks.md)")

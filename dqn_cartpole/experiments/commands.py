@@ -185,11 +185,11 @@ def run_sweep_on_ray(plan, args: argparse.Namespace):
 @contextlib.contextmanager
 def ray_cluster_session(args: argparse.Namespace, what: str):
     """(the ray module, a line saying which cluster and how long joining or starting it took) for the block."""
-    from dqn_cartpole.experiments.ray_pool import check_cluster
+    from dqn_cartpole.experiments.ray_pool import check_cluster, cluster_errors_in_one_line
     from dqn_cartpole.processes import ray_cluster
 
     start = time.time()
-    with ray_cluster.ray_session(args.address, RAY_CONNECT_TIMEOUT_S, what) as session:
+    with ray_cluster.ray_session(args.address, RAY_CONNECT_TIMEOUT_S, what) as session, cluster_errors_in_one_line():
         import ray  # pylint: disable=import-outside-toplevel
 
         cluster = check_cluster(ray)

@@ -18,9 +18,11 @@ force-cancels what is left after the grace period.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional, TextIO
 
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import ray_board, ray_worker
@@ -198,6 +200,38 @@ def check_cluster(ray) -> dict:
     return {"nodes": len(fit), "cpus": int(sum(node["Resources"]["CPU"] for node in fit)), "hosts": hosts}
 
 
+@contextlib.contextmanager
+def cluster_errors_in_one_line(stream: Optional[TextIO] = None) -> Iterator[None]:
+    """Ray's driver prints each error the cluster publishes on stdout, a node's death with its raylet's last 20 log
+    lines; within the block each is one line on stderr ("ray: ..."), beside the command's own account of the runs
+    it cost. (Ray has no switch for it: its printer, looked up at each call, is wrapped.)"""
+    from ray._private import worker as ray_driver  # pylint: disable=import-outside-toplevel
+
+    original = getattr(ray_driver, "print_to_stdstream", None)
+    if original is None:
+        yield
+        return
+
+    def print_to_stdstream(data, ignore_prefix):
+        if data.get("pid") != "raylet":
+            return original(data, ignore_prefix)
+        out = stream or sys.stderr
+        for message in data.get("lines", []):
+            first = next((line.strip() for line in str(message).splitlines() if line.strip()), "")
+            out.write(f"ray: {first[:200]}\n")
+        out.flush()
+        return None
+
+    ray_driver.print_to_stdstream = print_to_stdstream
+    try:
+        yield
+    finally:
+        ray_driver.print_to_stdstream = original
+
+
 def _first_line(exc: BaseException) -> str:
+    """The first sentence of the exception's message (Ray's go on with advice for its dashboard and logs)."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    if not lines:
+        return type(exc).__name__
+    return lines[0].split(". ", 1)[0].rstrip(".")

@@ -13,6 +13,7 @@ docs/experiments.md). An in-process trainer in a long-lived worker (issue 28) wo
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -115,7 +116,7 @@ def execute_run(argv: list[str], run_dir: str, log_path: str, watch: "Watch") ->
     finally:
         if child.returncode is None:  # this task is being torn down: no run outlives it
             child.stop(grace_s=10.0)
-    watch.poll()  # the run's last evaluations
+    watch.close()  # the run's last evaluations
     return child.returncode, child.last_error()
 
 
@@ -131,23 +132,41 @@ def _sigint_deliverable() -> Iterator[None]:
 
 
 class Watch:
-    """The run's line to the driver: new evaluations out, the stop signal (if any) back, every `poll_s`."""
+    """The run's line to the driver: new evaluations out, the stop signal (if any) back, every `poll_s`.
+
+    Never a blocking `ray.get`: a task blocked in `ray.get` or `ray.wait` lends its CPU back to Ray, which may start
+    another run on the node meanwhile. Each poll is an actor call whose answer is collected (a future) at the next.
+    """
 
     def __init__(self, board, job: RunJob, attempt: int, run_dir: str, poll_s: float = POLL_S) -> None:
         self.board, self.job, self.attempt, self.poll_s = board, job, attempt, poll_s
         self.eval_csv = RunLayout(run_dir).eval_metrics
         self.sent_rows = 0
+        self.signum: Optional[int] = None
+        self._pending = None  # (future of the board's answer, rows it carried)
 
-    def poll(self) -> Optional[int]:
-        import ray  # pylint: disable=import-outside-toplevel  # in a Ray worker
-
+    def poll(self, wait_s: float = 0.0) -> Optional[int]:
+        """Collects the last poll's answer (waiting up to `wait_s` for it) and sends the next; returns the signal the
+        driver asked for, if any."""
+        if self._pending is not None:
+            future, rows = self._pending
+            try:
+                answer = future.result(timeout=wait_s)
+            except concurrent.futures.TimeoutError:
+                return self.signum  # the board is busy: ask again when it answered
+            except Exception:  # pylint: disable=broad-except  # the driver is gone: Ray ends this task with it
+                answer, rows = None, 0
+            self._pending = None
+            self.sent_rows += rows
+            self.signum = self.signum or answer
         rows = self._new_evaluations() if self.job.report_evaluations else []
-        try:
-            signum = ray.get(self.board.poll.remote(self.job.key, self.attempt, rows), timeout=BOARD_TIMEOUT_S)
-        except (ray.exceptions.RayError, TimeoutError):
-            return None  # the driver is busy or gone (then Ray ends this task with it): ask again next time
-        self.sent_rows += len(rows)
-        return signum
+        self._pending = (self.board.poll.remote(self.job.key, self.attempt, rows).future(), len(rows))
+        return self.signum
+
+    def close(self) -> None:
+        """Sends the run's last evaluations and waits (a little) until the board has them."""
+        self.poll(wait_s=BOARD_TIMEOUT_S)
+        self.poll(wait_s=BOARD_TIMEOUT_S)
 
     def _new_evaluations(self) -> list[tuple[int, float]]:
         """(env steps, average return) of the evaluations written since the last poll."""
