@@ -218,7 +218,8 @@ def cluster_errors_in_one_line(stream: Optional[TextIO] = None) -> Iterator[None
         out = stream or sys.stderr
         for message in data.get("lines", []):
             first = next((line.strip() for line in str(message).splitlines() if line.strip()), "")
-            out.write(f"ray: {first[:200]}\n")
+            sentences = first.split(". ")
+            out.write(f"ray: {'. '.join(sentences[:2]) if len(sentences[0]) < 40 else sentences[0]}\n")
         out.flush()
         return None
 
