@@ -5,13 +5,15 @@ The same sweep of default runs (configs/default.yaml, videos included, as `make 
 two ways, side by side in this one run, next to the tutorial's reference loop (`--reference PATH`, run first and
 last as a gauge of the machine's load) and the load average:
   * `sweep --jobs 2`: today's local sweep, two child processes at a time;
-  * `sweep --ray` on a local Ray instance the command starts itself (one run per CPU).
-It prints each one's wall time (the command's start to its exit) and the ratio; the env steps to solve of every
-seed in both (a run is reproducible by seed: they must be equal); the start-up of one run process (summary.json's
-`start-up and imports`, the median over the runs) and its share of a run's seconds, which is what a worker that
-imports TensorFlow once and trains run after run in-process could save; and what Ray adds: the seconds to start
-it, the run folders' way back (packed on the workers, fetched, unpacked: the sweep's `ray:` line) and the rest of
-the difference between the two sweeps (worker processes, scheduling). With --repeats N the two alternate.
+  * `sweep --ray` on a local Ray instance the command starts itself (one run per CPU);
+  * `sweep --jobs 2` with OMP_NUM_THREADS=1.
+A third sweep is the local one with OMP_NUM_THREADS=1, which Ray sets in its workers (and the runs inherit): it tells
+what Ray brings from what that setting brings. It prints each sweep's wall time (the command's start to its exit)
+and its speed-up over `--jobs 2`; per run (summary.json's phases, medians) its seconds, its start-up and imports
+(what a worker that imports TensorFlow once and trains run after run in-process could save) and its loop; the env
+steps to solve of every seed in every sweep (a run is reproducible by seed: they must be equal); and what Ray adds:
+the seconds to start it and the run folders' way back (packed on the workers, fetched, unpacked: the sweep's `ray:`
+line). With --repeats N each sweep runs N times, in a rotated order.
 """
 
 from __future__ import annotations
@@ -36,13 +38,20 @@ RAY_LINE = re.compile(r"ray: started a local Ray instance in ([\d.]+) s.*?; (\d+
                       r"packed in ([\d.]+) s on the workers, fetched in ([\d.]+) s, unpacked in ([\d.]+) s\)")
 
 
-def run_sweep(root: str, name: str, seeds: str, ray: bool) -> dict:
+# The sweeps compared: a label, whether it runs on Ray, and what it adds to the environment. Ray sets
+# OMP_NUM_THREADS=1 in a worker that asks for one CPU, and the run processes inherit it: the third sweep is the local
+# one with that setting alone, to tell what Ray brings from what one thread per run brings.
+VARIANTS = (("--jobs 2", False, {}), ("--ray", True, {}),
+            ("--jobs 2, OMP_NUM_THREADS=1", False, {"OMP_NUM_THREADS": "1"}))
+
+
+def run_sweep(root: str, name: str, seeds: str, ray: bool, extra_env: dict) -> dict:
     """One `sweep` command of default runs; its wall seconds, its runs' summaries and (with Ray) its `ray:` line."""
     argv = [sys.executable, "-m", "dqn_cartpole", "sweep", "--config", os.path.join(REPO, "configs", "default.yaml"),
             "--seeds", seeds, "--name", name, "--set", f"output.root={root}", "--quiet",
             *(["--ray"] if ray else ["--jobs", "2"])]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # --ray: a local instance
-    env["PYTHONPATH"] = REPO
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OMP_NUM_THREADS")}  # --ray: local
+    env.update(PYTHONPATH=REPO, **extra_env)
     start = time.time()
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
     wall_s = time.time() - start
@@ -55,15 +64,14 @@ def run_sweep(root: str, name: str, seeds: str, ray: bool) -> dict:
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as handle:
                 runs[member] = json.load(handle)
-    result = {"wall_s": wall_s, "runs": runs, "stdout": proc.stdout}
+    result = {"wall_s": wall_s, "runs": runs}
     if ray:
         match = RAY_LINE.search(proc.stdout)
         if not match:
             raise SystemExit(f"no `ray:` line in the sweep's output:\n{proc.stdout[-2000:]}")
         result["ray"] = dict(zip(("start_s", "folders", "mb", "pack_s", "get_s", "unpack_s"),
                                  (float(v) for v in match.groups())))
-    print(f"  sweep {'--ray' if ray else '--jobs 2'}: {wall_s:.1f} s (load average {os.getloadavg()[0]:.1f})",
-          file=sys.stderr, flush=True)
+    print(f"  sweep {name}: {wall_s:.1f} s (load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     return result
 
 
@@ -72,36 +80,49 @@ def run_seconds(summary: dict) -> float:
     return sum(summary.get("phases", {}).values())
 
 
-def tables(local: list, ray: list, references: tuple, loads: tuple, seeds: list) -> list[str]:
-    wall_local = statistics.median(r["wall_s"] for r in local)
-    wall_ray = statistics.median(r["wall_s"] for r in ray)
-    runs = [s for r in local + ray for s in r["runs"].values()]
-    startup = statistics.median(s["phases"][STARTUP] for s in runs)
-    per_run = statistics.median(run_seconds(s) for s in runs)
-    ray_start = statistics.median(r["ray"]["start_s"] for r in ray)
-    transfer = statistics.median(r["ray"]["pack_s"] + r["ray"]["get_s"] + r["ray"]["unpack_s"] for r in ray)
-    megabytes = statistics.median(r["ray"]["mb"] for r in ray)
-    reference = sum(references) / 2
-    lines = ["| measure | value |", "| --- | --- |",
-             f"| `sweep --jobs 2`, {len(seeds)} default runs (seeds {seeds[0]}-{seeds[-1]}) | {wall_local:.1f} s |",
-             f"| `sweep --ray`, local Ray instance (2 CPUs) | {wall_ray:.1f} s |",
-             f"| ratio: `--jobs 2` time / `--ray` time (target ≥ 1.3) | **{wall_local / wall_ray:.2f}** |",
-             f"| Ray's start-up (`ray.init` of a local instance) | {ray_start:.1f} s |",
-             f"| the run folders' way back: packed, fetched, unpacked ({megabytes:.1f} MB for {len(seeds)} runs) | "
-             f"{transfer:.2f} s |",
-             f"| the rest of the difference (Ray's worker processes, scheduling) | "
-             f"{wall_ray - wall_local - ray_start - transfer:+.1f} s |",
-             f"| one run, process start to summary (median of {len(runs)}) | {per_run:.1f} s |",
-             f"| of which start-up and imports (median) | {startup:.1f} s ({100 * startup / per_run:.0f}%) |",
-             f"| the tutorial's reference loop | {reference:.0f} it/s (before {references[0]:.0f}, after "
-             f"{references[1]:.0f}) |",
-             f"| load average (1 min), before / after | {loads[0]:.2f} / {loads[1]:.2f} |",
-             "", "| seed | env steps to solve, `--jobs 2` | env steps to solve, `--ray` | same |", "| --- | --- | --- | --- |"]
+def median(values) -> float:
+    return statistics.median(list(values))
+
+
+def variant_rows(label: str, results: list, base_wall: float) -> list[str]:
+    runs = [s for r in results for s in r["runs"].values()]
+    wall = median(r["wall_s"] for r in results)
+    per_run, startup = median(run_seconds(s) for s in runs), median(s["phases"][STARTUP] for s in runs)
+    loop = median(s["phases"].get("loop", 0.0) + s["phases"].get("tracing and XLA", 0.0) for s in runs)
+    packed = median(sum(run_seconds(s) for s in r["runs"].values()) / 2 for r in results)
+    each = ", ".join(f"{r['wall_s']:.0f}" for r in results)
+    return [f"| `sweep {label}` | {wall:.1f} s ({each}) | "
+            f"{base_wall / wall:.2f} | {per_run:.1f} s | {startup:.1f} s ({100 * startup / per_run:.0f}%) | "
+            f"{loop:.1f} s | {packed:.1f} s |"]
+
+
+def tables(results: dict, references: tuple, loads: tuple, seeds: list) -> list[str]:
+    base = median(r["wall_s"] for r in results["--jobs 2"])
+    lines = [f"{len(seeds)} default runs (configs/default.yaml, videos included), seeds {seeds[0]}-{seeds[-1]}, "
+             f"2 at a time; medians over the repeats (each repeat's wall time in brackets):", "",
+             "| sweep | wall time | speed-up over `--jobs 2` | one run, process start to summary (median) | its "
+             "start-up and imports | its loop (tracing included) | the runs' seconds / 2 (no waiting) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for label, _, _ in VARIANTS:
+        lines += variant_rows(label, results[label], base)
+    ray = results["--ray"]
+    transfer = median(r["ray"]["pack_s"] + r["ray"]["get_s"] + r["ray"]["unpack_s"] for r in ray)
+    lines += ["", "| what Ray adds | seconds |", "| --- | --- |",
+              f"| its start-up (`ray.init` of a local instance, 2 CPUs) | "
+              f"{median(r['ray']['start_s'] for r in ray):.1f} |",
+              f"| the run folders' way back, packed + fetched + unpacked ({median(r['ray']['mb'] for r in ray):.1f} "
+              f"MB for {len(seeds)} runs) | {transfer:.2f} |",
+              "", f"The tutorial's reference loop: {sum(references) / 2:.0f} it/s (before {references[0]:.0f}, after "
+              f"{references[1]:.0f}); load average (1 min) {loads[0]:.2f} before, {loads[1]:.2f} after.", "",
+              "| seed | " + " | ".join(f"env steps to solve, `{label}`" for label, _, _ in VARIANTS) + " | same |",
+              "| --- |" + " --- |" * (len(VARIANTS) + 1)]
     for seed in seeds:
         name = f"base__s{seed}"
         steps = [r["runs"][name].get("solved_env_steps") or f"not solved ({r['runs'][name]['env_steps']})"
-                 for r in (local[0], ray[0])]
-        lines.append(f"| {seed} | {steps[0]} | {steps[1]} | {'yes' if steps[0] == steps[1] else '**no**'} |")
+                 for label, _, _ in VARIANTS for r in results[label]]
+        shown = [results[label][0]["runs"][name].get("solved_env_steps") for label, _, _ in VARIANTS]
+        lines.append(f"| {seed} | " + " | ".join(str(v) for v in shown) +
+                     f" | {'yes' if len(set(map(str, steps))) == 1 else '**no**'} |")
     return lines
 
 
@@ -124,18 +145,19 @@ def main(argv: list) -> None:
     seeds_text = ",".join(str(s) for s in seeds)
     started, load_before = time.time(), os.getloadavg()[0]
     reference_before = reference_rate(args.reference, args.iterations)
-    local, ray = [], []
+    results: dict = {label: [] for label, _, _ in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="dqn-sweep-bench-") as root:
         for repeat in range(args.repeats):
-            for on_ray in ((True, False) if repeat % 2 else (False, True)):  # alternate the order: load drifts
-                result = run_sweep(root, f"{'ray' if on_ray else 'jobs2'}-{repeat}", seeds_text, on_ray)
-                (ray if on_ray else local).append(result)
+            order = VARIANTS[repeat % len(VARIANTS):] + VARIANTS[:repeat % len(VARIANTS)]  # rotated: load drifts
+            for index, (label, on_ray, extra_env) in enumerate(order):
+                name = f"r{repeat}-{VARIANTS.index((label, on_ray, extra_env))}"
+                results[label].append(run_sweep(root, name, seeds_text, on_ray, extra_env))
         reference_after = reference_rate(args.reference, args.iterations)
         loads = (load_before, os.getloadavg()[0])
-        body = tables(local, ray, (reference_before, reference_after), loads, seeds)
+        body = tables(results, (reference_before, reference_after), loads, seeds)
     print("\n".join(body))
     took = time.time() - started
-    print(f"\n(benchmark took {took:.0f} s; load average {loads[0]:.2f} before, {loads[1]:.2f} after)")
+    print(f"\n(benchmark took {took:.0f} s)")
     if args.markdown:
         command = "python scripts/benchmark.py --sweep " + " ".join(a for a in argv if a != "--sweep")
         write_section(args.markdown, body, command.strip(), took, loads, (reference_before + reference_after) / 2)

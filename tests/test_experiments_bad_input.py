@@ -61,6 +61,8 @@ CASES = {
                                  "no Ray cluster answers there within"),
     "sweep-ray-bad-address": (sweep("--ray", "--address", "head-without-port"), None, "expected HOST:PORT"),
     "sweep-address-without-ray": (sweep("--address", "127.0.0.1:6379"), None, "--address: only with --ray"),
+    "sweep-ray-client-address": (sweep("--ray", "--address", "ray://127.0.0.1:10001"), None,
+                                 "the Ray client (ray://) is not supported here"),
     "tune-ray-silent-address": (*tune(GOOD_SPACE, "--ray", "--address", f"127.0.0.1:{_closed_port()}"),
                                 "no Ray cluster answers there within"),
 }

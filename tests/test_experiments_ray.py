@@ -1,10 +1,11 @@
 """`sweep --ray` and `tune --ray` end to end, as a user runs them, on a Ray cluster of four nodes on this machine: a
 head that takes no runs and three worker nodes of one CPU each (`ray.cluster_utils.Cluster`, started once for the
-module). The sweep's runs land on several nodes; one node is removed while its run trains, the run is trained
-again on another node and the sweep completes; the folder holds every run as a local sweep would (`compare`
-reads it, a local `sweep` of the same command finds it done). Then a 4-trial study on the two nodes left is
-stopped with Ctrl-C while its runs train, and the same command completes it. Nothing of the cluster is left after
-the module: its processes and its temporary folders go with it.
+module). A sweep's three runs land on the three nodes; one node is removed while its run trains, that run is trained
+again on another node and the sweep completes; the folder holds every run as a local sweep would (`compare` reads
+it, a local `sweep` of the same command finds it done). Then a 4-trial study on the two nodes left is stopped with
+Ctrl-C while its runs train, and the same command completes it. Nothing of the cluster is left after the module:
+its processes and its temporary folders go with it. (A local sweep stopped by Ctrl-C and continued with `--ray` on
+a local Ray instance, its runs resumed on Ray's workers, is tests/test_sweep.py's.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """`sweep` and `compare` end to end, as a user runs them: 2 seeds x 2 learning rates of the smoke config, two runs
-at a time, stopped by Ctrl-C while the first two train and continued by the same command (one sweep serves every
-test); then the same command again (nothing re-runs), compare's table and plot, and the sweep's page.
+at a time, stopped by Ctrl-C while the first two train, then continued by the same command with `--ray` on a Ray
+instance it starts here (the stopped runs resume on Ray's workers, the others start there; their folders come back
+into the sweep's). One sweep serves every test; then the same command again, locally (nothing re-runs: the folder
+is a local sweep's), compare's table and plot, and the sweep's page.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
 from browser import find_chromium, probe_page
-from helpers import CONFIGS, REPO, run_cli
+from helpers import CONFIGS, REPO, cli_command, cli_env, run_cli
 
 from dqn_cartpole.run_folder import read_run
 
@@ -74,7 +77,25 @@ def sweep(tmp_path_factory):
                "alive": [(c.pid, c.cmdline()) for c in alive if c.status() != psutil.STATUS_ZOMBIE],
                "runs": {name: read_run(str(folder / name)) for name in FIRST if (folder / name).is_dir()},
                "others": [n for n in os.listdir(folder) if n.startswith("learning_rate=2e-3")]}
-    return folder, stopped, run_cli(*args, timeout=400)
+    return folder, stopped, continue_on_ray(args)
+
+
+def continue_on_ray(args: list) -> SimpleNamespace:
+    """The same command with --ray, on a Ray instance it starts on this machine: the finished process, and the
+    processes of that instance left after it (they name its session folder, which ends with the driver's pid)."""
+    env = cli_env()
+    env.pop("RAY_ADDRESS", None)
+    driver = subprocess.Popen(cli_command(*args, "--ray"), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    session = f"_{driver.pid}/"
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if session in " ".join(p.info["cmdline"] or [])]
+    return SimpleNamespace(returncode=driver.returncode, stdout=out, stderr=err, left=left)
 
 
 def test_ctrl_c_stops_every_run_with_a_checkpoint(sweep):
@@ -89,12 +110,18 @@ def test_ctrl_c_stops_every_run_with_a_checkpoint(sweep):
         assert os.listdir(os.path.join(run.root, "checkpoints"))
 
 
-def test_the_same_command_continues_the_stopped_runs_and_starts_the_rest(sweep):
+def test_the_same_command_on_ray_resumes_the_stopped_runs_on_its_workers_and_runs_the_rest(sweep):
     folder, _, proc = sweep
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "started a local Ray instance" in proc.stdout and "on Ray" in proc.stdout
     assert "0 already done, 4 finished now, 0 failed" in proc.stdout
-    for name in FIRST:
-        assert read_run(str(folder / name)).get("resumed_from")
+    assert not proc.left, f"the local Ray instance outlived its command: {proc.left}"
+    for name in FIRST:  # each travelled to a Ray worker with its checkpoints and resumed there
+        run = read_run(str(folder / name))
+        assert str(run.get("resumed_from")).startswith(str(folder / name) + os.sep) and run.get("run_dir") == str(
+            folder / name)
+        log = (folder / "logs" / f"{name}.log").read_text()
+        assert "--resume" in log.split("# attempt 1 on ", 1)[1]  # after the local run's own log
     for name in os.listdir(folder):
         if name.startswith("learning_rate=2e-3"):
             assert not read_run(str(folder / name)).get("resumed_from")

@@ -111,8 +111,12 @@ def ray_runner(args: argparse.Namespace, command: str) -> tuple:
 
     ray_cluster.import_ray(f"{command} --ray")
     address = ray_cluster.cluster_address(args.address)
+    flag = "--address" if args.address else "RAY_ADDRESS"
+    if address is not None and address.startswith("ray://"):
+        raise UserError(f"{flag} {address}: the Ray client (ray://) is not supported here; run the command on a node "
+                        f"of the cluster (e.g. its head) with HOST:PORT")
     if address is not None:
-        ray_cluster.check_answers(address, RAY_CONNECT_TIMEOUT_S, "--address" if args.address else "RAY_ADDRESS")
+        ray_cluster.check_answers(address, RAY_CONNECT_TIMEOUT_S, flag)
     return ("--ray", "--address", args.address) if args.address else ("--ray",)
 
 
@@ -166,9 +170,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def run_sweep_on_ray(plan, args: argparse.Namespace):
-    """The sweep on the Ray cluster; prints its summary (with what Ray added) and returns its outcome."""
+    """The sweep on the Ray cluster; prints its summary (with what Ray added) and returns its outcome. A sweep with
+    nothing left to run does not start or join Ray."""
     from dqn_cartpole.experiments import sweep, sweep_ray
 
+    if all(sweep.member_state(member) in ("done", "broken") for member in plan.members):
+        start = time.time()
+        outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
+        print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start, "(nothing left for Ray to run)")))
+        return outcome
     with ray_cluster_session(args, "sweep --ray") as (ray, joined):
         print(joined, flush=True)
         start = time.time()
@@ -195,7 +205,8 @@ def ray_cluster_session(args: argparse.Namespace, what: str):
         cluster = check_cluster(ray)
         how = "started a local Ray instance" if session.started_here else f"joined the Ray cluster at {session.address}"
         nodes = f"{cluster['nodes']} node{'s' if cluster['nodes'] != 1 else ''}"
-        yield ray, f"{how} in {time.time() - start:.1f} s: {cluster['cpus']} CPUs on {nodes} ({', '.join(cluster['hosts'])})"
+        hosts = ", ".join(cluster["hosts"])
+        yield ray, f"{how} in {time.time() - start:.1f} s: {cluster['cpus']} CPUs on {nodes} ({hosts})"
 
 
 COMMANDS = {"sweep": cmd_sweep, "compare": cmd_compare, "tune": cmd_tune}
