@@ -13,7 +13,8 @@ and its speed-up over `--jobs 2`; per run (summary.json's phases, medians) its s
 (what a worker that imports TensorFlow once and trains run after run in-process could save) and its loop; the env
 steps to solve of every seed in every sweep (a run is reproducible by seed: they must be equal); and what Ray adds:
 the seconds to start it and the run folders' way back (packed on the workers, fetched, unpacked: the sweep's `ray:`
-line). With --repeats N each sweep runs N times, in a rotated order.
+line), and per sweep the rest of its wall time once its runs' own seconds are shared by the 2 cores (the config
+check, Ray's start, idle cores). With --repeats N each sweep runs N times, in a rotated order.
 """
 
 from __future__ import annotations
@@ -90,10 +91,11 @@ def variant_rows(label: str, results: list, base_wall: float) -> list[str]:
     per_run, startup = median(run_seconds(s) for s in runs), median(s["phases"][STARTUP] for s in runs)
     loop = median(s["phases"].get("loop", 0.0) + s["phases"].get("tracing and XLA", 0.0) for s in runs)
     packed = median(sum(run_seconds(s) for s in r["runs"].values()) / 2 for r in results)
+    idle = median(r["wall_s"] - sum(run_seconds(s) for s in r["runs"].values()) / 2 for r in results)
     each = ", ".join(f"{r['wall_s']:.0f}" for r in results)
     return [f"| `sweep {label}` | {wall:.1f} s ({each}) | "
             f"{base_wall / wall:.2f} | {per_run:.1f} s | {startup:.1f} s ({100 * startup / per_run:.0f}%) | "
-            f"{loop:.1f} s | {packed:.1f} s |"]
+            f"{loop:.1f} s | {packed:.1f} s | {idle:.1f} s |"]
 
 
 def tables(results: dict, references: tuple, loads: tuple, seeds: list) -> list[str]:
@@ -101,8 +103,9 @@ def tables(results: dict, references: tuple, loads: tuple, seeds: list) -> list[
     lines = [f"{len(seeds)} default runs (configs/default.yaml, videos included), seeds {seeds[0]}-{seeds[-1]}, "
              f"2 at a time; medians over the repeats (each repeat's wall time in brackets):", "",
              "| sweep | wall time | speed-up over `--jobs 2` | one run, process start to summary (median) | its "
-             "start-up and imports | its loop (tracing included) | the runs' seconds / 2 (no waiting) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "start-up and imports | its loop (tracing included) | the runs' seconds / 2 | the rest: wall time - "
+             "the runs' seconds / 2 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, _, _ in VARIANTS:
         lines += variant_rows(label, results[label], base)
     ray = results["--ray"]
