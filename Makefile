@@ -8,12 +8,18 @@ ARGS ?=
 
 .PHONY: train test install clean-venv
 
+# The install says what it does: a line per phase, then pip's own lines (each package as it is collected, then
+# "Installing collected packages", the longest step, while TensorFlow and Ray unpack), then the time it took.
 $(BIN)/python:
+	@echo "== make: creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@echo "== make: installing the pinned dependencies into $(VENV) (TensorFlow, TF-Agents, Reverb, Ray, ...): pip lists each package"
+	@start=$$(date +%s); \
+	$(BIN)/python -m pip install --quiet --upgrade pip && \
+	$(BIN)/python -m pip install -e ".[test]" && \
+	echo "== make: installed in $$(( $$(date +%s) - start )) s"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,9 +1,11 @@
 """Typed, frozen, documented configuration, loaded from YAML plus `--set` overrides.
 
 Config flows one way: YAML file -> `--set section.key=value` overrides -> one frozen
-`Config`, checked here before anything is built. Every field carries a one-line description
-in its metadata (`dqn_cartpole.config_docs` turns them into the `config` command's output and
-docs/configuration-reference.md).
+`Config`, checked here before anything is built. `load` also keeps what the user wrote (the keys the
+file and the flags named, before `auto` resolves: what `config` and the report call changed) and
+where each value came from, so an error names the file, the `--set` or the shortcut that gave it.
+Every field carries a one-line description in its metadata (`dqn_cartpole.config_docs` turns them
+into the `config` command's output and docs/configuration-reference.md).
 
 Defaults have one source, configs/default.yaml: every field takes its default from that file
 when this module is imported, so `Config()`, a config file that names only a few keys, and
@@ -73,9 +75,13 @@ def _coerce(value: Any, hint: Any, key: str, source: str) -> Any:
             return value
         raise ConfigError(problem)
     if hint is tuple:
-        if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return tuple(value)
-        raise ConfigError(f"{source}: {key}: expected a list of integers, got {_describe(value)}")
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{source}: {key}: expected a list of integers, got {_describe(value)}")
+        for number, item in enumerate(value, 1):
+            if not isinstance(item, int) or isinstance(item, bool):
+                raise ConfigError(f"{source}: {key}: expected a list of integers, but item {number} is "
+                                  f"{_describe(item)}")
+        return tuple(value)
     raise AssertionError(f"unsupported config type {hint}")
 
 
@@ -164,6 +170,31 @@ def _shipped(path: str, subfolder: str) -> Optional[str]:
     if name in shipped_config_names(subfolder):
         return os.path.join(shipped_configs_dir(), subfolder, f"{name}.yaml")
     return None
+
+
+NOT_PRESETS = ("default", "smoke", "tutorial")  # shipped configs that are no env's tuned preset
+
+
+def preset_for(env_id: str) -> Optional[str]:
+    """The name of the shipped preset tuned for `env_id` (`acrobot` for Acrobot-v1), if there is one."""
+    for name in shipped_config_names():
+        if name not in NOT_PRESETS:
+            env = (_read_yaml(os.path.join(shipped_configs_dir(), f"{name}.yaml")).get("env") or {})
+            if env.get("id") == env_id:
+                return name
+    return None
+
+
+def preset_note(config_file: str, config: "Config") -> Optional[str]:
+    """One line when the default config (CartPole's hyperparameters) is about to train an env that has a shipped
+    preset: which one, and how to use it. None otherwise (another config file was given, or no preset fits)."""
+    if os.path.realpath(config_file) != os.path.realpath(default_config_path()):
+        return None
+    name = preset_for(config.env.id)
+    if name is None:
+        return None
+    return (f"note: {config.env.id} has a preset tuned for it: add --config {name} (configs/{name}.yaml) to use it; "
+            f"without it, configs/default.yaml's hyperparameters, tuned for {Config().env.id}, are used")
 
 
 @functools.lru_cache(maxsize=None)
@@ -394,6 +425,7 @@ SECTIONS: dict[str, type] = typing.get_type_hints(Config)
 CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
            ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py"),
            ("distributed", "replay"): ("learner", "server")}
+MAX_SEED = 2**31 - 1
 ROLES_ONLY_SECTIONS = ("distributed",)  # read only when the roles run as processes
 _UNKNOWN_DEFAULT_SECTIONS = sorted(set(_default_values()) - set(SECTIONS))
 if _UNKNOWN_DEFAULT_SECTIONS:  # the sections' own keys are checked as each section takes its defaults
@@ -433,15 +465,93 @@ def written_differs(run: dict, default: dict, dotted: str) -> bool:
 # ---------------------------------------------------------------------------- loading
 
 
-def load_config(path: Optional[str] = None, overrides: typing.Sequence[str] = ()) -> Config:
+@dataclass(frozen=True)
+class Flagged:
+    """A `section.key=value` override given by a flag other than `--set` (a shortcut such as `--env ID`): an error
+    about its value names `flag` (`--env Pendulum-v1: ...`), where the user wrote it."""
+
+    item: str
+    flag: str
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded config and what the user wrote for it (`load`)."""
+
+    config: Config  # checked, `auto` resolved: what runs
+    written: dict  # section.key -> value, for every key the --config file (unless it is the default config) or a
+    #                flag named, as written (`auto` stays `auto`)
+    origins: dict  # section.key -> where a value came from: the file, `--set ITEM` or e.g. `--env ID`; in the
+    #                order they were applied (a key given again moves to the end)
+
+
+def nested(written: dict) -> dict:
+    """section.key -> value as `{section: {key: value}}`, in schema order: a config file's shape."""
+    found: dict = {}
+    for section in SECTIONS:
+        for key in fields(section):
+            if f"{section}.{key}" in written:
+                found.setdefault(section, {})[key] = written[f"{section}.{key}"]
+    return found
+
+
+def changes(written: dict) -> list[str]:
+    """The keys of `written` (section.key -> value, as the user wrote it) whose value is not the default: what the
+    user changed. An `auto` a run resolved is no change, and neither is a default written out."""
+    defaults = {f"{section}.{key}": _plain(value) for section, keys in to_dict(Config()).items()
+                for key, value in keys.items()}
+    return [dotted for dotted, value in written.items() if dotted in defaults and value != defaults[dotted]]
+
+
+def load(path: Optional[str] = None, overrides: typing.Sequence[typing.Union[str, Flagged]] = ()) -> Loaded:
+    """`load_config`, and what the user wrote: the keys the file and each override named (`Loaded`).
+
+    An override is `section.key=value` (from `--set`) or a `Flagged` one (a shortcut); an error about a value
+    names where it came from: the file, `--set ITEM` or the shortcut's flag.
+    """
+    source, located = path or DEFAULT_CONFIG, locate_config(path)
+    raw = _read_yaml(located)
+    config = _build(raw, source)
+    named = [f"{section}.{key}" for section, keys in raw.items() for key in (keys or {})]
+    origins = dict.fromkeys(named, source)
+    is_default = os.path.realpath(located) == os.path.realpath(default_config_path())
+    # default.yaml's keys are the defaults: a user who named no other file wrote none of them
+    written = {} if is_default else {dotted: _plain(value_of(config, dotted)) for dotted in named}
+    for override in overrides:
+        section, key, value, where = _parse(override)
+        config = _replace_key(config, section, key, value)
+        dotted = f"{section}.{key}"
+        origins.pop(dotted, None)  # re-inserted last: the newest source of a value comes last
+        written[dotted], origins[dotted] = _plain(value), where
+    validate(config, source, origins)
+    return Loaded(resolve_auto(config), written, origins)
+
+
+def override_values(overrides: typing.Sequence[typing.Union[str, Flagged]]) -> dict:
+    """section.key -> value of each override, as written (a later one wins)."""
+    return {f"{section}.{key}": _plain(value) for section, key, value, _ in map(_parse, overrides)}
+
+
+def _parse(override: typing.Union[str, Flagged]) -> tuple[str, str, Any, str]:
+    """(section, key, value, where the user wrote it) of a `--set` item or a `Flagged` override."""
+    item, where = (override.item, override.flag) if isinstance(override, Flagged) else (override, f"--set {override}")
+    return (*parse_override(item, where), where)
+
+
+def load_config(path: Optional[str] = None, overrides: typing.Sequence[typing.Union[str, Flagged]] = ()) -> Config:
     """Reads `path` (see `locate_config`; None: configs/default.yaml), applies `section.key=value` overrides,
     checks it all. Keys the file does not name keep their defaults (configs/default.yaml's)."""
-    source = path or DEFAULT_CONFIG
-    config = _build(_read_yaml(locate_config(path)), source)
-    for item in overrides:
-        config = apply_override(config, item)
-    validate(config, source)
-    return resolve_auto(config)
+    return load(path, overrides).config
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def value_of(config: Config, dotted: str) -> Any:
+    """The value of `section.key` in `config`."""
+    section, key = dotted.split(".", 1)
+    return getattr(getattr(config, section), key)
 
 
 def sampling_mode(replay: "ReplayConfig") -> str:
@@ -506,8 +616,9 @@ def _build_section(section: str, raw: dict, source: str) -> Any:
     return cls(**values)
 
 
-# The command line's shortcuts for the keys changed most: argparse dest -> config key.
-SHORTCUTS = {"env_id": "env.id", "seed": "training.seed", "iterations": "training.num_iterations"}
+# The command line's shortcuts for the keys changed most: argparse dest -> (config key, the flag's name in errors).
+SHORTCUTS = {"env_id": ("env.id", "--env"), "seed": ("training.seed", "--seed"),
+             "iterations": ("training.num_iterations", "-n")}
 
 
 def add_shortcut_args(parser: Any, seed: bool = True) -> None:
@@ -520,24 +631,33 @@ def add_shortcut_args(parser: Any, seed: bool = True) -> None:
                         help="shortcut for --set training.num_iterations=N")
 
 
-def shortcut_overrides(args: Any, seed: bool = True) -> list[str]:
+def shortcut_overrides(args: Any, seed: bool = True, flagged: bool = False) -> list:
     """`section.key=value` overrides for the shortcuts given on a command line (`--env`, `--seed`, `-n`); with
-    `seed=False`, the command's own --seed (tune's sampler seed) is not one of them."""
+    `seed=False`, the command's own --seed (tune's sampler seed) is not one of them. `flagged`: as `Flagged`
+    overrides, so an error about one names the flag the user typed (`--env Pendulum-v1`)."""
     import json
 
     found = []
-    for dest, key in SHORTCUTS.items():
+    for dest, (key, flag) in SHORTCUTS.items():
         if dest == "seed" and not seed:
             continue
         value = getattr(args, dest, None)
         if value is not None:
-            found.append(f"{key}={json.dumps(value)}")  # JSON is YAML: an env id stays a string
+            item = f"{key}={json.dumps(value)}"  # JSON is YAML: an env id stays a string
+            found.append(Flagged(item, f"{flag} {value}") if flagged else item)
     return found
 
 
-def apply_override(config: Config, item: str) -> Config:
-    """Applies one `section.key=value` override; the value is parsed as YAML."""
-    where = f"--set {item}"
+def apply_override(config: Config, item: str, where: Optional[str] = None) -> Config:
+    """Applies one `section.key=value` override; the value is parsed as YAML. Errors name `where` (default
+    `--set ITEM`)."""
+    return _replace_key(config, *parse_override(item, where))
+
+
+def parse_override(item: str, where: Optional[str] = None) -> tuple[str, str, Any]:
+    """(section, key, value) of a `section.key=value` override, its value parsed as YAML and type-checked; errors
+    name `where` (default `--set ITEM`)."""
+    where = where or f"--set {item}"
     if "=" not in item:
         raise ConfigError(f"{where}: expected section.key=value")
     dotted, text = item.split("=", 1)
@@ -550,12 +670,15 @@ def apply_override(config: Config, item: str) -> Config:
     hints = typing.get_type_hints(SECTIONS[section])
     if key not in hints:
         everything = [f"{section}.{k}" for k in hints]
-        raise ConfigError(f"{where}: unknown key '{dotted}'{_suggest(dotted, everything)}")
+        raise ConfigError(f"{where}: unknown key '{section}.{key}'{_suggest(f'{section}.{key}', everything)}")
     try:
         value = yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: malformed value: {_one_line(exc)}") from None
-    value = _coerce(value, hints[key], dotted, "--set")
+    return section, key, _coerce(value, hints[key], f"{section}.{key}", where)
+
+
+def _replace_key(config: Config, section: str, key: str, value: Any) -> Config:
     new_section = dataclasses.replace(getattr(config, section), **{key: value})
     return dataclasses.replace(config, **{section: new_section})
 
@@ -563,11 +686,12 @@ def apply_override(config: Config, item: str) -> Config:
 # ---------------------------------------------------------------------------- ranges
 
 
-def validate(config: Config, source: str) -> None:
-    """Checks ranges and cross-field constraints; raises ConfigError naming the key."""
+def validate(config: Config, source: str, origins: Optional[dict] = None) -> None:
+    """Checks ranges and cross-field constraints; raises ConfigError naming the key and where its value came from:
+    `origins[key]` (the file, `--set ITEM`, a shortcut's flag; see `Loaded.origins`), else `source`."""
 
-    def fail(key: str, problem: str) -> None:
-        raise ConfigError(f"{source}: {key}: {problem}")
+    def fail(key: str, problem: str, *others: str) -> None:
+        raise ConfigError(f"{blame(origins, source, key, *others)}: {key}: {problem}")
 
     for (section, key), options in CHOICES.items():
         value = getattr(getattr(config, section), key)
@@ -590,6 +714,8 @@ def validate(config: Config, source: str) -> None:
             value = getattr(getattr(config, section), key)
             if value is not None and not value > 0:
                 fail(f"{section}.{key}", f"must be positive, got {value}")
+    if not 0 <= config.training.seed <= MAX_SEED:  # NumPy takes seeds below 2^32, and the offsets are added to it
+        fail("training.seed", f"must be in [0, {MAX_SEED}], got {config.training.seed}")
     if not config.evaluation.solve_margin >= 0:
         fail("evaluation.solve_margin", f"must be 0 or more, got {config.evaluation.solve_margin}")
     for key in ("gamma", "epsilon_start", "epsilon_end"):
@@ -602,24 +728,35 @@ def validate(config: Config, source: str) -> None:
         fail("network.fc_layer_params",
              f"must be a non-empty list of positive sizes, got {list(config.network.fc_layer_params)}")
     _validate_combinations(config, fail)
-    validate_env_id(config.env.id, source)
-    _check_solve_return(config, source)
+    validate_env_id(config.env.id, blame(origins, source, "env.id"))
+    _check_solve_return(config, blame(origins, source, "evaluation.stop_when_solved", "evaluation.solve_return",
+                                      "env.id"))
 
 
-def _validate_combinations(config: Config, fail: Callable[[str, str], None]) -> None:
-    """The constraints between keys (each a one-line error naming the key to change)."""
+def blame(origins: Optional[dict], source: str, *keys: str) -> str:
+    """Where the newest of `keys`' values came from (`origins`: section.key -> source, oldest first): the value
+    that broke a constraint between keys is the one written last. `source` if none of them was written."""
+    order = list(origins or {})
+    given = [key for key in keys if key in order]
+    return origins[max(given, key=order.index)] if given else source
+
+
+def _validate_combinations(config: Config, fail: Callable[..., None]) -> None:
+    """The constraints between keys (each a one-line error naming the key to change; `fail`'s further keys are the
+    others involved, so the error names where the newest of their values came from)."""
     if config.training.batch_size > config.replay.capacity:
         fail("training.batch_size",
-             f"{config.training.batch_size} is larger than replay.capacity ({config.replay.capacity})")
+             f"{config.training.batch_size} is larger than replay.capacity ({config.replay.capacity})",
+             "replay.capacity")
     if config.replay.backend == "reverb" and config.replay.sampling == "direct":
         fail("replay.sampling", "Reverb is read through a tf.data dataset; use sampling: dataset (or auto) with "
-                                "backend: reverb")
+                                "backend: reverb", "replay.backend")
     window = (config.agent.n_step + 1) * config.env.num_envs
     if config.training.initial_collect_steps < window:
         fail("training.initial_collect_steps",
              f"must be at least (agent.n_step + 1) x env.num_envs = {window}, so the first sample finds a whole "
              f"{config.agent.n_step + 1}-step window in every env's stream; "
-             f"got {config.training.initial_collect_steps}")
+             f"got {config.training.initial_collect_steps}", "agent.n_step", "env.num_envs")
     if config.replay.reverb_port is not None and not 0 < config.replay.reverb_port < 65536:
         fail("replay.reverb_port", f"must be a port in 1..65535, got {config.replay.reverb_port}")
     if config.replay.reverb_num_workers_per_iterator == 0 or config.replay.reverb_num_workers_per_iterator < -1:
@@ -628,7 +765,7 @@ def _validate_combinations(config: Config, fail: Callable[[str, str], None]) -> 
     if config.env.num_envs > 1 and config.training.collect_steps_per_iteration % config.env.num_envs:
         fail("training.collect_steps_per_iteration",
              f"must be a multiple of env.num_envs ({config.env.num_envs}), "
-             f"got {config.training.collect_steps_per_iteration}")
+             f"got {config.training.collect_steps_per_iteration}", "env.num_envs")
     if config.output.run_name is not None and (not config.output.run_name or "/" in config.output.run_name):
         fail("output.run_name", f"must be a plain folder name, got {config.output.run_name!r}")
     spi, tolerance = config.distributed.samples_per_insert, config.distributed.samples_per_insert_tolerance
@@ -638,10 +775,10 @@ def _validate_combinations(config: Config, fail: Callable[[str, str], None]) -> 
         # Reverb's SampleToInsertRatio needs max_diff - min_diff = 2 x tolerance >= 2 x max(1, spi).
         fail("distributed.samples_per_insert_tolerance",
              f"must be at least max(1, distributed.samples_per_insert) = {max(1.0, spi):g} (Reverb needs the "
-             f"ratio's error buffer to span 2 x that), got {tolerance:g}")
+             f"ratio's error buffer to span 2 x that), got {tolerance:g}", "distributed.samples_per_insert")
     if config.replay.backend == "py_uniform" and config.env.num_envs != 1:
         fail("replay.backend", f"py_uniform stores a single stream of steps; set env.num_envs: 1 (got "
-                               f"{config.env.num_envs}) or use replay.backend: tf_uniform")
+                               f"{config.env.num_envs}) or use replay.backend: tf_uniform", "env.num_envs")
 
 
 def _check_solve_return(config: Config, source: str) -> None:
@@ -670,10 +807,16 @@ def validate_env_id(env_id: str, source: str) -> None:
 def to_dict(config: Config) -> dict:
     """The config as plain YAML-able data (tuples become lists)."""
 
-    def plain(value: Any) -> Any:
-        return list(value) if isinstance(value, tuple) else value
+    return {s: {k: _plain(v) for k, v in dataclasses.asdict(getattr(config, s)).items()} for s in SECTIONS}
 
-    return {s: {k: plain(v) for k, v in dataclasses.asdict(getattr(config, s)).items()} for s in SECTIONS}
+
+def dump_written(written: dict) -> str:
+    """A run's config.written.yaml: the keys the user wrote (section.key -> value), as a config file."""
+    header = ("# The keys written for this run (its --config file, unless the default, and its flags), as written:\n"
+              "# `auto` stays auto. config.yaml holds what ran; report.html highlights the keys whose value here is\n"
+              "# not the default.\n")
+    found = nested(written)
+    return header + (yaml.safe_dump(found, sort_keys=False, default_flow_style=None) if found else "{}\n")
 
 
 def dump_yaml(config: Config) -> str:

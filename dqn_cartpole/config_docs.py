@@ -64,9 +64,11 @@ def show(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").removesuffix("...").strip()
 
 
-def annotated_yaml(config: cfg.Config) -> str:
+def annotated_yaml(config: cfg.Config, written: Optional[dict] = None) -> str:
     """`config` as YAML (loadable with --config) with each key's type, description and default in a comment
-    above it; keys whose value differs from the default say so."""
+    above it. Keys the user changed say so: with `written` (section.key -> value, as the user wrote it: see
+    `config.Loaded`), the keys written with a value other than the default, so an `auto` resolved for this config
+    is no change; without it, the keys whose value is not the default."""
     docs = {k.key: k for k in keys()}
     data = cfg.to_dict(config)
     lines = ["# Resolved config: every key, its type, what it does and its default (configs/default.yaml).",
@@ -75,8 +77,10 @@ def annotated_yaml(config: cfg.Config) -> str:
         lines.append(f"{section}:  # {cfg.SECTIONS[section].__doc__.splitlines()[0]}")
         for key, value in values.items():
             doc = docs[f"{section}.{key}"]
-            changed = value != doc.default
-            mark = f" CHANGED from {show(doc.default)}" if changed else ""
+            given = value if written is None else written.get(doc.key, doc.default)
+            mark = f" CHANGED from {show(doc.default)}" if given != doc.default else ""
+            if given != value:
+                mark += f" {show(given)} resolves to {show(value)} for this config."
             when = f" Applies when {doc.when}." if doc.when else ""
             lines.append(f"  # {doc.type}: {doc.doc}.{when}{mark}")
             lines.append(f"  {key}: {show(value)}")

@@ -286,3 +286,98 @@ def test_samples_per_insert_needs_an_error_buffer_reverb_accepts():
         load_config(overrides=["distributed.samples_per_insert=8", "distributed.samples_per_insert_tolerance=4"])
     with pytest.raises(ConfigError, match="distributed.samples_per_insert: must be positive or null, got -1"):
         load_config(overrides=["distributed.samples_per_insert=-1"])
+
+
+@pytest.mark.parametrize("args, start", [
+    (["--set", "agent.gamma=1.5"], "error: --set agent.gamma=1.5: agent.gamma: must be in [0, 1], got 1.5"),
+    (["--set", "replay.backend=foo"], "error: --set replay.backend=foo: replay.backend: must be one of"),
+    (["--env", "Pendulum-v1"], "error: --env Pendulum-v1: env.id: env 'Pendulum-v1' has unsupported action space"),
+    (["-n", "0"], "error: -n 0: training.num_iterations: must be positive"),
+    (["--seed", "-1"], "error: --seed -1: training.seed: must be in [0, 2147483647], got -1"),
+    (["--set", "agent.gamma=abc"], "error: --set agent.gamma=abc: agent.gamma: expected a number, got str 'abc'"),
+    # a constraint between keys blames the newest of their values: here the flag, not the file
+    (["--config", "smoke", "--set", "replay.capacity=10"],
+     "error: --set replay.capacity=10: training.batch_size: 32 is larger than replay.capacity (10)"),
+    (["--env", "DqnCartpoleTest/NoThreshold-v0"], "error: --env DqnCartpoleTest/NoThreshold-v0: "
+                                                  "evaluation.solve_return: DqnCartpoleTest/NoThreshold-v0 registers"),
+])
+def test_a_bad_value_names_the_flag_it_came_from(capsys, args, start):
+    if "DqnCartpoleTest/NoThreshold-v0" not in gymnasium.registry:
+        gymnasium.register("DqnCartpoleTest/NoThreshold-v0",
+                           entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv", max_episode_steps=50)
+    assert main(["config", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(start) and err.count("\n") == 1, err
+
+
+def test_a_bad_value_in_a_file_names_the_file_even_after_flags(tmp_path, capsys):
+    path = write(tmp_path, "agent:\n  gamma: 1.5\nreplay:\n  capacity: 10\n")
+    assert main(["config", "--config", path, "--set", "agent.learning_rate=1e-3"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {path}: agent.gamma: must be in [0, 1]")
+    assert main(["config", "--config", path, "--set", "agent.gamma=0.9"]) == 2  # the file's capacity is the newest
+    assert capsys.readouterr().err.startswith(f"error: {path}: training.batch_size: 64 is larger than replay.capacity")
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("[128,abc]", "expected a list of integers, but item 2 is str 'abc'"),
+    ("[64, true]", "expected a list of integers, but item 2 is bool True"),
+    ("[[8]]", "expected a list of integers, but item 1 is list"),
+    ("64", "expected a list of integers, got int 64"),
+])
+def test_a_list_error_names_the_bad_element(value, needle):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [f"network.fc_layer_params={value}"])
+    assert str(info.value) == f"--set network.fc_layer_params={value}: network.fc_layer_params: {needle}"
+
+
+def test_config_marks_only_what_the_user_wrote_as_changed(capsys):
+    """Changed means written with another value than the default; an `auto` the config resolved is no change."""
+    assert main(["config", "--set", "agent.learning_rate=1e-3"]) == 0
+    text = capsys.readouterr().out
+    assert [line for line in text.splitlines() if "CHANGED" in line and line.startswith("  #")] == [
+        "  # float: Adam learning rate. CHANGED from 0.0050812235136948915"]
+    assert "auto resolves to direct for this config.\n  sampling: direct\n" in text
+    assert main(["config", "--set", "replay.sampling=direct"]) == 0  # written, so changed, though auto means it too
+    assert "CHANGED from auto\n  sampling: direct\n" in capsys.readouterr().out
+    assert main(["config", "--config", "smoke"]) == 0  # smoke.yaml writes sampling: auto and gamma: 0.99
+    text = capsys.readouterr().out
+    assert "CHANGED" not in text.split("  sampling:")[0].rsplit("\n", 2)[-2]
+    assert "discount factor, in [0, 1].\n  gamma: 0.99\n" in text
+
+
+def test_what_was_written_is_kept_apart_from_what_resolved(tmp_path):
+    loaded = config_module.load(os.path.join(CONFIGS, "smoke.yaml"),
+                                [config_module.Flagged("env.id=\"CartPole-v0\"", "--env CartPole-v0"),
+                                 "replay.sampling=direct", "agent.gamma=0.9"])
+    assert loaded.written["replay.sampling"] == "direct" and loaded.written["agent.gamma"] == 0.9
+    assert loaded.origins["env.id"] == "--env CartPole-v0" and loaded.origins["agent.gamma"] == "--set agent.gamma=0.9"
+    assert list(loaded.origins)[-1] == "agent.gamma"  # the newest value last
+    assert "replay.sampling" in config_module.changes(loaded.written)
+    assert "evaluation.solve_episodes" not in loaded.written  # smoke.yaml does not name it
+    default = config_module.load(None, ["agent.learning_rate=1e-3"])
+    assert default.written == {"agent.learning_rate": 1e-3}  # default.yaml's own keys are not the user's
+    assert default.config.replay.sampling == "direct"
+    assert config_module.load_config(None, ["agent.learning_rate=1e-3"]) == default.config
+    text = config_module.dump_written(loaded.written)
+    assert yaml.safe_load(text)["replay"] == {"backend": "tf_uniform", "capacity": 2000, "sampling": "direct",
+                                              "num_parallel_calls": 3, "prefetch": 3}
+    assert config_module.load_config(write(tmp_path, text)) == loaded.config  # a config file that gives the same run
+
+
+def test_the_default_config_on_an_env_with_a_preset_says_so(tmp_path, monkeypatch, capsys):
+    """`--env Acrobot-v1` alone trains with CartPole's hyperparameters: one line on stderr names the preset."""
+    from dqn_cartpole.training import run
+
+    note = ("note: Acrobot-v1 has a preset tuned for it: add --config acrobot (configs/acrobot.yaml) to use it; "
+            "without it, configs/default.yaml's hyperparameters, tuned for CartPole-v1, are used\n")
+    assert main(["config", "--plain", "--env", "Acrobot-v1"]) == 0
+    out, err = capsys.readouterr()
+    assert err == note and yaml.safe_load(out)["env"]["id"] == "Acrobot-v1"  # stdout is still a config file
+    for args in (["--config", "acrobot"], ["--env", "CartPole-v0"], ["--config", "smoke", "--env", "Acrobot-v1"]):
+        assert main(["config", "--plain", *args]) == 0
+        assert capsys.readouterr().err == ""  # a preset, an env without one (the tutorial is none), another file
+    monkeypatch.setattr(run, "run_new", lambda config, run_dir, *_: 0)  # what train does before it trains
+    assert main(["train", "--env", "Acrobot-v1", "--output-dir", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().err == note
+    written = yaml.safe_load((tmp_path / "run" / "config.written.yaml").read_text())
+    assert written == {"env": {"id": "Acrobot-v1"}}  # what the user wrote: the flag, not default.yaml's keys

@@ -8,7 +8,7 @@ import yaml
 
 from browser import find_chromium, run_chromium
 
-from dqn_cartpole.config import load_config, to_dict
+from dqn_cartpole.config import dump_written, load, to_dict
 from dqn_cartpole.report.run_page import write_run_report
 from dqn_cartpole.run_folder import RunLayout, write_summary
 from dqn_cartpole.run_folder.atomic import write_text_atomic
@@ -16,10 +16,13 @@ from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS
 
 
-def make_run(root: str, overrides=(), distributed: bool = False) -> RunLayout:
+def make_run(root: str, overrides=(), distributed: bool = False, written: bool = True) -> RunLayout:
     layout = RunLayout(root)
     os.makedirs(root)
-    write_text_atomic(layout.config, yaml.safe_dump(to_dict(load_config(None, list(overrides)))))  # as train writes
+    loaded = load(None, list(overrides))
+    write_text_atomic(layout.config, yaml.safe_dump(to_dict(loaded.config)))  # as train writes
+    if written:  # as train writes it (an older version's run folder has none)
+        write_text_atomic(layout.written_config, dump_written(loaded.written))
     log = CsvLog(layout.eval_metrics, EVAL_COLUMNS)
     log.write({"train_step": 0, "env_steps": 1000, "average_return": 9.4, "min_return": 8.0, "max_return": 11.0,
                "std_return": 0.912345, "average_discounted_return": 9.01234, "average_max_q_at_reset": 0.123456,
@@ -46,7 +49,9 @@ def keys_listed(page: str) -> list[str]:
 def test_a_plain_default_run_differs_in_nothing_and_lists_only_what_applies(tmp_path):
     page = open(write_run_report(make_run(str(tmp_path / "run")).root), encoding="utf-8").read()
     config = section(page, "Config")
-    assert "Highlighted: the 0 that differ" in config and 'class="changed"' not in config
+    assert "Highlighted: the 0 the user changed" in config and 'class="changed"' not in config
+    # the table agrees with the count: what auto became is shown as such
+    assert '<td class="key">replay.sampling</td><td>direct (from auto)</td><td>auto</td>' in config
     listed = keys_listed(page)
     assert "replay.sampling" in listed and "agent.gamma" in listed
     assert not [k for k in listed if k.startswith("distributed.") or k.startswith("replay.reverb_")]
@@ -59,6 +64,24 @@ def test_a_changed_key_is_highlighted_and_a_distributed_run_lists_its_section(tm
     changed = re.findall(r'<tr class="changed"><td class="key">([^<]+)</td>', page)
     assert sorted(changed) == ["agent.learning_rate", "replay.backend"]  # sampling: auto -> dataset is no change
     assert {"distributed.samples_per_insert", "replay.reverb_port", "replay.prefetch"} <= set(keys_listed(page))
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_only_what_the_user_wrote_is_highlighted(tmp_path, written):
+    """With config.written.yaml (train writes it) a key is changed when written with another value; an older run
+    folder without it is compared by its resolved values, an auto resolved being no change."""
+    layout = make_run(str(tmp_path / "run"), ["agent.learning_rate=1e-3"], written=written)
+    config = section(open(write_run_report(layout.root), encoding="utf-8").read(), "Config")
+    assert re.findall(r'<tr class="changed"><td class="key">([^<]+)</td>', config) == ["agent.learning_rate"]
+    assert "Highlighted: the 1 the user changed" in config
+    assert '<td class="key">replay.sampling</td><td>direct (from auto)</td><td>auto</td>' in config
+
+
+def test_a_value_written_on_purpose_is_a_change_even_if_auto_means_it(tmp_path):
+    layout = make_run(str(tmp_path / "run"), ["replay.sampling=direct"])
+    config = section(open(write_run_report(layout.root), encoding="utf-8").read(), "Config")
+    assert re.findall(r'<tr class="changed"><td class="key">([^<]+)</td>', config) == ["replay.sampling"]
+    assert '<td class="key">replay.sampling</td><td>direct</td><td>auto</td>' in config
 
 
 def test_evaluations_are_formatted_and_the_provenance_is_shown(tmp_path):
@@ -95,3 +118,11 @@ def test_the_page_fits_a_1280_px_window(tmp_path):
                                             f"file://{probe}"], str(tmp_path / "profile"))
     scroll_width, client_width = map(int, re.search(r'<pre id="width">(\d+) (\d+)</pre>', dom).groups())
     assert scroll_width <= client_width, f"the page is {scroll_width} px wide in a {client_width} px window"
+
+
+def test_a_written_key_this_version_does_not_know_is_ignored(tmp_path):
+    layout = make_run(str(tmp_path / "run"), ["agent.learning_rate=1e-3"])
+    with open(layout.written_config, "a", encoding="utf-8") as handle:
+        handle.write("agent:\n  learning_rate: 0.001\n  retired_key: 3\nold_section:\n  x: 1\n")  # a newer or older run
+    config = section(open(write_run_report(layout.root), encoding="utf-8").read(), "Config")
+    assert re.findall(r'<tr class="changed"><td class="key">([^<]+)</td>', config) == ["agent.learning_rate"]

@@ -28,7 +28,8 @@ def tune_argv(tmp_path, trials, *extra):
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     return ["tune", "--config", SMOKE, "--space", str(space), "--trials", str(trials), "--study", "t",
-            "--set", f"output.root={tmp_path}", "--set", "video.enabled=false", *extra]
+            "--set", f"output.root={tmp_path}", "--set", "video.enabled=false",
+            "--set", "evaluation.stop_when_solved=true", *extra]  # a study needs runs that can solve (smoke's never do)
 
 
 def start(argv):
@@ -176,14 +177,15 @@ def test_seeds_and_objective_are_checked_and_kept_for_the_continue_command(tmp_p
     space.write_text(SPACE)
     common = dict(config_path=SMOKE, space_path=str(space), trials=2, jobs=1, storage_url=None, study_name="t",
                   sampler_seed=0)
+    solving = "evaluation.stop_when_solved=true"
     for seeds, overrides, objective, problem in (
             ("0-", [], "cpu_s", "expected seeds like 0-4"),
             ("0-4", ["training.seed=3"], "cpu_s", "give the seeds with --seeds"),
             ("0-4", [], "seconds", "--objective seconds: expected one of env_steps, wall_s, cpu_s")):
         with pytest.raises(UserError, match=problem):
-            plan_tune(overrides=[f"output.root={tmp_path}", *overrides], seeds_text=seeds, objective=objective,
+            plan_tune(overrides=[f"output.root={tmp_path}", solving, *overrides], seeds_text=seeds, objective=objective,
                       **common)
-    plan = plan_tune(overrides=[f"output.root={tmp_path}"], seeds_text="0-2,5", objective="wall_s", **common)
+    plan = plan_tune(overrides=[f"output.root={tmp_path}", solving], seeds_text="0-2,5", objective="wall_s", **common)
     assert plan.seeds == (0, 1, 2, 5) and plan.objective == "wall_s"
     assert "--seeds 0,1,2,5 --objective wall_s" in continue_command(plan)
 

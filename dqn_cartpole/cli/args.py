@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 from typing import Optional
 
-from dqn_cartpole.config import add_shortcut_args, locate_config, shortcut_overrides
+from dqn_cartpole.config import MAX_SEED, add_shortcut_args, locate_config, shortcut_overrides
 from dqn_cartpole.errors import UserError
 
 
 class ArgParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit status 2."""
+    """argparse, but a usage error is one line and exit status 2, and a misspelled choice (a command, --topology,
+    --objective) gets the nearest valid one."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(f"{self.prog}: {message} (see --help)")
+        raise UserError(f"{self.prog}: {suggest_choice(message)} (see --help)")
+
+
+def suggest_choice(message: str) -> str:
+    """argparse's "invalid choice: 'trian' (choose from 'train', ...)" with "did you mean 'train'?" added."""
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if not found:
+        return message
+    given, options = found.group(1), re.findall(r"'([^']*)'", found.group(2))
+    match = difflib.get_close_matches(given, options, n=1, cutoff=0.6)
+    return message if not match else message.replace(f"'{given}' (", f"'{given}': did you mean '{match[0]}'? (", 1)
 
 
 def add_config_args(parser: argparse.ArgumentParser, example: str = "agent.learning_rate=5e-4",
@@ -30,9 +43,10 @@ def add_config_args(parser: argparse.ArgumentParser, example: str = "agent.learn
         add_shortcut_args(parser)
 
 
-def config_overrides(args: argparse.Namespace) -> list[str]:
-    """The shortcuts given (as `section.key=value`), then every `--set`, in order: a later `--set` wins."""
-    return shortcut_overrides(args) + list(args.overrides)
+def config_overrides(args: argparse.Namespace) -> list:
+    """The shortcuts given (as `Flagged` overrides, so an error names the flag), then every `--set`, in order: a
+    later `--set` wins."""
+    return shortcut_overrides(args, flagged=True) + list(args.overrides)
 
 
 def config_path(given: Optional[str]) -> str:
@@ -43,3 +57,8 @@ def config_path(given: Optional[str]) -> str:
 def check_positive(label: str, value: Optional[int]) -> None:
     if value is not None and value <= 0:
         raise UserError(f"{label}: must be positive, got {value}")
+
+
+def check_seed(label: str, value: Optional[int]) -> None:
+    if value is not None and not 0 <= value <= MAX_SEED:
+        raise UserError(f"{label} {value}: must be in [0, {MAX_SEED}]")

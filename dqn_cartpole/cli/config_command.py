@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import sys
 from typing import Any
 
 from dqn_cartpole.cli.args import add_config_args, config_overrides, config_path
@@ -29,14 +30,20 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from dqn_cartpole import config_docs
-    from dqn_cartpole.config import dump_yaml, load_config
+    from dqn_cartpole.config import dump_yaml, load, preset_note
 
     if args.reference:
         print(config_docs.reference_markdown(), end="")
         return 0
+    path = config_path(args.config)
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
-        config = load_config(config_path(args.config), config_overrides(args))
-    print(dump_yaml(config) if args.plain else config_docs.annotated_yaml(config), end="")
+        loaded = load(path, config_overrides(args))
+    note = preset_note(path, loaded.config)
+    if note:
+        print(note, file=sys.stderr)  # stdout stays a config file
+    # Changed means written with another value than the default: what the user wrote, not what `auto` became.
+    print(dump_yaml(loaded.config) if args.plain else config_docs.annotated_yaml(loaded.config, loaded.written),
+          end="")
     return 0
 
 

@@ -13,16 +13,21 @@ import os
 import sys
 from typing import Any, Callable, Optional
 
-from dqn_cartpole.cli.args import add_config_args, check_positive, config_overrides, config_path
-from dqn_cartpole.config import load_config, to_dict, validate_env_id
+from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, config_path
+from dqn_cartpole.config import (Config, dump_written, load, load_config, override_values, preset_note, to_dict,
+                                 validate_env_id)
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.distributed import launcher
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.report.command import redraw_run
 from dqn_cartpole.run_folder import checkpointing, layout
+from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.run_folder.record import read_written
 from dqn_cartpole.run_folder.lock import lock_run
 from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
+from dqn_cartpole.training import finished
 
 
 def add_parsers(sub: Any) -> None:
@@ -61,7 +66,9 @@ def add_parsers(sub: Any) -> None:
                         help="without -o: replace the run's own videos/trained-agent.mp4 (which report.html shows) "
                              "instead of writing a new file next to it")
     record.add_argument("--episodes", type=int, default=1, help="episodes to record (default 1)")
-    record.add_argument("--fps", type=int, default=50, help="frames per second (default 50)")
+    record.add_argument("--fps", type=int,
+                        help="frames per second (default: the run's video.fps, as its own videos; else "
+                             "configs/default.yaml's, 25)")
     record.add_argument("--env", help="gymnasium env id (default: the run's env, else CartPole-v1)")
     record.add_argument("--seed", type=int, default=0, help="env seed (default 0)")
 
@@ -96,13 +103,23 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.output_dir:
             resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
         path = config_path(args.config)
-        config = load_config(path, config_overrides(args))
+        loaded = load(path, config_overrides(args))
+        config = loaded.config
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     created, lock = create_run_dir(run_dir, args.overwrite)
+    note = preset_note(path, config)
+    if note:
+        print(note, file=sys.stderr)
     from dqn_cartpole.training.run import run_new  # light: it says what starts, then imports TensorFlow
 
     with contextlib.closing(lock):  # held as long as the run lives
+        write_written(run_dir, loaded.written)
         return run_new(config, run_dir, path, created, args.quiet)
+
+
+def write_written(run_dir: str, written: dict) -> None:
+    """config.written.yaml: what the user wrote for the run, which the report compares with the defaults."""
+    write_text_atomic(RunLayout(run_dir).written_config, dump_written(written))
 
 
 def cmd_train_local(args: argparse.Namespace) -> int:
@@ -134,7 +151,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from dqn_cartpole.training.run import run_resumed  # light: it says what starts, then imports TensorFlow
 
     with contextlib.closing(lock):
-        return run_resumed(config, args.resume, plan, args.quiet)
+        given = override_values(config_overrides(args))
+        resume = finished.plan_finished(args.resume, plan.found, config, given)
+        if not resume.run:
+            print(resume.line)  # the outcome: nothing to do, and how to go on
+            return 0
+        if resume.line:
+            print(resume.line, file=sys.stderr)  # with the run's other messages, above its progress
+        before = read_written(RunLayout(args.resume).written_config)
+        if before is not None:  # a run that recorded what was written: add what this command wrote
+            write_written(args.resume, {**before, **given, **dict(resume.written)})
+        return run_resumed(resume.config, args.resume, plan, args.quiet)
 
 
 def lock_and_plan_resume(run_dir: str, args: argparse.Namespace,
@@ -234,22 +261,27 @@ def load_policy_or_fail(policy_dir: str) -> Any:
         raise UserError(f"{policy_dir}: cannot load the policy: {str(exc).splitlines()[0]}") from None
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
+def evaluate_policy(args: argparse.Namespace) -> tuple[str, str, Any]:
+    """`evaluate`'s work (also the Python API's `Run.evaluate`): (policy folder, env id, `EvalResult`)."""
     check_positive("--episodes", args.episodes)
+    check_seed("--seed", args.seed)
     policy_dir, run_dir = resolve_policy(args.policy, args.final)
     env_id, max_steps = env_for(args, run_dir)
     with heavy_imports():
-        import numpy as np
-
         from dqn_cartpole.core.envs import make_batched_env
         from dqn_cartpole.core.evaluation import make_episode_runner
 
     check_policy_fits(policy_dir, env_id)
     env = make_batched_env(env_id, args.episodes, seed=args.seed, max_episode_steps=max_steps)
     try:
-        result = make_episode_runner(load_policy_or_fail(policy_dir), env)()
+        return policy_dir, env_id, make_episode_runner(load_policy_or_fail(policy_dir), env)()
     finally:
         env.close()
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    policy_dir, env_id, result = evaluate_policy(args)
+    import numpy as np  # already imported with TensorFlow
     returns = result.returns
     print(f"{policy_dir} on {env_id}, {len(returns)} greedy episodes: mean {np.mean(returns):.1f}, "
           f"std {np.std(returns):.1f}, min {np.min(returns):.1f}, max {np.max(returns):.1f}")
@@ -273,13 +305,20 @@ def record_output(args: argparse.Namespace, run_dir: Optional[str]) -> str:
     return f"{stem}-{number}{ext}"
 
 
+def record_fps(run_dir: Optional[str]) -> int:
+    """`record`'s frame rate without --fps: the run's video.fps (what its own videos use), else the default's."""
+    return load_config(os.path.join(run_dir, layout.CONFIG_FILE)).video.fps if run_dir else Config().video.fps
+
+
 def cmd_record(args: argparse.Namespace) -> int:
     check_positive("--episodes", args.episodes)
     check_positive("--fps", args.fps)
+    check_seed("--seed", args.seed)
     if args.random == bool(args.policy):
         raise UserError("record: give either a run folder / policy folder or --random")
     policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
     env_id, max_steps = env_for(args, run_dir)
+    fps = args.fps or record_fps(run_dir)
     output = record_output(args, run_dir)
     if os.path.isdir(output):
         raise UserError(f"--output {output}: is a folder; give an .mp4 file name")
@@ -301,7 +340,7 @@ def cmd_record(args: argparse.Namespace) -> int:
             act = compiled_act_fn(load_policy_or_fail(policy_dir), tensor_spec.from_spec(env.time_step_spec()))
     finally:
         env.close()
-    returns = record_video(act, env_id, output, args.episodes, args.fps, args.seed, max_steps)
+    returns = record_video(act, env_id, output, args.episodes, fps, args.seed, max_steps)
     print(f"wrote {output}: {len(returns)} episode(s), returns {', '.join(f'{r:.0f}' for r in returns)}")
     return 0
 

@@ -21,7 +21,6 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid
-from dqn_cartpole.experiments.sweep_progress import SweepProgress
 from dqn_cartpole.processes.commands import child_command, continue_command, resume_argv, train_argv
 from dqn_cartpole.processes.supervisor import Child, ChildSet
 from dqn_cartpole.run_folder import layout, read_run
@@ -245,12 +244,14 @@ def _collect_finished(running: dict, children: ChildSet, outcome: Outcome) -> No
             outcome.failed.append((member.name, child.returncode, child.last_error(), child.log_path))
 
 
-def _progress_bar(plan: SweepPlan, enabled: bool) -> SweepProgress:
+def _progress_bar(plan: SweepPlan, enabled: bool):
+    from dqn_cartpole.console.progress import counter  # a tqdm bar on a terminal, plain lines in a log
+
     total = sum(m.num_iterations for m in plan.members)
-    return SweepProgress(f"sweep {plan.name}", total, "it", enabled)
+    return counter(total, f"sweep {plan.name}", enabled, unit="it", dynamic_ncols=True, smoothing=0.1)
 
 
-def _update_bar(bar: SweepProgress, plan: SweepPlan, outcome: Outcome) -> None:
+def _update_bar(bar, plan: SweepPlan, outcome: Outcome) -> None:
     """Iterations done over all members: finished ones count in full, running ones by their train log."""
     finished = set(outcome.done) | set(outcome.ok)
     done = 0
@@ -261,7 +262,9 @@ def _update_bar(bar: SweepProgress, plan: SweepPlan, outcome: Outcome) -> None:
         rows = read_csv(os.path.join(member.run_dir, layout.TRAIN_METRICS_FILE))
         if rows and rows[-1].get("train_step"):
             done += min(member.num_iterations, int(rows[-1]["train_step"]) // member.train_steps_per_iteration)
-    bar.update(done, f"{len(finished)}/{len(plan.members)} runs done, {len(outcome.failed)} failed")
+    bar.n = done
+    bar.set_postfix_str(f"{len(finished)}/{len(plan.members)} runs done, {len(outcome.failed)} failed", refresh=False)
+    bar.refresh()
 
 
 def summary_lines(plan: SweepPlan, outcome: Outcome, wall_s: float, where: Optional[str] = None) -> list[str]:

@@ -37,7 +37,7 @@ from typing import Optional, Sequence
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.experiments import grid, space, storage
+from dqn_cartpole.experiments import grid, space, storage, study_checks
 from dqn_cartpole.processes import commands
 from dqn_cartpole.processes.commands import child_command, train_argv
 from dqn_cartpole.processes.supervisor import Child, ChildSet
@@ -95,6 +95,7 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
             raise UserError(f"{flag}: must be positive, got {value}")
     if objective not in OBJECTIVES:
         raise UserError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
+    study_checks.check_sampler_seed(sampler_seed)
     seeds = tuple(grid.parse_seeds(seeds_text)) if seeds_text is not None else ()
     if seeds and any(item.split("=", 1)[0].strip() == "training.seed" for item in overrides):
         raise UserError("--set training.seed: give the seeds with --seeds")
@@ -116,6 +117,8 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
         raise UserError(f"--study {name!r}: must be a plain name")
     folder = os.path.join(base["output"]["root"], "tune", name)
     budget = env_step_budget(base)
+    study_checks.check_can_solve(config_path, overrides, base, [c for c in checked if isinstance(c, dict)],
+                                 objective, OBJECTIVES[objective][1])
     return TunePlan(name, folder, os.path.abspath(config_path), os.path.abspath(space_path), tuple(params), trials,
                     jobs, storage_url or os.path.join(folder, JOURNAL_FILE), tuple(overrides), sampler_seed,
                     budget // 3, rdb, seeds, objective)
@@ -180,6 +183,9 @@ def run_tune(plan: TunePlan) -> int:
         children.stop(stop.signum or signal.SIGTERM, STOP_WAIT_S)  # nothing is left running, even after an error
     for line in tune_outputs.write_outputs(study, plan):
         print(line)
+    warning = study_checks.all_equal_warning([t.value for t in study.trials if t.state.name == "COMPLETE"])
+    if warning:
+        print(warning, file=sys.stderr)
     if stop.signum is not None:
         print(f"Stopped by {signal_name(stop.signum)}. Continue the study with the same command:\n  "
               f"{continue_command(plan)}")

@@ -135,11 +135,17 @@ def default_config() -> tuple[dict, str]:
 
 
 def config_section(record: RunRecord) -> str:
-    """The keys that apply to this kind of run, with the default; a key the user changed is highlighted."""
-    from dqn_cartpole.config import applies, written_differs
+    """The keys that apply to this kind of run, with the default; a key the user changed is highlighted.
+
+    Changed means written (config.written.yaml: the run's --config file and flags) with another value than the
+    default, so an `auto` the run resolved is no change; such a value shows what it was written as. A run folder
+    without that file (an older version's, a distributed run's) is compared by `written_differs`.
+    """
+    from dqn_cartpole.config import applies, changes, written_differs
 
     defaults, source = default_config()
     distributed = os.path.isdir(record.layout.roles)
+    changed_keys = None if record.written is None else set(changes(record.written))
     rows, changed, hidden = [], [], 0
     for section, keys in record.config.items():
         for key, value in (keys or {}).items():
@@ -148,12 +154,16 @@ def config_section(record: RunRecord) -> str:
                 hidden += 1
                 continue
             default = defaults.get(section, {}).get(key, "(not in defaults)")
-            rows.append((dotted, _show(value), _show(default)))
-            changed.append(written_differs(record.config, defaults, dotted))
+            differs = written_differs(record.config, defaults, dotted) if changed_keys is None \
+                else dotted in changed_keys
+            given = (record.written or {}).get(dotted, value if differs else default)
+            shown = f"{_show(value)} (from auto)" if given == "auto" and value != given else _show(value)
+            rows.append((dotted, shown, _show(default)))
+            changed.append(differs)
     kind = "a distributed run" if distributed else "a single-process run"
     note = (f'<p class="note">The resolved config of this run (config.yaml): {len(rows)} keys that apply to {kind}'
-            f"{f' ({hidden} that do not are left out)' if hidden else ''}. Highlighted: the {sum(changed)} that "
-            f"differ from {html.esc(source)}.</p>")
+            f"{f' ({hidden} that do not are left out)' if hidden else ''}. Highlighted: the {sum(changed)} the "
+            f"user changed from {html.esc(source)} (an <code>auto</code> the run resolved is no change).</p>")
     return note + html.table(("key", "this run", source), rows, highlight=changed)
 
 

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 CONFIG_FILE = "config.yaml"
+WRITTEN_CONFIG_FILE = "config.written.yaml"  # the keys the user wrote, as written (`auto` stays auto): what changed
 TRAIN_METRICS_FILE = "train_metrics.csv"
 EVAL_METRICS_FILE = "eval_metrics.csv"
 PLOTS_DIR = "plots"
@@ -42,6 +43,10 @@ class RunLayout:
     @property
     def config(self) -> str:
         return self.path(CONFIG_FILE)
+
+    @property
+    def written_config(self) -> str:
+        return self.path(WRITTEN_CONFIG_FILE)
 
     @property
     def train_metrics(self) -> str:

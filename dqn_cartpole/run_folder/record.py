@@ -35,6 +35,7 @@ class RunRecord:
     train_rows: list = field(default_factory=list)
     eval_rows: list = field(default_factory=list)
     collector_rows: dict = field(default_factory=dict)  # a distributed run: collector id -> its CSV's rows
+    written: Optional[dict] = None  # section.key -> value: what the user wrote (config.written.yaml; None: no file)
 
     @property
     def layout(self) -> RunLayout:
@@ -72,11 +73,8 @@ def read_run(path: str) -> RunRecord:
         raise UserError(f"{path}: no such run folder")
     if not os.path.isfile(layout.config):
         raise UserError(f"{path}: not a run folder (no {os.path.basename(layout.config)})")
-    try:
-        with open(layout.config, encoding="utf-8") as handle:
-            config = yaml.safe_load(handle) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"{layout.config}: cannot read: {str(exc).splitlines()[0]}") from None
+    config = read_yaml(layout.config)
+    written = read_written(layout.written_config)
     summary: dict = {}
     if os.path.isfile(layout.summary):
         try:
@@ -90,7 +88,30 @@ def read_run(path: str) -> RunRecord:
                         f"reads up to {SUMMARY_VERSION}); upgrade to read it")
     return RunRecord(root=path, version=version, config=config, summary=summary,
                      train_rows=read_numbers(layout.train_metrics), eval_rows=read_numbers(layout.eval_metrics),
-                     collector_rows=read_collectors(layout))
+                     collector_rows=read_collectors(layout), written=written)
+
+
+def read_yaml(path: str) -> dict:
+    """A run folder's YAML file as data; one line if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = yaml.safe_load(handle) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"{path}: cannot read: {str(exc).splitlines()[0]}") from None
+    if not isinstance(found, dict):
+        raise UserError(f"{path}: cannot read: expected a mapping of sections, got {type(found).__name__}")
+    return found
+
+
+def read_written(path: str) -> Optional[dict]:
+    """config.written.yaml as section.key -> value (None: the run has none, e.g. it was written by an older
+    version or not by the command line)."""
+    if not os.path.isfile(path):
+        return None
+    sections = read_yaml(path)
+    if not all(isinstance(keys, dict) for keys in sections.values()):
+        raise UserError(f"{path}: cannot read: expected a mapping of keys in every section")
+    return {f"{section}.{key}": value for section, keys in sections.items() for key, value in keys.items()}
 
 
 def read_collectors(layout: RunLayout) -> dict[int, list]:

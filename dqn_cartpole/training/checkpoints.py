@@ -20,6 +20,7 @@ from dqn_cartpole.config import Config, to_dict
 from dqn_cartpole.core import build
 from dqn_cartpole.run_folder import checkpointing, policy_files
 from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.training.finished import already_done
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
 from dqn_cartpole.training.triggers import Clock
@@ -53,14 +54,6 @@ def prepare_folder(layout: RunLayout, plan: Optional[checkpointing.ResumePlan]) 
         shutil.rmtree(layout.tensorboard, ignore_errors=True)
         return None
     return plan.found
-
-
-def already_done(found: checkpointing.Found, config: Config) -> bool:
-    """A finished run is only re-finished (artifacts rewritten) unless more iterations were asked for."""
-    if not found.finished:
-        return False
-    asked_before = found.state.get("config", {}).get("training", {}).get("num_iterations", 0)
-    return config.training.num_iterations <= max(asked_before, found.iteration)
 
 
 def adopt_best_on_disk(best_policy: str, state: RunState) -> None:
