@@ -24,6 +24,7 @@ markers, naming the run: date, command, load average, the reference loop's rate)
 With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py instead (see there).
 With `--capacity [1,2,4,8,16] [--seconds 8]` it runs scripts/benchmark_capacity.py instead (see there).
 With `--sweep [--seeds 0-7]` it runs scripts/benchmark_sweep.py instead (sweep --ray against sweep --jobs 2).
+With `--reuse [--seeds 0-3]`, scripts/benchmark_worker_reuse.py (a fresh process per run against one reused process).
 Absolute times drift on shared machines; the ratios are measured side by side.
 """
 
@@ -309,6 +310,11 @@ def main() -> None:
         import benchmark_sweep
 
         benchmark_sweep.main(sys.argv[1:])
+        return
+    if "--reuse" in sys.argv[1:]:  # a fresh process per run against one reused: scripts/benchmark_worker_reuse.py
+        import benchmark_worker_reuse
+
+        benchmark_worker_reuse.main(sys.argv[1:])
         return
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables, naming this run, into PATH "
                                                             "between its benchmark.py markers (e.g. docs/benchmarks.md)")
