@@ -98,7 +98,7 @@ def reused_runs(root: str, seeds: list, config: str) -> dict:
 
 def tables(config: str, fresh: list, reused: list, seeds: list, references: tuple, loads: tuple) -> list[str]:
     med = statistics.median
-    lines = [f"{len(seeds)} runs of {os.path.basename(config)}, seeds {seeds[0]}-{seeds[-1]}, one "
+    lines = [f"{len(seeds)} runs of {os.path.basename(config)}, seeds {','.join(map(str, seeds))}, one "
              f"at a time; medians over the repeats (each repeat in brackets):", "",
              "| way | all runs, wall time | speed-up | start-up before the first run | " +
              " | ".join(f"s{s}" for s in seeds) + " |", "| --- |" + " --- |" * (3 + len(seeds))]
