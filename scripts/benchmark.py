@@ -23,6 +23,8 @@ markers, naming the run: date, command, load average, the reference loop's rate)
   * 10 greedy CartPole-v1 episodes of a solved policy (5,000 steps): seconds.
 With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py instead (see there).
 With `--capacity [1,2,4,8,16] [--seconds 8]` it runs scripts/benchmark_capacity.py instead (see there).
+With `--sweep [--seeds 0-7]` it runs scripts/benchmark_sweep.py instead (sweep --ray against sweep --jobs 2).
+With `--reuse [--seeds 0-3]`, scripts/benchmark_worker_reuse.py (a fresh process per run against one reused process).
 Absolute times drift on shared machines; the ratios are measured side by side.
 """
 
@@ -303,6 +305,16 @@ def main() -> None:
         import benchmark_scale_out  # scripts/ is on the path when this file runs as a script
 
         benchmark_scale_out.main(sys.argv[1:])
+        return
+    if "--sweep" in sys.argv[1:]:  # the sweep section: scripts/benchmark_sweep.py (sweep --ray against --jobs 2)
+        import benchmark_sweep
+
+        benchmark_sweep.main(sys.argv[1:])
+        return
+    if "--reuse" in sys.argv[1:]:  # a fresh process per run against one reused: scripts/benchmark_worker_reuse.py
+        import benchmark_worker_reuse
+
+        benchmark_worker_reuse.main(sys.argv[1:])
         return
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables, naming this run, into PATH "
                                                             "between its benchmark.py markers (e.g. docs/benchmarks.md)")

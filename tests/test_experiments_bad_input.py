@@ -57,6 +57,14 @@ CASES = {
     "storage-unsupported": (*tune(GOOD_SPACE, "--storage", "redis://127.0.0.1/0"), "unsupported"),
     "storage-unreachable": (*tune(GOOD_SPACE, "--storage", f"postgresql://u:pw@127.0.0.1:{_closed_port()}/db"),
                             "cannot use the database"),
+    "sweep-ray-silent-address": (sweep("--ray", "--address", f"127.0.0.1:{_closed_port()}"), None,
+                                 "no Ray cluster answers there within"),
+    "sweep-ray-bad-address": (sweep("--ray", "--address", "head-without-port"), None, "expected HOST:PORT"),
+    "sweep-address-without-ray": (sweep("--address", "127.0.0.1:6379"), None, "--address: only with --ray"),
+    "sweep-ray-client-address": (sweep("--ray", "--address", "ray://127.0.0.1:10001"), None,
+                                 "the Ray client (ray://) is not supported here"),
+    "tune-ray-silent-address": (*tune(GOOD_SPACE, "--ray", "--address", f"127.0.0.1:{_closed_port()}"),
+                                "no Ray cluster answers there within"),
     # a study every trial of which would score the same penalty (smoke.yaml never checks for a solve)
     "tune-never-solves": (*tune(GOOD_SPACE), f"error: {SMOKE}: evaluation.stop_when_solved is false, so no run "
                                              f"checks for a solve; --objective env_steps is measured at a confirmed "
@@ -108,3 +116,39 @@ def test_an_unreachable_database_fails_within_seconds(results):
     proc, seconds, _, _ = results["storage-unreachable"]
     assert proc.returncode == 2 and seconds < 15
     assert "pw" not in proc.stderr  # the password is not echoed
+
+
+def test_a_silent_ray_address_fails_within_seconds(results):
+    for case in ("sweep-ray-silent-address", "tune-ray-silent-address"):
+        proc, seconds, _, _ = results[case]
+        assert proc.returncode == 2 and seconds < 15, (case, seconds)
+
+
+HIDE_RAY = """
+import json, sys
+sys.modules["ray"] = None  # `import ray` fails, as where the extra is not installed
+from dqn_cartpole.cli.main import main
+for argv in json.loads(sys.argv[1]):
+    print(main(argv), flush=True)
+"""
+
+
+def test_ray_options_without_ray_installed_are_one_line_naming_the_extra(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from helpers import REPO, cli_env
+
+    (tmp_path / "space.yaml").write_text(GOOD_SPACE)
+    out = tmp_path / "out"
+    commands = [["sweep", "--config", SMOKE, "--ray", "--name", "x", "--set", f"output.root={out}"],
+                ["tune", "--config", SMOKE, "--space", str(tmp_path / "space.yaml"), "--trials", "2", "--ray",
+                 "--set", f"output.root={out}"]]
+    proc = subprocess.run([sys.executable, "-c", HIDE_RAY, json.dumps(commands)], cwd=REPO, env=cli_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "2"], proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [f"error: {what} --ray needs Ray, which is not installed: pip install \"dqn_cartpole[ray]\" "
+                     f"(in a checkout: pip install -e \".[ray]\")" for what in ("sweep", "tune")], proc.stderr
+    assert not out.exists()

@@ -112,7 +112,7 @@ def test_a_collector_on_another_machine_of_a_ray_cluster_feeds_the_learner(ray_c
     refused = subprocess.run(["ip", "netns", "exec", a, *cli_command("train", *role, "--output-dir", run_dir)],
                              env=cli_env(RAY_USAGE_STATS_ENABLED="0"), capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-    assert "requires token authentication; set RAY_AUTH_MODE=token" in refused.stderr
+    assert "uses token authentication: set RAY_AUTH_MODE=token" in refused.stderr
     assert not os.path.exists(run_dir)
 
     with open(tmp_path / "out", "w") as out:

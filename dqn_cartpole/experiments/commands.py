@@ -7,6 +7,8 @@ these handlers imports TensorFlow: training happens in child processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import time
 
 from dqn_cartpole.config import add_shortcut_args, locate_config, locate_space, shortcut_overrides
@@ -35,7 +37,8 @@ def add_sweep_parser(sub) -> None:
                        help="override one config key for every run (repeatable)")
     add_shortcut_args(sweep, seed=False)  # --seeds says the seeds
     sweep.add_argument("--jobs", type=int, help="runs at a time (default: cores, capped at ~700 MB of free "
-                                                "memory per run)")
+                                                "memory per run; with --ray, one per CPU of the cluster)")
+    add_ray_args(sweep, "run")
     sweep.add_argument("--name", help="sweep folder name (default: <config>-<time>); reuse it to continue")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -64,7 +67,7 @@ def add_tune_parser(sub) -> None:
                       help="YAML config every trial starts from (or a shipped config's name)")
     tune.add_argument("--space", metavar="SPACE.yaml", required=True, help="search space, one entry per config key")
     tune.add_argument("--trials", type=int, required=True, help="trials the study should hold in total")
-    tune.add_argument("--jobs", type=int, default=1, help="trials at a time in this process (default 1)")
+    tune.add_argument("--jobs", type=int, help="trials at a time (default 1; with --ray, one per CPU of the cluster)")
     tune.add_argument("--storage", metavar="URL", help="postgresql://... or mysql://... to share the study between "
                                                        "machines, or a journal .log file (default: "
                                                        "<output.root>/tune/NAME/journal.log)")
@@ -82,17 +85,57 @@ def add_tune_parser(sub) -> None:
                            "seconds (about the wall time of an idle machine, and steady when others share the "
                            "cores). An unsolved run scores twice its budget")
     add_shortcut_args(tune, seed=False)  # its --seed is the sampler's
+    add_ray_args(tune, "trial")
+
+
+def add_ray_args(parser, what: str) -> None:
+    parser.add_argument("--ray", action="store_true",
+                        help=f"run each {what} on a Ray cluster, one per CPU: the cluster at --address, else "
+                             f"RAY_ADDRESS, else a local Ray instance started for this command (needs the ray extra: "
+                             f'pip install "dqn_cartpole[ray]")')
+    parser.add_argument("--address", metavar="HOST:PORT",
+                        help="the Ray cluster's head (with --ray), e.g. 10.0.0.1:6379, or auto for the one `ray start` "
+                             "began on this machine")
+
+
+def ray_runner(args: argparse.Namespace, command: str) -> tuple:
+    """Checks the Ray options before anything else (one line and exit 2: no Ray, a silent or malformed address);
+    returns what the continue command adds: () without --ray."""
+    from dqn_cartpole.errors import UserError
+
+    if args.address is not None and not args.ray:
+        raise UserError("--address: only with --ray")
+    if not args.ray:
+        return ()
+    from dqn_cartpole.processes import ray_cluster
+
+    ray_cluster.import_ray(f"{command} --ray")
+    address = ray_cluster.cluster_address(args.address)
+    flag = "--address" if args.address else "RAY_ADDRESS"
+    if address is not None and address.startswith("ray://"):
+        raise UserError(f"{flag} {address}: the Ray client (ray://) is not supported here; run the command on a node "
+                        f"of the cluster (e.g. its head) with HOST:PORT")
+    if address is not None:
+        ray_cluster.check_answers(address, RAY_CONNECT_TIMEOUT_S, flag)
+    return ("--ray", "--address", args.address) if args.address else ("--ray",)
+
+
+RAY_CONNECT_TIMEOUT_S = 10.0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from dqn_cartpole.experiments import sweep
 
+    runner = ray_runner(args, "sweep")
     args.config = locate_config(args.config)  # a shipped config's name works from any folder, as with train
     overrides = shortcut_overrides(args) + args.overrides
     plan = sweep.plan_sweep(args.config, args.seeds, args.grid, overrides, args.jobs, args.name)
     start = time.time()
-    outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
-    print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start)))
+    if runner:
+        outcome = run_sweep_on_ray(dataclasses.replace(plan, jobs=args.jobs, runner=runner), args)
+    else:
+        outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
+        print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start)))
     if outcome.stopped_by is not None:
         return for_signal(outcome.stopped_by)
     return EXIT_FAILED if outcome.failed else EXIT_OK
@@ -112,10 +155,58 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from dqn_cartpole.experiments import tune
 
+    runner = ray_runner(args, "tune")
     args.config, args.space = locate_config(args.config), locate_space(args.space)
-    plan = tune.plan_tune(args.config, args.space, args.trials, args.jobs, args.storage, args.study,
+    jobs = args.jobs if runner or args.jobs is not None else 1
+    plan = tune.plan_tune(args.config, args.space, args.trials, jobs, args.storage, args.study,
                           shortcut_overrides(args, seed=False) + args.overrides, args.seed, args.seeds, args.objective)
+    if runner:
+        from dqn_cartpole.experiments import tune_ray
+
+        with ray_cluster_session(args, "tune --ray") as (ray, joined):
+            print(joined, flush=True)
+            return tune_ray.run_tune_on_ray(dataclasses.replace(plan, runner=runner), ray)
     return tune.run_tune(plan)
+
+
+def run_sweep_on_ray(plan, args: argparse.Namespace):
+    """The sweep on the Ray cluster; prints its summary (with what Ray added) and returns its outcome. A sweep with
+    nothing left to run does not start or join Ray."""
+    from dqn_cartpole.experiments import sweep, sweep_ray
+
+    if all(sweep.member_state(member) in ("done", "broken") for member in plan.members):
+        start = time.time()
+        outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
+        print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start, "(nothing left for Ray to run)")))
+        return outcome
+    with ray_cluster_session(args, "sweep --ray") as (ray, joined):
+        print(joined, flush=True)
+        start = time.time()
+        runner = sweep_ray.RaySweep(plan, ray, show_progress=not args.quiet)
+        runner.transfers.cluster = joined
+        outcome = runner.run()
+        wall_s = time.time() - start
+    where = f"on Ray ({'--jobs ' + str(plan.jobs) + ', ' if plan.jobs else ''}one run per CPU)"
+    print("\n".join(sweep.summary_lines(plan, outcome, wall_s, where)))
+    print(runner.transfers.line())
+    return outcome
+
+
+@contextlib.contextmanager
+def ray_cluster_session(args: argparse.Namespace, what: str):
+    """(the ray module, a line saying which cluster and how long joining or starting it took) for the block."""
+    from dqn_cartpole.experiments.ray_pool import check_cluster, cluster_errors_in_one_line
+    from dqn_cartpole.processes import ray_cluster
+
+    start = time.time()
+    with ray_cluster.ray_session(args.address, RAY_CONNECT_TIMEOUT_S, what) as session, cluster_errors_in_one_line():
+        import ray  # pylint: disable=import-outside-toplevel
+
+        cluster = check_cluster(ray)
+        how = "started a local Ray instance" if session.started_here else f"joined the Ray cluster at {session.address}"
+        nodes = f"{cluster['nodes']} node{'s' if cluster['nodes'] != 1 else ''}"
+        hosts = ", ".join(cluster["hosts"])
+        yield ray, f"{how} in {time.time() - start:.1f} s: {cluster['cpus']} CPUs on {nodes} ({hosts})"
 
 
 COMMANDS = {"sweep": cmd_sweep, "compare": cmd_compare, "tune": cmd_tune}

@@ -55,7 +55,8 @@ class SweepPlan:
     config_path: str
     manifest: dict
     members: tuple
-    jobs: int
+    jobs: Optional[int]  # runs at a time (on Ray, None: one per CPU of the cluster)
+    runner: tuple = ()  # where the runs go, as the continue command says it: () here, ("--ray", ...) on Ray
 
     @property
     def logs(self) -> str:
@@ -63,8 +64,8 @@ class SweepPlan:
 
     def continue_command(self) -> str:
         m = self.manifest
-        argv = ["sweep", "--config", m["config"], "--seeds",
-                ",".join(str(s) for s in m["seeds"]), "--name", self.name, "--jobs", str(self.jobs)]
+        argv = ["sweep", "--config", m["config"], "--seeds", ",".join(str(s) for s in m["seeds"]), "--name", self.name,
+                *(["--jobs", str(self.jobs)] if self.jobs is not None else []), *self.runner]
         for axis in m["grid"]:
             argv += ["--grid", axis]
         for item in m["set"]:
@@ -266,10 +267,11 @@ def _update_bar(bar, plan: SweepPlan, outcome: Outcome) -> None:
     bar.refresh()
 
 
-def summary_lines(plan: SweepPlan, outcome: Outcome, wall_s: float) -> list[str]:
-    """The final report: counts, failures with their log, and how to continue or compare."""
+def summary_lines(plan: SweepPlan, outcome: Outcome, wall_s: float, where: Optional[str] = None) -> list[str]:
+    """The final report: counts, failures with their log, and how to continue or compare (`where` the runs ran,
+    default: here, --jobs at a time)."""
     lines = [f"sweep {plan.name}: {len(plan.members)} runs ({len(outcome.done)} already done, {len(outcome.ok)} "
-             f"finished now, {len(outcome.failed)} failed) in {wall_s:.1f} s with --jobs {plan.jobs}; "
+             f"finished now, {len(outcome.failed)} failed) in {wall_s:.1f} s {where or f'with --jobs {plan.jobs}'}; "
              f"folder {plan.folder}"]
     for name, status, error, log in outcome.failed:
         lines.append(f"  failed {name} (exit {status}): {error or '?'}  [log: {log}]")

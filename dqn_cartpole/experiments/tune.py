@@ -79,6 +79,7 @@ class TunePlan:
     rdb: object = None  # the opened RDB storage (opened while checking, so a bad URL fails first and fast)
     seeds: tuple = ()  # each trial trains these seeds (empty: the config's training.seed, once)
     objective: str = "env_steps"
+    runner: tuple = ()  # where the trials run, as the continue command says it: () here, ("--ray", ...) on Ray
 
     @property
     def trials_dir(self) -> str:
@@ -90,7 +91,7 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
               seeds_text: Optional[str] = None, objective: str = "env_steps") -> TunePlan:
     """Checks every input (config, space, numbers, seeds, storage URL form); raises UserError on bad input."""
     for flag, value in (("--trials", trials), ("--jobs", jobs)):
-        if value <= 0:
+        if value is not None and value <= 0:
             raise UserError(f"{flag}: must be positive, got {value}")
     if objective not in OBJECTIVES:
         raise UserError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
@@ -193,8 +194,8 @@ def run_tune(plan: TunePlan) -> int:
 
 
 def continue_command(plan: TunePlan) -> str:
-    argv = ["tune", "--config", plan.config_path, "--space", plan.space_path,
-            "--trials", str(plan.trials), "--jobs", str(plan.jobs), "--study", plan.study_name,
+    argv = ["tune", "--config", plan.config_path, "--space", plan.space_path, "--trials", str(plan.trials),
+            *(["--jobs", str(plan.jobs)] if plan.jobs is not None else []), *plan.runner, "--study", plan.study_name,
             "--storage", storage.describe(plan.storage_url)]
     if plan.seeds:
         argv += ["--seeds", ",".join(str(s) for s in plan.seeds)]
@@ -216,31 +217,17 @@ class Objective:
         if self.stop.requested:
             self.study.stop()
             raise TrialStopped("stopped before it started")
-        overrides = space.suggest(trial, self.plan.params)
-        folder = os.path.join(self.plan.trials_dir, f"{trial.number:04d}")
-        for key, value in ((storage.WORKER_ATTR, self.worker), ("run_dir", os.path.abspath(folder)),
-                           ("overrides", list(overrides)), ("objective", self.plan.objective)):
-            trial.set_user_attr(key, value)
+        overrides, folder = start_trial(trial, self.plan, self.worker)
         if self.plan.seeds:
             return self._seeds(trial, overrides, folder)
         child = self._start(trial, overrides, folder, f"{trial.number:04d}")
-        run = self._result(trial, child, self._run(child, trial, follow_evaluations=True))
-        value = score(run, self.plan.objective)
-        for key in ("solved_env_steps", "solved_wall_s", "solved_cpu_s", "best_return", "final_return", "env_steps",
-                    "wall_s"):
-            trial.set_user_attr(key, run.get(key))
-        verdict = f"solved, {OBJECTIVES[self.plan.objective][0]} {value:g}" if run.solved \
-            else f"not solved (scores {value:g})"
-        print(f"trial {trial.number}: {verdict}, best return {run.get('best_return') or 0:.1f}, "
-              f"{run.get('wall_s') or 0:.1f} s")
-        return value
+        pruned_at = self._run(child, trial, follow_evaluations=True)
+        return score_trial(trial, run_result(trial, RunEnded.of(child), pruned_at), self.plan.objective)
 
     def _seeds(self, trial, overrides: list[str], folder: str) -> float:
         """Trains each seed in turn; the running mean of their scores is reported after each (and may be pruned)."""
-        import optuna
-
         rows: list[dict] = []
-        for index, seed in enumerate(self.plan.seeds):
+        for seed in self.plan.seeds:
             if self.stop.requested:  # between two seeds: no run is left to stop
                 self.study.stop()
                 trial.set_user_attr("reason", f"stopped by {signal_name(self.stop.signum)} after "
@@ -248,20 +235,8 @@ class Objective:
                 raise TrialStopped("stopped by the user")
             child = self._start(trial, [*overrides, f"training.seed={seed}"], os.path.join(folder, f"s{seed}"),
                                 f"{trial.number:04d}-s{seed}")
-            run = self._result(trial, child, self._run(child, trial, follow_evaluations=False), seeds=True)
-            rows.append(seed_row(seed, run, score(run, self.plan.objective)))
-            mean = statistics.mean(row["score"] for row in rows)
-            for key, value in (("seeds", rows), ("per_seed", per_seed_text(rows)),
-                               ("solved_seeds", f"{sum(r['solved'] for r in rows)}/{len(rows)}")):
-                trial.set_user_attr(key, value)
-            trial.report(mean, index)
-            if index + 1 < len(self.plan.seeds) and trial.should_prune():
-                reason = f"pruned by the median rule after {len(rows)} seeds (mean {mean:g})"
-                trial.set_user_attr("reason", reason)
-                print(f"trial {trial.number}: {reason}")
-                raise optuna.TrialPruned(reason)
-        print(f"trial {trial.number}: {trial.user_attrs['solved_seeds']} seeds solved, mean "
-              f"{OBJECTIVES[self.plan.objective][0]} {mean:g} ({per_seed_text(rows)})")
+            pruned_at = self._run(child, trial, follow_evaluations=False)
+            mean = after_seed(trial, self.plan, rows, seed, run_result(trial, RunEnded.of(child), pruned_at, True))
         return mean
 
     def _start(self, trial, overrides: Sequence[str], run_dir: str, log_name: str) -> Child:
@@ -307,32 +282,95 @@ class Objective:
             reported = len(rows)
         return None
 
-    def _result(self, trial, child: Child, pruned_at: Optional[str], seeds: bool = False):
-        """The finished run's record; raises TrialPruned (pruned, or diverged with one seed) or TrialFailed."""
-        import optuna
 
-        from dqn_cartpole.run_folder import read_run
 
-        if pruned_at:
-            trial.set_user_attr("reason", pruned_at)
-            print(f"trial {trial.number}: {pruned_at}")
-            raise optuna.TrialPruned(pruned_at)
-        status = child.returncode
-        run = read_run(child.name) if os.path.isfile(os.path.join(child.name, "config.yaml")) else None
-        diverged = run is not None and run.get("diverged_at_iteration") is not None
-        if status == exit_status.EXIT_FAILED and diverged and run.finished:
-            if seeds:  # one seed of several: an unsolved seed, scored with the penalty
-                return run
-            reason = f"diverged (loss NaN/Inf) at iteration {run.get('diverged_at_iteration')}"
-            trial.set_user_attr("reason", reason)
-            print(f"trial {trial.number}: pruned, {reason}")
-            raise optuna.TrialPruned(reason)
-        if status != exit_status.EXIT_OK or run is None or not run.finished:
-            reason = f"exit status {status}: {child.last_error() or 'no summary'} (log: {child.log_path})"
-            trial.set_user_attr("reason", reason)
-            print(f"trial {trial.number}: failed, {reason}", file=sys.stderr)
-            raise TrialFailed(reason)
-        return run
+# ---------------------------------------------------------------------------- one trial's decisions (here and on Ray)
+
+
+@dataclass(frozen=True)
+class RunEnded:
+    """How one run of a trial ended: its folder, its exit status (None: no process status), its last error line."""
+
+    run_dir: str
+    status: Optional[int]
+    last_error: str
+    log_path: str
+
+    @classmethod
+    def of(cls, child: Child) -> "RunEnded":
+        return cls(child.name, child.returncode, child.last_error(), child.log_path or "")
+
+
+def start_trial(trial, plan: TunePlan, worker: str) -> tuple[list[str], str]:
+    """Samples the trial's overrides and records who runs it and where; returns (overrides, its folder)."""
+    overrides = space.suggest(trial, plan.params)
+    folder = os.path.join(plan.trials_dir, f"{trial.number:04d}")
+    for key, value in ((storage.WORKER_ATTR, worker), ("run_dir", os.path.abspath(folder)),
+                       ("overrides", list(overrides)), ("objective", plan.objective)):
+        trial.set_user_attr(key, value)
+    return overrides, folder
+
+
+def run_result(trial, ended: RunEnded, pruned_at: Optional[str], seeds: bool = False):
+    """The finished run's record; raises TrialPruned (pruned, or diverged with one seed) or TrialFailed."""
+    import optuna
+
+    from dqn_cartpole.run_folder import read_run
+
+    if pruned_at:
+        trial.set_user_attr("reason", pruned_at)
+        print(f"trial {trial.number}: {pruned_at}")
+        raise optuna.TrialPruned(pruned_at)
+    status = ended.status
+    run = read_run(ended.run_dir) if os.path.isfile(os.path.join(ended.run_dir, "config.yaml")) else None
+    diverged = run is not None and run.get("diverged_at_iteration") is not None
+    if status == exit_status.EXIT_FAILED and diverged and run.finished:
+        if seeds:  # one seed of several: an unsolved seed, scored with the penalty
+            return run
+        reason = f"diverged (loss NaN/Inf) at iteration {run.get('diverged_at_iteration')}"
+        trial.set_user_attr("reason", reason)
+        print(f"trial {trial.number}: pruned, {reason}")
+        raise optuna.TrialPruned(reason)
+    if status != exit_status.EXIT_OK or run is None or not run.finished:
+        reason = f"exit status {status}: {ended.last_error or 'no summary'} (log: {ended.log_path})"
+        trial.set_user_attr("reason", reason)
+        print(f"trial {trial.number}: failed, {reason}", file=sys.stderr)
+        raise TrialFailed(reason)
+    return run
+
+
+def score_trial(trial, run, objective: str) -> float:
+    """A one-seed trial's value: its run's score, with the run's figures kept on the trial and one line printed."""
+    value = score(run, objective)
+    for key in ("solved_env_steps", "solved_wall_s", "solved_cpu_s", "best_return", "final_return", "env_steps",
+                "wall_s"):
+        trial.set_user_attr(key, run.get(key))
+    verdict = f"solved, {OBJECTIVES[objective][0]} {value:g}" if run.solved else f"not solved (scores {value:g})"
+    print(f"trial {trial.number}: {verdict}, best return {run.get('best_return') or 0:.1f}, "
+          f"{run.get('wall_s') or 0:.1f} s")
+    return value
+
+
+def after_seed(trial, plan: TunePlan, rows: list[dict], seed: int, run) -> float:
+    """Adds one seed's run to `rows` and reports the running mean; raises TrialPruned if the median rule stops the
+    trial before its last seed. Returns the mean (the trial's value after its last seed)."""
+    import optuna
+
+    rows.append(seed_row(seed, run, score(run, plan.objective)))
+    mean = statistics.mean(row["score"] for row in rows)
+    for key, value in (("seeds", rows), ("per_seed", per_seed_text(rows)),
+                       ("solved_seeds", f"{sum(r['solved'] for r in rows)}/{len(rows)}")):
+        trial.set_user_attr(key, value)
+    trial.report(mean, len(rows) - 1)
+    if len(rows) < len(plan.seeds) and trial.should_prune():
+        reason = f"pruned by the median rule after {len(rows)} seeds (mean {mean:g})"
+        trial.set_user_attr("reason", reason)
+        print(f"trial {trial.number}: {reason}")
+        raise optuna.TrialPruned(reason)
+    if len(rows) == len(plan.seeds):
+        print(f"trial {trial.number}: {trial.user_attrs['solved_seeds']} seeds solved, mean "
+              f"{OBJECTIVES[plan.objective][0]} {mean:g} ({per_seed_text(rows)})")
+    return mean
 
 
 def seed_row(seed: int, run, value: float) -> dict:

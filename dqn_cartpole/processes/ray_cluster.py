@@ -11,6 +11,7 @@ command's connect timeout: `ray.init` itself would retry for minutes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
@@ -20,7 +21,6 @@ from dqn_cartpole.errors import UserError
 EXTRA = "ray"
 INSTALL_HINT = 'pip install "dqn_cartpole[ray]" (in a checkout: pip install -e ".[ray]")'
 ADDRESS_ENV = "RAY_ADDRESS"
-AUTH_MODE_ENV = "RAY_AUTH_MODE"  # `token`: send the token (RAY_AUTH_TOKEN...) to a cluster started with one
 # A local instance's object store: a run's results are small (a run folder, some MB); Ray's default is 30% of RAM.
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 
@@ -78,11 +78,12 @@ def check_answers(address: str, timeout_s: float, flag: str = "--address") -> No
         return
     except grpc.RpcError as exc:
         code = exc.code()
-        if code == grpc.StatusCode.UNAUTHENTICATED and os.environ.get(AUTH_MODE_ENV, "").lower() != "token":
-            raise UserError(f"{flag} {address}: the Ray cluster there requires token authentication; set "
-                            f"{AUTH_MODE_ENV}=token and its token in RAY_AUTH_TOKEN (or a file named by "
-                            f"RAY_AUTH_TOKEN_PATH); see docs/security.md") from None
-        if code in (grpc.StatusCode.OK, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT):
+        if code == grpc.StatusCode.UNAUTHENTICATED:  # a Ray head under token authentication
+            problem = _token_problem(channel, timeout_s)
+            if problem is None:
+                return
+            raise UserError(f"{flag} {address}: {problem}") from None
+        if code in (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT):
             return
         why = {grpc.StatusCode.DEADLINE_EXCEEDED: "timed out", grpc.StatusCode.UNAVAILABLE: "nothing listens",
                grpc.StatusCode.UNIMPLEMENTED: "what answers is not a Ray cluster"}.get(code, code.name.lower())
@@ -90,6 +91,42 @@ def check_answers(address: str, timeout_s: float, flag: str = "--address") -> No
         channel.close()
     raise UserError(f"{flag} {address}: no Ray cluster answers there within {timeout_s:g} s ({why}); start one "
                     f"with `ray start --head`, or leave out {flag} and RAY_ADDRESS for a local instance")
+
+
+# Ray's token authentication (on by default for a local `ray.init()` from Ray 2.59, and for `ray start --head` when
+# ~/.ray/auth_token exists): a driver that joins by address only sends the token with RAY_AUTH_MODE=token, and
+# `ray.init` without it retries for 20 s, logging a warning every second, before a ConnectionError.
+AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+TOKEN_HINT = "the head's token in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN"
+
+
+def local_token() -> tuple[Optional[str], str]:
+    """The token Ray would send from this process, and where it comes from (Ray's order of precedence)."""
+    if os.environ.get(TOKEN_ENV):
+        return os.environ[TOKEN_ENV].strip(), TOKEN_ENV
+    path = os.environ.get(TOKEN_PATH_ENV) or os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() or None, path
+    except OSError:
+        return None, path
+
+
+def _token_problem(channel, timeout_s: float) -> Optional[str]:
+    """Why this process cannot pass the head's token authentication (None: it can)."""
+    import grpc  # pylint: disable=import-outside-toplevel
+
+    if os.environ.get(AUTH_MODE_ENV, "").lower() != "token":
+        return f"the cluster uses token authentication: set {AUTH_MODE_ENV}=token, with {TOKEN_HINT}"
+    token, source = local_token()
+    if token is None:
+        return f"the cluster uses token authentication and this machine has no token ({source}): give it {TOKEN_HINT}"
+    try:
+        channel.unary_unary(_GCS_PROBE)(b"", timeout=timeout_s, metadata=[("authorization", f"Bearer {token}")])
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            return f"the cluster refuses this machine's token (from {source}): give it {TOKEN_HINT}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -115,9 +152,11 @@ def ray_session(address: Optional[str], connect_timeout_s: float, what: str, num
     options: dict = {"log_to_driver": False, "configure_logging": False}
     if address is None:
         options.update(num_cpus=num_cpus, include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES)
-    try:
-        context = ray.init(address=address, **options)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+        # Ray turns token authentication on for a local instance, and says so in a warning on every start.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    try:  # "local": a new instance, never one that `ray start` left running on this machine (ray.init's default)
+        context = ray.init(address=address or "local", **options)
+    except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         where = f"{flag} {address}" if address else "a local Ray instance"
         raise UserError(f"{where}: cannot start Ray: {first}") from None
