@@ -30,7 +30,7 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import checkpoints as run_checkpoints, phases as phase, triggers
+from dqn_cartpole.training import checkpoints as run_checkpoints, overlap, phases as phase, triggers
 from dqn_cartpole.training.artifacts import ArtifactWorkers
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop, make_iterations, make_train_step, run_ops_on_one_thread
 from dqn_cartpole.training.phases import Phases
@@ -83,6 +83,7 @@ class TrainingSession:
         self.evaluate: Optional[triggers.Evaluate] = None
         self.log_train: Optional[triggers.LogTrain] = None
         self.workers: Optional[ArtifactWorkers] = None  # the plotter and the video renderer (child processes)
+        self.trained = False  # whether this process ran the loop (a resumed run may have had nothing left to do)
 
     def run(self) -> dict:
         with self.stop_request, self.stack:
@@ -143,9 +144,24 @@ class TrainingSession:
         self.log_train = triggers.LogTrain(pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
 
     def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
-        """The periodic evaluation, here in this process (hook: `distributed.learner` follows an evaluator's)."""
-        return make_evaluation(self.pipeline, self.config, self.state, self.exporter, self.layout, scalars,
-                               self.clock, self.progress, self.stack, self.phases)
+        """The periodic evaluation, beside the training (`overlap`) or in line (hook: `distributed.learner` follows
+        an evaluator's)."""
+        evaluate = make_evaluation(self.pipeline, self.config, self.state, self.exporter, self.layout, scalars,
+                                   self.clock, self.progress, self.stack, self.phases)
+        restored, seed = self.checkpoints.restored, self.config.training.seed
+        first_reset = seed if restored is None else run_checkpoints.resume_seed(seed, restored.iteration)
+        beside = overlap.beside(evaluate, self.config, self.pipeline, self.state, self.clock, self.phases,
+                                first_reset + build.EVAL_SEED_OFFSET)
+        if beside is None:
+            return evaluate
+        self.stack.callback(beside.close)
+        return beside
+
+    def settle_evaluations(self) -> None:
+        """Takes in an evaluation still running beside the training, if any (`overlap.OverlappedEvaluation`)."""
+        settle = getattr(self.evaluate, "settle", None)
+        if settle is not None:
+            settle()
 
     def fill_replay(self) -> tuple[Any, Any]:
         """Fills the buffer with a random policy, so the first samples have data (unless other processes collect)."""
@@ -164,13 +180,15 @@ class TrainingSession:
 
     def run_loop(self, time_step: Any, policy_state: Any) -> None:
         cfg, state, pipeline, timed = self.config, self.state, self.pipeline, self.phases.timed
+        self.trained = True
         train = self.make_train()
         total = cfg.training.num_iterations
         periodic = [(cfg.training.log_interval, timed(phase.TRAIN_ROWS, self.log_train)),
                     (cfg.evaluation.eval_interval, timed(phase.EVALUATIONS, self.evaluate)),
-                    # last: after the rows it keeps
+                    # last: after the rows it keeps (and the evaluation in flight, taken in first)
                     (cfg.training.checkpoint_interval,
-                     timed(phase.CHECKPOINTS, triggers.PeriodicCheckpoint(self.checkpoints.save, state, total)))]
+                     timed(phase.CHECKPOINTS, triggers.PeriodicCheckpoint(self.checkpoints.save, state, total,
+                                                                          before=self.settle_evaluations)))]
         loop = ChunkedLoop(make_iterations(train, pipeline.collect_driver), [interval for interval, _ in periodic])
         if isinstance(pipeline.collect_driver, build.PyCollection):  # it goes on from the Python env's time step
             time_step = pipeline.envs.collect.current_time_step()
@@ -186,7 +204,7 @@ class TrainingSession:
                     freeze_heap()
             state.loop_s, state.loop_iterations = loop.loop_s, loop.loop_iterations
             bad = chunk.first_bad_loss()
-            if bad is not None:
+            if bad is not None:  # (an evaluation in flight is dropped with its worker)
                 self.checkpoints.diverge(*bad, self.progress.message)
                 return
             time_step, policy_state = chunk.time_step, chunk.policy_state
@@ -197,16 +215,19 @@ class TrainingSession:
             for trigger in due:
                 trigger(state.iteration)
             self.progress.update(state.iteration, state.loss, state.last_return)
+        self.settle_evaluations()
         if self.stop_request.requested and state.iteration < total and not state.stop:
             state.stopped_by = signals.signal_name(self.stop_request.signum)
         if not self.stop_request.requested:
             self.final_evaluation()
+            self.settle_evaluations()
         with self.phases(phase.CHECKPOINTS):
             self.checkpoints.save()
 
     def final_evaluation(self) -> None:
-        """The final policy always has a measured return (unless its iteration was just evaluated)."""
-        if self.state.iteration % self.config.evaluation.eval_interval != 0:
+        """The final policy always has a measured return (unless its iteration was just evaluated, or it solved:
+        policy/final then holds the weights that passed)."""
+        if not self.state.stop and self.state.iteration % self.config.evaluation.eval_interval != 0:
             with self.phases(phase.EVALUATIONS):
                 self.evaluate()
 
@@ -254,7 +275,8 @@ class TrainingSession:
             artifacts["tensorboard"] = layout.tensorboard
         state.end(self.stop_request.signum)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
-        return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb}
+        return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb,
+                "evaluator_peak_rss_mb": getattr(self.evaluate, "peak_rss_mb", None)}  # (a child process's)
 
     def finishes_lightly(self) -> bool:
         """Only the checkpoint, policy/final and the summary, no videos or plots (hook: a learner stopped by a
@@ -262,8 +284,12 @@ class TrainingSession:
         return False
 
     def keeps_solved_policy(self) -> bool:
-        """policy/final is the policy the solve check just confirmed (so it is not exported again)."""
-        return self.state.solved_at_iteration == self.state.iteration and os.path.exists(self.layout.final_policy)
+        """policy/final is the policy the solve check confirmed (so it is not exported again): this process stopped
+        on the solve (at its iteration, or one eval interval later when the check ran beside the training), or
+        resumed a run that had (and had nothing left to do)."""
+        state = self.state
+        return state.solved_at_iteration is not None and os.path.exists(self.layout.final_policy) and (
+            state.stop or not self.trained)
 
 
 def make_evaluation(pipeline: Pipeline, config: Config, state: RunState, exporter: triggers.PolicyExport,
