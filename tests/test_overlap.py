@@ -58,10 +58,13 @@ class Run:
             self.snapshots.append(taken(*args, **kwargs))
             return self.snapshots[-1]
 
-        # The evaluations are what is tested here: the plots and videos are left out (each costs a second or two).
+        # The evaluations are what is tested here: the plots and videos are left out (each costs a second or two),
+        # and the policy a solve hands over for the trained agent's video is kept.
+        self.video_policies = []
         with monkeypatch.context() as patch:
             patch.setattr(triggers.Snapshot, "take", take)
             patch.setattr(artifacts.ArtifactWorkers, "make", lambda self, *args, close_logs, **kwargs: close_logs() or {})
+            patch.setattr(artifacts.ArtifactWorkers, "start_final", lambda _, policy: self.video_policies.append(policy))
             session = TrainingSession(load_config(None, [*QUICK, f"evaluation.overlap={mode}"]), RunLayout(folder),
                                       Progress(3000, enabled=False))
             self.summary = session.run()
@@ -122,6 +125,11 @@ def test_policy_final_holds_the_weights_the_check_passed_not_the_live_ones_at_th
     # The live weights at the stop, one interval later, are others.
     live = [v.numpy() for v in run.evaluation.pipeline.agent.policy.variables()]
     assert any(not np.array_equal(a, b) for a, b in zip(live, checked.values))
+    # The trained agent's video plays those weights too, handed over as soon as the solve was taken in.
+    (video_policy,) = run.video_policies
+    for (kernel, bias, _), (checked_kernel, checked_bias, _) in zip(video_policy.q_network.layers(), checked.layers):
+        np.testing.assert_array_equal(kernel, checked_kernel)
+        np.testing.assert_array_equal(bias, checked_bias)
     info = __import__("json").load(open(os.path.join(run.folder, "policy", "final", "policy_info.json")))
     assert (info["iteration"], info["train_step"], info["solved"]) == (solved, checked.train_step, True)
     assert tf.saved_model.load(os.path.join(run.folder, "policy", "final")).get_train_step().numpy() == \

@@ -112,6 +112,21 @@ class NumpyGreedy:
         """act(observations [B, d]) -> actions [B] (int64), with the weights as they are now."""
         return greedy_act(self.q_network.layers(), self.minimum_action)
 
+    @classmethod
+    def of_layers(cls, layers: list[DenseLayer], minimum_action: int) -> "NumpyGreedy":
+        """The greedy policy of fixed weights (arrays: a snapshot's `layers`), whatever the network does later."""
+        return cls(FixedLayers(layers), minimum_action)
+
+
+class FixedLayers:
+    """A `NumpyQNetwork` stand-in whose weights are given arrays."""
+
+    def __init__(self, layers: list[DenseLayer]):
+        self._layers = layers
+
+    def layers(self) -> list[DenseLayer]:
+        return self._layers
+
 
 def greedy_policy(agent: Any) -> Union[NumpyGreedy, Any]:
     """What evaluates `agent`'s greedy policy fastest: its `NumpyGreedy`, or its TF policy."""

@@ -14,7 +14,7 @@ run that evaluates in line (`evaluation.overlap: inline`), which stops at the we
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from dqn_cartpole import env_ids
 from dqn_cartpole.config import Config
@@ -36,6 +36,8 @@ class OverlappedEvaluation:
         self.evaluate, self.worker, self.greedy = evaluate, worker, greedy
         self.pipeline, self.state, self.clock, self.phases = pipeline, state, clock, phases
         self.pending: Optional[Snapshot] = None  # the snapshot being evaluated
+        self.solved: Optional[Snapshot] = None  # the snapshot whose solve check passed (policy/final's weights)
+        self.on_solved: Callable[[NumpyGreedy], None] = lambda policy: None  # told its greedy policy at once
         self.submitted = 0  # snapshots handed to the worker (a test reads where they were taken)
         self.settled: list[tuple[int, int]] = []  # (snapshot's iteration, iteration it was taken in at)
         self.peak_rss_mb: Optional[float] = None
@@ -67,7 +69,13 @@ class OverlappedEvaluation:
             self.evaluate.record(outcome.result, snapshot, max_q=outcome.max_q_at_reset)
         if outcome.check is not None:
             with measure(self.phases, phase.SOLVE_CHECK):
-                self.evaluate.solve_check.conclude(outcome.check, snapshot)
+                if self.evaluate.solve_check.conclude(outcome.check, snapshot):
+                    self.solved = snapshot
+                    self.on_solved(self.solved_policy())
+
+    def solved_policy(self) -> Optional[NumpyGreedy]:
+        """The greedy policy of the weights that passed the solve check (policy/final's), if one did."""
+        return None if self.solved is None else NumpyGreedy.of_layers(self.solved.layers, self.greedy.minimum_action)
 
     def close(self) -> None:
         """Ends the worker (an evaluation still in flight is dropped: the run failed or is ending)."""

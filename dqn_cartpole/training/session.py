@@ -155,6 +155,8 @@ class TrainingSession:
         if beside is None:
             return evaluate
         self.stack.callback(beside.close)
+        # A solve taken in: its video and the plots start at once, while this process writes its final checkpoint.
+        beside.on_solved = lambda policy: self.workers.start_final(policy) if not self.finishes_lightly() else None
         return beside
 
     def settle_evaluations(self) -> None:
@@ -269,14 +271,20 @@ class TrainingSession:
         summary_inputs = (self.pipeline.train_step_count(), self.pipeline.env_step_count())
         # The logs are closed (complete, to be plotted) and the envs and servers released in there.
         light = self.finishes_lightly()
-        artifacts.update(self.workers.make(greedy_policy(self.pipeline.agent), self.pipeline.envs.tf_env,
-                                           trained and not light, close_logs=self.stack.close, with_plots=not light))
+        artifacts.update(self.workers.make(self.final_greedy_policy(), trained and not light,
+                                           close_logs=self.stack.close, with_plots=not light))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
         state.end(self.stop_request.signum)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
         return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb,
                 "evaluator_peak_rss_mb": getattr(self.evaluate, "peak_rss_mb", None)}  # (a child process's)
+
+    def final_greedy_policy(self) -> Any:
+        """policy/final's greedy policy, for the video: the weights that passed the solve check beside the training
+        (the live ones went on training up to the stop), else the live weights."""
+        solved = getattr(self.evaluate, "solved_policy", lambda: None)()
+        return solved if solved is not None else greedy_policy(self.pipeline.agent)
 
     def finishes_lightly(self) -> bool:
         """Only the checkpoint, policy/final and the summary, no videos or plots (hook: a learner stopped by a
