@@ -43,7 +43,8 @@ class ArtifactWorkers:
         self.plots_sent = False
         self.peak_rss_mb: dict[str, Optional[float]] = {"renderer_peak_rss_mb": None, "plotter_peak_rss_mb": None}
         if self.renderer is not None:
-            self.start_random_video(self.renderer)
+            with self.phases(phase.VIDEOS):
+                self.start_random_video(self.renderer)
 
     def close(self) -> None:
         """Ends the children (those given no more work exit at once)."""
