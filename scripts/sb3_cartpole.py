@@ -12,7 +12,7 @@ RL-Zoo's env (`make_vec_env`, one env, seeded). The stopping protocol is dqn_car
     greedy episodes, side by side, given up as soon as their average can no longer reach 475; it confirms a solve
     when their average is at least 475 + --solve-margin (2) standard errors;
   * a confirmed solve saves the model (`model.save`, OUT/policy.zip) and stops the training.
-The greedy episodes run the Q-network on whole batches (`model.policy.predict`), as dqn_cartpole's do.
+The greedy episodes run the Q-network on whole batches, as dqn_cartpole's do.
 
 Prints one JSON line: seed, solved, solved_env_steps, solved_return, saved_unix_s (time.time() once the policy
 was saved: the caller subtracts this process's start), evaluations, hyperparameters, versions.
@@ -46,8 +46,11 @@ def zoo_hyperparameters(env_id: str) -> dict:
 
 def greedy_episodes(model, env, give_up_below=None):
     """One greedy episode in each of the vector env's copies, side by side; returns their returns (cut short,
-    with give_up_below, once their average can no longer reach it)."""
+    with give_up_below, once their average can no longer reach it). The greedy action is the argmax of the
+    model's Q-network on the whole batch (what `model.predict(deterministic=True)` computes, without its
+    per-call conversions)."""
     import numpy as np
+    import torch
 
     n = env.num_envs
     observations, _ = env.reset()
@@ -55,7 +58,9 @@ def greedy_episodes(model, env, give_up_below=None):
     while not done.all():
         if give_up_below is not None and np.where(done, returns, 500.0).sum() < give_up_below * n:
             break
-        actions, _ = model.policy.predict(observations, deterministic=True)
+        with torch.no_grad():
+            q_values = model.q_net(torch.as_tensor(observations, dtype=torch.float32, device=model.device))
+        actions = q_values.argmax(dim=1).cpu().numpy()
         observations, rewards, terminated, truncated, _ = env.step(actions)
         returns += np.where(done, 0.0, rewards)
         done |= terminated | truncated

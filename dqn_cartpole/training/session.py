@@ -7,10 +7,12 @@ the run's state (`state`). Everything the run opens is closed by one ExitStack, 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import gc
 import os
-from typing import Any, Callable, Optional
+import sys
+from typing import Any, Callable, Iterator, Optional
 
 import tensorflow as tf
 
@@ -36,6 +38,9 @@ from dqn_cartpole.training.loop import Chunk, ChunkedLoop, make_iterations, make
 from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
+
+
+PREPARE_SWITCH_INTERVAL_S = 1e-4  # Python's GIL hand-over while the loop is prepared beside the fill (default 5 ms)
 
 
 def freeze_heap() -> None:
@@ -84,6 +89,7 @@ class TrainingSession:
         self.log_train: Optional[triggers.LogTrain] = None
         self.workers: Optional[ArtifactWorkers] = None  # the plotter and the video renderer (child processes)
         self.trained = False  # whether this process ran the loop (a resumed run may have had nothing left to do)
+        self.loop: Optional[ChunkedLoop] = None  # prepared beside the random fill (`preparing`), else made at the loop
 
     def run(self) -> dict:
         with self.stop_request, self.stack:
@@ -121,8 +127,11 @@ class TrainingSession:
                 time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
             self.open_logs()
         if found is None:
-            with self.phases(phase.INITIAL_COLLECT):
-                time_step, policy_state = self.fill_replay()
+            with self.preparing() as prepared:
+                with self.phases(phase.INITIAL_COLLECT):
+                    time_step, policy_state = self.fill_replay()
+                with self.phases(phase.FIRST_CHUNK):  # what the preparation did not finish beside the fill
+                    self.loop = prepared.result()
         return time_step, policy_state
 
     def make_pipeline(self, found: Optional[checkpointing.Found]) -> Pipeline:
@@ -165,6 +174,42 @@ class TrainingSession:
         if settle is not None:
             settle()
 
+    @contextlib.contextmanager
+    def preparing(self) -> Iterator[concurrent.futures.Future]:
+        """Inside: the compiled loop is traced and instantiated, and the policy's SavedModel traced, in a thread
+        (`prepare_loop`), beside the random fill. Both are mostly Python under the GIL (~1.2 s of CPU), the fill
+        mostly TensorFlow's C++ (its env steps call back into Python): with the switch interval down to 0.1 ms
+        while both run, the fill's callbacks get the GIL within ~0.1 ms, and the other core runs what releases it.
+        Yields the future loop (`ChunkedLoop`), for a fresh run of one process; a learner, whose data come from
+        collectors, or a resumed run prepares nothing (its first chunk traces)."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as pool:
+            if self.pipeline.initial_driver is None:
+                done: concurrent.futures.Future = concurrent.futures.Future()
+                done.set_result(None)
+                yield done
+                return
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(PREPARE_SWITCH_INTERVAL_S)
+            try:
+                yield pool.submit(self.prepare_loop)
+            finally:
+                sys.setswitchinterval(interval)
+
+    def prepare_loop(self) -> ChunkedLoop:
+        """The compiled loop, traced and ready (`ChunkedLoop.prepare`), and the exporter's SavedModel graph."""
+        loop = self.make_loop()
+        tf_env = self.pipeline.envs.tf_env
+        loop.prepare(tf_env.time_step_spec(), tf_env.batch_size)
+        self.exporter.prepare()
+        return loop
+
+    def make_loop(self) -> ChunkedLoop:
+        """The compiled loop of `make_train`'s step (and the collect driver), in chunks that end on every trigger's
+        interval."""
+        cfg = self.config
+        intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval, cfg.training.checkpoint_interval]
+        return ChunkedLoop(make_iterations(self.make_train(), self.pipeline.collect_driver), intervals)
+
     def fill_replay(self) -> tuple[Any, Any]:
         """Fills the buffer with a random policy, so the first samples have data (unless other processes collect)."""
         if self.pipeline.initial_driver is None:
@@ -183,7 +228,6 @@ class TrainingSession:
     def run_loop(self, time_step: Any, policy_state: Any) -> None:
         cfg, state, pipeline, timed = self.config, self.state, self.pipeline, self.phases.timed
         self.trained = True
-        train = self.make_train()
         total = cfg.training.num_iterations
         periodic = [(cfg.training.log_interval, timed(phase.TRAIN_ROWS, self.log_train)),
                     (cfg.evaluation.eval_interval, timed(phase.EVALUATIONS, self.evaluate)),
@@ -191,7 +235,7 @@ class TrainingSession:
                     (cfg.training.checkpoint_interval,
                      timed(phase.CHECKPOINTS, triggers.PeriodicCheckpoint(self.checkpoints.save, state, total,
                                                                           before=self.settle_evaluations)))]
-        loop = ChunkedLoop(make_iterations(train, pipeline.collect_driver), [interval for interval, _ in periodic])
+        loop = self.loop or self.make_loop()  # (the same intervals as `periodic`'s)
         if isinstance(pipeline.collect_driver, build.PyCollection):  # it goes on from the Python env's time step
             time_step = pipeline.envs.collect.current_time_step()
         due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
