@@ -33,6 +33,7 @@ markers, naming the run: date, command, load average, the reference loop's rate)
     evaluation and the first 1,000 iterations, which include tracing); without that file the ratios are skipped;
   * 10 greedy CartPole-v1 episodes of a solved policy (5,000 steps): seconds.
 With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py instead (see there).
+With `--capacity [1,2,4,8,16] [--seconds 8]` it runs scripts/benchmark_capacity.py instead (see there).
 Absolute times drift on shared machines; the ratios are measured side by side.
 """
 
@@ -461,6 +462,14 @@ def main() -> None:
                         help="only the scale-out section (scripts/benchmark_scale_out.py, which takes the other "
                              "arguments too): train --topology local with each number of collectors, the learner "
                              "alone on each replay, time to solve local vs single-process (--seeds)")
+    parser.add_argument("--capacity", nargs="?", const="1,2,4,8,16", metavar="N,N,...",
+                        help="only the capacity benchmark (scripts/benchmark_capacity.py, see there for its options): "
+                             "one replay server and one learner fed by N synthetic collectors")
+    if any(a == "--capacity" or a.startswith("--capacity=") for a in sys.argv[1:]):
+        import benchmark_capacity  # scripts/ is on the path when this file runs as a script
+
+        benchmark_capacity.main(sys.argv[1:])
+        return
     if "--scale-out" in sys.argv[1:] or any(a.startswith("--scale-out=") for a in sys.argv[1:]):
         import benchmark_scale_out  # scripts/ is on the path when this file runs as a script
 

@@ -1,6 +1,7 @@
 """Every command in the README and docs/*.md pastes: each shell block passes `bash -n`, each `python -m dqn_cartpole`
 line parses with the real argument parser (its --config files exist, its --set keys are config keys), each Python
-block compiles, every relative link points at a file, and the README stays a front page."""
+block compiles, the Python API page's examples run as written (in this process, in a fresh folder), every relative
+link points at a file, and the README stays a front page."""
 
 from __future__ import annotations
 
@@ -122,6 +123,27 @@ def test_every_python_block_compiles():
         for lang, text in blocks(page):
             if lang == "python":
                 ast.parse(text, filename=page)
+
+
+API_PAGE = os.path.join(REPO, "docs", "python-api.md")
+# Examples of the API page that are only compiled: a sweep trains its runs as processes (minutes), and the page says so.
+COMPILED_ONLY = ("dq.sweep(",)
+
+
+def test_the_python_api_pages_examples_run_as_written(tmp_path, monkeypatch, capsys):
+    """The page's Python blocks, in order, in one namespace (as a notebook's cells): they train, evaluate, resume and
+    compare on the short smoke config, in a fresh folder."""
+    examples = [text for lang, text in blocks(API_PAGE) if lang == "python"]
+    run_now = [text for text in examples if not any(marker in text for marker in COMPILED_ONLY)]
+    assert len(examples) - len(run_now) == 1 and len(run_now) >= 4
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for text in run_now:
+        exec(compile(text, API_PAGE, "exec"), namespace)  # pylint: disable=exec-used
+    out = capsys.readouterr().out
+    assert "greedy episodes: mean" in out and "did you mean 'agent.learning_rate'?" in out
+    assert namespace["run"].summary["iterations"] == 300 and namespace["run"].summary["resumed_from"]
+    assert os.path.isfile(tmp_path / "outputs" / "api" / "compare" / "returns.png")
 
 
 def test_every_relative_link_points_at_a_file():

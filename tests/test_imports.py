@@ -16,13 +16,26 @@ def test_the_collector_is_paused_inside_and_back_on_after_with_the_new_objects_f
     assert gc.isenabled()
     frozen_before = gc.get_freeze_count()
     try:
-        with heavy_imports():
+        with heavy_imports(freeze=True):  # what the call that imports TensorFlow does
             assert not gc.isenabled()
             made = [Node() for _ in range(1000)]
         assert gc.isenabled()
         assert gc.get_freeze_count() >= frozen_before + len(made)
     finally:
         gc.unfreeze()
+
+
+def test_once_tensorflow_is_imported_nothing_more_is_frozen():
+    """A process that goes on (the Python API's) must keep its objects collectable: a later call freezes nothing."""
+    import sys
+
+    with heavy_imports():
+        pass
+    assert "tensorflow" in sys.modules
+    gc.unfreeze()
+    with heavy_imports():
+        made = [Node() for _ in range(1000)]
+    assert gc.get_freeze_count() == 0 and len(made) == 1000
 
 
 def test_an_error_inside_still_turns_the_collector_back_on():

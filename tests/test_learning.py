@@ -1,19 +1,22 @@
-"""Bounded "it really learns" tests: the tutorial's settings solve CartPole-v0."""
+"""Bounded "it really learns" tests: the tutorial's settings solve CartPole-v0, the default config CartPole-v1.
+
+The runs train in this process through the Python API (`dqn_cartpole.train`), one after another, which saves each
+one TensorFlow's import in a new process; one default-config run is also a `python -m dqn_cartpole train` process,
+and the same run trained here afterwards must solve at the same env step, with the same evaluations.
+"""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 
 import pytest
 
-from helpers import CONFIGS, run_cli
+from helpers import run_cli
 
+import dqn_cartpole as dq
 
-def best_return(run_dir: str) -> float:
-    with open(os.path.join(run_dir, "eval_metrics.csv"), newline="") as handle:
-        return max(float(r["average_return"]) for r in csv.DictReader(handle))
+TIMED = ("wall_s",)  # the eval columns that hold seconds
 
 
 @pytest.mark.slow
@@ -24,31 +27,49 @@ def test_tutorial_settings_reach_195_on_cartpole_v0(tmp_path, backend, sampling)
     # (read through tf.data, not reproducible) learns in tests/test_py_driver.py (the tutorial's own
     # PyDriver loop on Reverb) and in the default-config test below: with the tutorial's gamma 1 and a
     # target network updated every step, a compiled Reverb run reached 200, 191 and 113 in 3 runs.
-    run_dir = str(tmp_path / "run")
-    result = run_cli("train", "--config", os.path.join(CONFIGS, "tutorial.yaml"), "--output-dir", run_dir,
-                     "--quiet", "--set", "training.num_iterations=10000", "--set", f"replay.backend={backend}",
-                     # the compiled driver (tests/test_py_driver.py runs the tutorial's PyDriver loop to 195)
-                     "--set", "collection.driver=compiled",
-                     "--set", f"replay.sampling={sampling}", "--set", "video.enabled=false", timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert best_return(run_dir) >= 195
+    run = dq.train("tutorial", tmp_path / "run", progress=False, overrides={
+        "training.num_iterations": 10000, "replay.backend": backend, "replay.sampling": sampling,
+        # the compiled driver (tests/test_py_driver.py runs the tutorial's PyDriver loop to 195)
+        "collection.driver": "compiled", "video.enabled": False})
+    assert max(run.eval_metrics["average_return"]) >= 195
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["tf_uniform", "py_uniform", "reverb"])
-def test_default_config_with_n_step_targets_solves_cartpole_v1_on_every_backend(tmp_path, backend):
-    # The default config (2-step double DQN) switched to each backend with one key: replay.sampling
-    # follows the backend. Solved means 475 averaged over 100 fresh greedy episodes. The budget is the
-    # default's 30,000 iterations: the default solves seeds 0-9 in 2,500-18,500 env steps, and a Reverb run
-    # (read through tf.data, not reproducible) once missed at 20,000 (best 455.9).
-    run_dir = str(tmp_path / "run")
-    result = run_cli("train", "--output-dir", run_dir, "--quiet", "--set", f"replay.backend={backend}",
-                     "--set", "training.num_iterations=30000", "--set", "video.enabled=false",
-                     "--set", "output.tensorboard=false", timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+# The default config (3-step double DQN) switched to a backend with one key: replay.sampling follows the backend.
+# Solved means 475 averaged over 100 fresh greedy episodes. The budget is the default's 30,000 iterations: the
+# default solves seeds 0-9 in 2,500-18,500 env steps, and a Reverb run (read through tf.data, not reproducible)
+# once missed at 20,000 (best 455.9).
+DEFAULT = {"training.num_iterations": 30000, "video.enabled": False, "output.tensorboard": False}
+
+
+def assert_solved(run_dir: str) -> dict:
     with open(os.path.join(run_dir, "summary.json")) as handle:
         summary = json.load(handle)
     assert summary["solved_at_iteration"] is not None, f"not solved; best {summary['best_return']}"
     with open(os.path.join(run_dir, "policy", "final", "policy_info.json")) as handle:
         info = json.load(handle)
     assert info["average_return"] >= 475 and info["episodes"] == 100
+    return summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["py_uniform", "reverb"])
+def test_default_config_with_n_step_targets_solves_cartpole_v1_on_every_backend(tmp_path, backend):
+    run = dq.train(None, tmp_path / "run", progress=False, overrides={**DEFAULT, "replay.backend": backend})
+    assert_solved(run.path)
+
+
+@pytest.mark.slow
+def test_default_config_solves_on_tf_uniform_and_a_run_in_this_process_solves_at_the_same_env_step(tmp_path):
+    fresh = str(tmp_path / "fresh")
+    result = run_cli("train", "--output-dir", fresh, "--quiet", *[a for key, value in DEFAULT.items()
+                                                                   for a in ("--set", f"{key}={value}")], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = assert_solved(fresh)
+    here = dq.train(None, tmp_path / "here", progress=False, overrides=DEFAULT)  # after the runs above, if any
+    summary = assert_solved(here.path)
+    for key in ("solved_env_steps", "solved_at_iteration", "solved_return", "env_steps", "best_return"):
+        assert summary[key] == expected[key], key
+    fresh_evals = dq.Run.open(fresh).eval_metrics
+    for column, values in here.eval_metrics.items():
+        if column not in TIMED:
+            assert values.tolist() == fresh_evals[column].tolist(), column

@@ -1,9 +1,12 @@
 """Checkpoint and resume: SIGKILL at several points, a corrupt checkpoint, Ctrl-C, a NaN loss.
 
 Every run here is configs/smoke.yaml for 400 iterations (checkpoints every 100, logs every 50,
-evaluations every 100), without videos or TensorBoard, run as a subprocess like a user would.
-`DQN_CARTPOLE_TEST_KILL=stage:n` makes the trainer SIGKILL itself at an exact point (see
-`checkpointing.crash_point`); one test kills it from outside at whatever point it has reached.
+evaluations every 100), without videos or TensorBoard. A run that is killed, interrupted or locked
+is a subprocess, as a user runs it; `DQN_CARTPOLE_TEST_KILL=stage:n` makes the trainer SIGKILL itself
+at an exact point (see `checkpointing.crash_point`); one test kills it from outside at whatever
+point it has reached. Runs and resumes that are not about the process itself train in this process
+through the Python API (`dqn_cartpole.train`: the same run a fresh process gives, tests/test_api.py),
+which saves each one TensorFlow's import in a new process.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import pytest
 
 from helpers import CONFIGS, KILL_ENV, REPO, cli_env, run_cli, run_python, start_cli
 
+import dqn_cartpole as dq
+
 SMOKE = os.path.join(CONFIGS, "smoke.yaml")
 N = 400
 TRAIN_STEPS = list(range(50, N + 1, 50))
@@ -32,6 +37,21 @@ def train_args(run_dir: str, *sets: str, iterations: int = N) -> list[str]:
     extra = [a for s in sets for a in ("--set", s)]
     return ["train", "--quiet", "--config", SMOKE, "--output-dir", run_dir, "--set", "video.enabled=false",
             "--set", "output.tensorboard=false", "--set", f"training.num_iterations={iterations}", *extra]
+
+
+def overrides(*sets: str, iterations: int = N) -> list[str]:
+    """`train_args`' --set items, for the Python API."""
+    return ["video.enabled=false", "output.tensorboard=false", f"training.num_iterations={iterations}", *sets]
+
+
+def train_here(run_dir: str, *sets: str, iterations: int = N) -> dq.Run:
+    """`train_args`' run, in this process."""
+    return dq.train(SMOKE, run_dir, overrides=overrides(*sets, iterations=iterations), progress=False)
+
+
+def resume_here(run_dir: str, *sets: str) -> dq.Run:
+    """`train --quiet --resume RUN_DIR --set ...`, in this process."""
+    return dq.train(resume=run_dir, overrides=list(sets), progress=False)
 
 
 def cli(*args: str, kill: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -95,10 +115,9 @@ def assert_complete(run_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> str:
-    """An uninterrupted run."""
+    """An uninterrupted run (in this process)."""
     run_dir = str(tmp_path_factory.mktemp("reference") / "run")
-    result = cli(*train_args(run_dir))
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert train_here(run_dir).summary["exit_status"] == 0
     return run_dir
 
 
@@ -137,7 +156,7 @@ def test_sigkill_during_a_checkpoint_write_then_resume_matches_the_uninterrupted
         [r[k] for k in same] for r in rows(os.path.join(reference, "train_metrics.csv"))[:2]]
 
 
-def test_external_sigkill_py_uniform_then_resume(tmp_path):
+def test_external_sigkill_py_uniform_then_resume(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     proc = start(*train_args(run_dir, "replay.backend=py_uniform"), log_dir=tmp_path)
     try:
@@ -146,15 +165,14 @@ def test_external_sigkill_py_uniform_then_resume(tmp_path):
     finally:
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, (tmp_path / "stderr").read_text()[-3000:]
-    result = resume(run_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Resumed from ckpt-" in result.stderr
+    resume_here(run_dir)
+    assert "Resumed from ckpt-" in capsys.readouterr().err
     assert_complete(run_dir)
     with open(os.path.join(run_dir, "config.yaml")) as handle:
         assert "backend: py_uniform" in handle.read()
 
 
-def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     killed = cli(*train_args(run_dir), kill="checkpoint-rename:4")  # complete, but killed before the rename
     assert killed.returncode == -signal.SIGKILL
@@ -165,13 +183,14 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
         chunk = handle.read(64)
         handle.seek(os.path.getsize(data) // 2)
         handle.write(bytes(b ^ 0xFF for b in chunk))
-    result = resume(run_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    capsys.readouterr()
+    resume_here(run_dir)
+    stderr = capsys.readouterr().err
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
     assert any(re.search(r"ckpt-0000000400\.\d+-[0-9a-f]{8}\.tmp is partial", w) for w in warnings), warnings
     assert any("ckpt-0000000300 is damaged" in w and "checksum" in w and "using ckpt-0000000200" in w
                for w in warnings), warnings
-    assert "Resumed from ckpt-0000000200: iteration 200 of 400" in result.stderr
+    assert "Resumed from ckpt-0000000200: iteration 200 of 400" in stderr
     assert_complete(run_dir)
     assert "ckpt-0000000300.damaged" in checkpoints(run_dir)  # set aside for a look, not reused
 
@@ -182,8 +201,7 @@ def test_resuming_a_finished_run_only_rewrites_its_artifacts(reference, tmp_path
     shutil.rmtree(os.path.join(run_dir, "plots"))
     shutil.rmtree(os.path.join(run_dir, "policy", "final"))
     metrics = open(os.path.join(run_dir, "train_metrics.csv")).read()
-    result = resume(run_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
+    resume_here(run_dir)
     assert_complete(run_dir)
     assert open(os.path.join(run_dir, "train_metrics.csv")).read() == metrics
 
@@ -197,7 +215,7 @@ def test_resume_refuses_a_different_env_or_network(reference):
         assert "Traceback" not in result.stderr
 
 
-def test_sigint_saves_everything_and_exits_130_then_a_nan_loss_keeps_the_last_good_checkpoint(tmp_path):
+def test_sigint_saves_everything_and_exits_130_then_a_nan_loss_keeps_the_last_good_checkpoint(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     proc = start(*train_args(run_dir, iterations=1_000_000), log_dir=tmp_path)
     try:
@@ -223,12 +241,12 @@ def test_sigint_saves_everything_and_exits_130_then_a_nan_loss_keeps_the_last_go
     with open(os.path.join(run_dir, "policy", "final", "policy_info.json")) as handle:
         assert json.load(handle)["train_step"] == stopped_at
 
-    # Resume with a learning rate that blows the weights up: the loss turns NaN at once.
-    result = resume(run_dir, "agent.learning_rate=1e30", f"training.num_iterations={stopped_at + 200}")
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Training diverged: the loss became nan" in result.stderr
-    assert f"The last good checkpoint ({newest}) is kept and exported as policy/final" in result.stderr
-    assert "Traceback" not in result.stderr
+    # Resume (in this process) with a learning rate that blows the weights up: the loss turns NaN at once.
+    with pytest.raises(dq.RunFailed, match=r"^Training diverged \(the loss became NaN or Inf at iteration "):
+        resume_here(run_dir, "agent.learning_rate=1e30", f"training.num_iterations={stopped_at + 200}")
+    stderr = capsys.readouterr().err
+    assert "Training diverged: the loss became nan" in stderr
+    assert f"The last good checkpoint ({newest}) is kept and exported as policy/final" in stderr
     assert checkpoints(run_dir)[-1] == newest  # nothing written after the divergence
     with open(os.path.join(run_dir, "policy", "final", "policy_info.json")) as handle:
         assert json.load(handle)["train_step"] == stopped_at  # the last good weights, not NaNs
@@ -269,27 +287,44 @@ print("return", total)
 """
 
 
-def test_readme_snippet_loads_a_policy_without_this_project(reference, tmp_path):
-    code = README_SNIPPET.replace("{policy}", os.path.join(reference, "policy", "best")) + (
-        "\nimport sys\nassert not any(m.startswith('dqn_cartpole') for m in sys.modules)\nprint('isolated')\n")
+# After the snippet (which loads policy/best): policy/final loads too and acts on a batch of observations, and
+# nothing of this project was imported.
+FINAL_AND_ISOLATION = """
+final = tf.saved_model.load("{final}")
+obs = tf.constant(np.random.uniform(-0.05, 0.05, size=(5, 4)).astype(np.float32))
+actions = final.action(ts.restart(obs, batch_size=5)).action.numpy()
+assert actions.shape == (5,) and set(actions.tolist()) <= {0, 1}, actions
+import sys
+assert not any(m.startswith('dqn_cartpole') for m in sys.modules)
+print('isolated')
+"""
+
+
+def test_readme_snippet_loads_a_policy_in_a_fresh_process_with_only_tf_agents(reference, tmp_path):
+    code = README_SNIPPET.replace("{policy}", os.path.join(reference, "policy", "best")) + \
+        FINAL_AND_ISOLATION.replace("{final}", os.path.join(reference, "policy", "final"))
     result = run_python(code, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "trained for" in result.stdout and "return" in result.stdout and "isolated" in result.stdout
 
 
 @pytest.mark.parametrize("jit_compile", [True, False])
-def test_a_nan_loss_with_or_without_xla_rolls_back_to_the_last_good_checkpoint(tmp_path, jit_compile):
-    """Without XLA, TF-Agents' check_numerics used to raise from inside the graph (a traceback)."""
+def test_a_nan_loss_with_or_without_xla_rolls_back_to_the_last_good_checkpoint(tmp_path, jit_compile, capsys):
+    """Without XLA, TF-Agents' check_numerics used to raise from inside the graph (a traceback); both runs train in
+    this process, where the diverged run raises RunFailed with its one line."""
     run_dir = str(tmp_path / "run")
-    first = cli(*train_args(run_dir, f"training.jit_compile={str(jit_compile).lower()}", iterations=200))
-    assert first.returncode == 0, first.stderr[-3000:]
+    train_here(run_dir, f"training.jit_compile={str(jit_compile).lower()}", iterations=200)
     newest = checkpoints(run_dir)[-1]
     with open(os.path.join(run_dir, "checkpoints", newest, "state.json")) as handle:
         state = json.load(handle)
     assert len(state["stream"]["observation"]) == 1 and len(state["stream"]["observation"][0]) == 4
-    result = resume(run_dir, "agent.learning_rate=1e30", "training.num_iterations=400")
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Training diverged: the loss became nan" in result.stderr and "Traceback" not in result.stderr
+    capsys.readouterr()
+    with pytest.raises(dq.RunFailed) as failed:
+        resume_here(run_dir, "agent.learning_rate=1e30", "training.num_iterations=400")
+    assert "\n" not in str(failed.value) and failed.value.run == dq.Run(run_dir)
+    assert str(failed.value).endswith("then continue with: dqn_cartpole.train(resume=%r, overrides="
+                                      "{'agent.learning_rate': ...})" % run_dir)
+    assert "Training diverged: the loss became nan" in capsys.readouterr().err
     with open(os.path.join(run_dir, "policy", "final", "policy_info.json")) as handle:
         info = json.load(handle)
     # policy/final holds the checkpoint's weights, and says so: its iteration and env steps, not the diverged ones.
@@ -313,5 +348,5 @@ def test_one_process_at_a_time_per_run_folder(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     assert proc.returncode == 143
-    result = resume(run_dir, f"training.num_iterations={N}")  # the lock went with the process
-    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = resume_here(run_dir, f"training.num_iterations={N}")  # the lock went with the process
+    assert resumed.summary["exit_status"] == 0 and resumed.summary["resumed_from"]

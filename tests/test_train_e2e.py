@@ -1,4 +1,8 @@
-"""An end-to-end train on configs/smoke.yaml, then every artifact checked on disk."""
+"""An end-to-end train on configs/smoke.yaml, then every artifact checked on disk.
+
+The train is a `python -m dqn_cartpole` process (conftest's `smoke_run`), as a user runs it; the commands that read
+its folder afterwards (evaluate, record, plot) run in this process through the CLI's own `main`, which saves each
+one TensorFlow's import in a new process (a saved policy loading in a fresh process is tests/test_resume.py's)."""
 
 from __future__ import annotations
 
@@ -11,8 +15,9 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from helpers import CONFIGS, run_cli, run_python
+from helpers import CONFIGS, run_cli
 
+from dqn_cartpole.cli.main import main
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
 
 
@@ -122,57 +127,31 @@ def test_tensorboard_events_written(smoke_run):
     assert glob.glob(os.path.join(run_dir, "tensorboard", "events.out.tfevents.*"))
 
 
-def saved_policies(run_dir: str) -> list[str]:
-    return sorted(os.path.dirname(p) for p in glob.glob(os.path.join(run_dir, "policy", "**", "saved_model.pb"),
-                                                         recursive=True))
-
-
-def test_saved_model_loads_in_fresh_process_with_only_tf_agents(smoke_run, tmp_path):
+def test_evaluate_command(smoke_run, capsys):
     run_dir, _ = smoke_run
-    policies = saved_policies(run_dir)
-    assert policies
-    code = f"""
-import numpy as np, tensorflow as tf
-from tf_agents.trajectories import time_step as ts
-policy = tf.saved_model.load({policies[-1]!r})
-obs = tf.constant(np.random.uniform(-0.05, 0.05, size=(5, 4)).astype(np.float32))
-step = ts.restart(obs, batch_size=5)
-actions = policy.action(step).action.numpy()
-assert actions.shape == (5,) and set(actions.tolist()) <= {{0, 1}}, actions
-print("ok", actions.tolist())
-"""
-    result = run_python(code, cwd=str(tmp_path))
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("ok")
-
-
-def test_evaluate_command(smoke_run):
-    run_dir, _ = smoke_run
-    result = run_cli("evaluate", run_dir, "--episodes", "4")
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert main(["evaluate", run_dir, "--episodes", "4"]) == 0
+    out = capsys.readouterr().out
     for word in ("mean", "std", "min", "max", "4 greedy episodes"):
-        assert word in result.stdout
+        assert word in out
 
 
-def test_record_command_saved_and_random(smoke_run, tmp_path):
+def test_record_command_saved_and_random(smoke_run, tmp_path, capsys):
     run_dir, _ = smoke_run
     out = str(tmp_path / "agent.mp4")
-    result = run_cli("record", run_dir, "--output", out, "--episodes", "1", "--fps", "30")
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert main(["record", run_dir, "--output", out, "--episodes", "1", "--fps", "30"]) == 0
     assert imageio.get_reader(out).get_meta_data()["fps"] == 30
     out_random = str(tmp_path / "random.mp4")
-    result = run_cli("record", "--random", "--output", out_random)
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert main(["record", "--random", "--output", out_random]) == 0
     assert os.path.getsize(out_random) > 1000
+    assert capsys.readouterr().out.startswith(f"wrote {out}: 1 episode(s), returns ")
 
 
-def test_plot_command_redraws(smoke_run):
+def test_plot_command_redraws(smoke_run, capsys):
     run_dir, _ = smoke_run
     os.remove(os.path.join(run_dir, "plots", "returns.png"))
-    result = run_cli("plot", run_dir)
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert main(["plot", run_dir]) == 0
     assert os.path.exists(os.path.join(run_dir, "plots", "returns.png"))
-    assert result.stdout.strip().splitlines()[-1] == f"wrote {os.path.join(run_dir, 'report.html')}"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"wrote {os.path.join(run_dir, 'report.html')}"
 
 
 def test_existing_run_is_not_overwritten(smoke_run):

@@ -261,23 +261,27 @@ def load_policy_or_fail(policy_dir: str) -> Any:
         raise UserError(f"{policy_dir}: cannot load the policy: {str(exc).splitlines()[0]}") from None
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
+def evaluate_policy(args: argparse.Namespace) -> tuple[str, str, Any]:
+    """`evaluate`'s work (also the Python API's `Run.evaluate`): (policy folder, env id, `EvalResult`)."""
     check_positive("--episodes", args.episodes)
     check_seed("--seed", args.seed)
     policy_dir, run_dir = resolve_policy(args.policy, args.final)
     env_id, max_steps = env_for(args, run_dir)
     with heavy_imports():
-        import numpy as np
-
         from dqn_cartpole.core.envs import make_batched_env
         from dqn_cartpole.core.evaluation import make_episode_runner
 
     check_policy_fits(policy_dir, env_id)
     env = make_batched_env(env_id, args.episodes, seed=args.seed, max_episode_steps=max_steps)
     try:
-        result = make_episode_runner(load_policy_or_fail(policy_dir), env)()
+        return policy_dir, env_id, make_episode_runner(load_policy_or_fail(policy_dir), env)()
     finally:
         env.close()
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    policy_dir, env_id, result = evaluate_policy(args)
+    import numpy as np  # already imported with TensorFlow
     returns = result.returns
     print(f"{policy_dir} on {env_id}, {len(returns)} greedy episodes: mean {np.mean(returns):.1f}, "
           f"std {np.std(returns):.1f}, min {np.min(returns):.1f}, max {np.max(returns):.1f}")

@@ -1,11 +1,12 @@
-"""The console's progress line: a tqdm bar on a terminal, one plain line per state elsewhere.
+"""The console's progress line: a tqdm bar on a terminal or in a notebook, one plain line per state elsewhere.
 
 While training it shows the iterations, the latest loss and average return, and the speed. After
 training it follows the artifact phase: each stage (playing the video episodes, drawing the
 plots, waiting for the videos) and the videos' frames as the renderer reports them, so no second
 passes without the user seeing what the run does. On a terminal tqdm redraws one line; elsewhere
 (CI, pipes, log files) a line is printed when the state changes, at most every `plain_every_s`
-seconds for the training line, so logs stay readable.
+seconds for the training line, so logs stay readable. In a Jupyter notebook (`notebook=True`: the Python API's
+runs) the bar is `tqdm.auto`'s: a widget where ipywidgets is installed, else a text bar the notebook redraws.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from typing import Optional, TextIO
 
 from tqdm import tqdm
@@ -27,9 +29,10 @@ class Progress:
     """Progress of a run of `total` iterations, then of its artifacts. `message` prints above the line."""
 
     def __init__(self, total: int, stream: Optional[TextIO] = None, enabled: bool = True,
-                 plain_every_s: float = 5.0):
+                 plain_every_s: float = 5.0, notebook: bool = False):
         self.total, self.stream, self.enabled = total, stream or sys.stderr, enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.notebook = notebook
+        self.tty = notebook or bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.time()
         self.plain_every_s, self._last_plain = plain_every_s, 0.0
         self._last_values: tuple = ()
@@ -109,6 +112,9 @@ class Progress:
             self._close_bar()
 
     def _new_bar(self, **kwargs) -> tqdm:
+        if self.notebook:
+            self._bar = notebook_bar_class()(file=self.stream, mininterval=0, leave=True, **kwargs)
+            return self._bar
         # A terminal that reports no width (a pty nobody sized) would get an empty line: 100 columns then.
         width = {"dynamic_ncols": True} if terminal_columns(self.stream) else {"ncols": 100, "nrows": 20}
         self._bar = tqdm(file=self.stream, mininterval=0, leave=True, **width, **kwargs)
@@ -169,3 +175,19 @@ def counter(total: int, desc: str, enabled: bool = True, stream: Optional[TextIO
     if enabled and not bool(getattr(stream, "isatty", lambda: False)()):
         return PlainCounter(total, desc, stream)
     return tqdm(total=total, desc=desc, file=stream, disable=not enabled, **tqdm_options)
+
+
+def in_jupyter() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's kernel app), as `tqdm.auto` decides it."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def notebook_bar_class() -> type:
+    """`tqdm.auto`'s bar: a widget in Jupyter with ipywidgets, else the text bar (without tqdm's warning about
+    ipywidgets, which the notebook's reader cannot act on mid-run)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from tqdm.auto import tqdm as auto_tqdm  # pylint: disable=import-outside-toplevel
+    return auto_tqdm

@@ -177,10 +177,13 @@ class StreamWriters:
     def add_batch(self, items: Any) -> Any:
         """Adds one step of every env ([envs, ...]); eagerly (numpy) or inside a graph (a numpy_function)."""
         if tf.executing_eagerly():
-            return self._add_flat(*[np.asarray(t) for t in tf.nest.flatten(items)])
-        return tf.numpy_function(self._add_flat, tf.nest.flatten(items), [], stateful=True, name="reverb_add")
+            return self.add_flat(*[np.asarray(t) for t in tf.nest.flatten(items)])
+        return tf.numpy_function(self.add_flat, tf.nest.flatten(items), [], stateful=True, name="reverb_add")
 
-    def _add_flat(self, *flat: np.ndarray) -> None:
+    def add_flat(self, *flat: np.ndarray) -> None:
+        """Adds one step of every env, given as its fields in `tf.nest.flatten` order, each a numpy array [envs, ...]:
+        what `add_batch` runs for a collector's driver, and what the capacity benchmark's synthetic collectors call
+        with plain numpy steps."""
         for env_index, writer in enumerate(self.writers):
             step = [a[env_index] for a in flat]
             boundary = self.episodes and int(step[self._step_type]) == LAST

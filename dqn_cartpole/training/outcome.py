@@ -26,11 +26,19 @@ from dqn_cartpole.run_folder.provenance import provenance
 class RunEnd:
     """A context manager around a run's training: bad input removes a folder the run created (and goes on to
     the CLI's one line); a full disk is one line with the resume command (exit status 1); an unreadable
-    checkpoint is bad input. `resume_hint` continues the run (None: the caller prints how)."""
+    checkpoint is bad input. `resume_hint` continues the run (None: the caller prints how), and `change_hint`
+    continues it with a lower learning rate (default: `resume_hint --set agent.learning_rate=...`).
 
-    def __init__(self, run_dir: str, created: bool, progress: Progress, resume_hint: Optional[str]) -> None:
+    Why a run failed (exit status 1: a full disk, a diverged loss) is kept in `failure`, one line; with
+    `print_failure=False` it is not printed either (the Python API raises it instead)."""
+
+    def __init__(self, run_dir: str, created: bool, progress: Progress, resume_hint: Optional[str],
+                 change_hint: Optional[str] = None, print_failure: bool = True) -> None:
         self.run_dir, self.created, self.progress, self.resume_hint = run_dir, created, progress, resume_hint
+        self.change_hint = change_hint or (f"{resume_hint} --set agent.learning_rate=..." if resume_hint else None)
+        self.print_failure = print_failure
         self.summary: Optional[dict] = None
+        self.failure: Optional[str] = None
 
     def __enter__(self) -> "RunEnd":
         return self
@@ -40,8 +48,10 @@ class RunEnd:
         if kind is not None and issubclass(kind, UserError) and self.created:
             shutil.rmtree(self.run_dir, ignore_errors=True)  # bad input leaves no run folder behind
         if kind is not None and issubclass(kind, DiskFullError):
-            print(f"error: {exc}. Free some space" + (f", then resume with: {self.resume_hint}"
-                                                      if self.resume_hint else ""), file=sys.stderr)
+            self.failure = f"{exc}. Free some space" + (f", then resume with: {self.resume_hint}"
+                                                        if self.resume_hint else "")
+            if self.print_failure:
+                print(f"error: {self.failure}", file=sys.stderr)
             return True
         if kind is not None and issubclass(kind, CheckpointError):
             raise UserError(str(exc)) from None
@@ -56,20 +66,21 @@ class RunEnd:
         write_run_summary(summary, run.summary)
         write_run_report(self.run_dir)  # after the summary, which it shows
         print("\n".join(summary_lines(summary)))
-        print_how_it_stopped(summary, self.resume_hint)
+        if summary["stopped_by"]:
+            print(f"Stopped by {summary['stopped_by']} at iteration {summary['iterations']}; the checkpoint, plots "
+                  f"and policy are saved." + (f" Resume with:\n  {self.resume_hint}" if self.resume_hint else ""))
+        elif summary["diverged_at_iteration"] is not None:
+            self.failure = diverged_line(summary, self.change_hint, " ")
+            if self.print_failure:
+                print(diverged_line(summary, self.change_hint), file=sys.stderr)
         return summary["exit_status"]
 
 
-def print_how_it_stopped(summary: dict, resume_hint: Optional[str]) -> None:
-    """A stopped run: how to resume it; a diverged one: what to change, and how to continue."""
-    if summary["stopped_by"]:
-        print(f"Stopped by {summary['stopped_by']} at iteration {summary['iterations']}; the checkpoint, plots and "
-              f"policy are saved." + (f" Resume with:\n  {resume_hint}" if resume_hint else ""))
-    elif summary["diverged_at_iteration"] is not None:
-        print(f"Training diverged (the loss became NaN or Inf at iteration {summary['diverged_at_iteration']}) and "
-              f"stopped. Lower agent.learning_rate or set agent.gradient_clipping" +
-              (f", then continue with:\n  {resume_hint} --set agent.learning_rate=..." if resume_hint else "."),
-              file=sys.stderr)
+def diverged_line(summary: dict, change_hint: Optional[str], before_hint: str = "\n  ") -> str:
+    """A diverged run: what to change, and how to continue (the hint on a line of its own, or after `before_hint`)."""
+    return (f"Training diverged (the loss became NaN or Inf at iteration {summary['diverged_at_iteration']}) and "
+            f"stopped. Lower agent.learning_rate or set agent.gradient_clipping" +
+            (f", then continue with:{before_hint}{change_hint}" if change_hint else "."))
 
 
 def write_run_summary(summary: dict, path: str) -> None:

@@ -19,7 +19,6 @@ import tensorflow as tf
 from dqn_cartpole.config import Config, dump_yaml, sampling_mode
 from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.processes.start_time import process_start_time
 from dqn_cartpole import env_ids
 from dqn_cartpole.core import build
 from dqn_cartpole.core.policies import greedy_policy
@@ -34,6 +33,7 @@ from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import checkpoints as run_checkpoints, overlap, phases as phase, triggers
 from dqn_cartpole.training.artifacts import ArtifactWorkers
+from dqn_cartpole.training.host import Host, own_process
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop, make_iterations, make_train_step, run_ops_on_one_thread
 from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
@@ -49,7 +49,8 @@ def freeze_heap() -> None:
     TensorFlow, TF-Agents and a traced graph leave ~0.5 million long-lived objects. Python's full
     collections walk all of them, during the run and once more when the interpreter exits, which
     took 2-6 s after the summary was printed. Frozen, they are skipped: the exit takes ~0.2 s.
-    They live as long as the process anyway; garbage among them is kept, which costs a few MB.
+    They live as long as the process anyway; garbage among them is kept, which costs a few MB. Only a run that owns
+    its process does this (`host.Host`): in a process that goes on, it would keep every run's objects for good.
     """
     gc.freeze()
 
@@ -74,11 +75,14 @@ class TrainingSession:
     solved_elsewhere = False
 
     def __init__(self, config: Config, layout: RunLayout, progress: Progress,
-                 plan: Optional[checkpointing.ResumePlan] = None):
+                 plan: Optional[checkpointing.ResumePlan] = None, host: Optional[Host] = None):
         self.config, self.layout, self.progress, self.plan = config, layout, progress, plan
-        self.clock = triggers.Clock(process_start_time())  # wall times count from process start, as a user sees them
+        self.host = host or own_process()
+        # The CLI's wall times count from the process's start, as a user sees them; a shared process's from now.
+        self.clock = triggers.Clock(self.host.started, self.host.cpu_started)
         self.phases = Phases(started_s_ago=self.clock.wall())  # summary.json's `phases`: where the seconds went
-        freeze_heap()  # the imports' objects; the traced graph's follow after the first chunk
+        if self.host.owns_process:
+            freeze_heap()  # the imports' objects; the traced graph's follow after the first chunk
         self.state = RunState()
         self.stop_request = signals.StopRequest()
         self.stack = contextlib.ExitStack()
@@ -118,7 +122,8 @@ class TrainingSession:
         """Builds the pipeline, logs and triggers; restores `found` or fills replay. Returns where collection starts."""
         cfg, layout = self.config, self.layout
         with self.phases(phase.BUILD):
-            if cfg.collection.driver == "compiled" and sampling_mode(cfg.replay) == "direct":
+            if self.host.owns_process and cfg.collection.driver == "compiled" and \
+                    sampling_mode(cfg.replay) == "direct":
                 run_ops_on_one_thread()  # a chain of small ops: see there (tf.data and Reverb keep their threads)
             seed_everything(cfg.training.seed)
             pipeline = self.pipeline = self.make_pipeline(found)
@@ -246,7 +251,7 @@ class TrainingSession:
             first = not loop.traced
             with self.phases(phase.FIRST_CHUNK if first else phase.LOOP), self.running_chunk():
                 chunk = loop.run(state.iteration, total, time_step, policy_state)
-                if first:
+                if first and self.host.owns_process:
                     freeze_heap()
             state.loop_s, state.loop_iterations = loop.loop_s, loop.loop_iterations
             bad = chunk.first_bad_loss()
@@ -320,7 +325,7 @@ class TrainingSession:
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
         state.end(self.stop_request.signum)
-        summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last)
+        summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last, self.clock.cpu())
         return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb,
                 "evaluator_peak_rss_mb": getattr(self.evaluate, "peak_rss_mb", None)}  # (a child process's)
 
@@ -356,9 +361,10 @@ def make_evaluation(pipeline: Pipeline, config: Config, state: RunState, exporte
 
 
 def train(config: Config, layout: RunLayout, progress: Progress,
-          plan: Optional[checkpointing.ResumePlan] = None) -> dict:
-    """Trains an agent as `config` says (or continues `plan`), writing everything under `layout.root`.
+          plan: Optional[checkpointing.ResumePlan] = None, host: Optional[Host] = None) -> dict:
+    """Trains an agent as `config` says (or continues `plan`), writing everything under `layout.root`, in a process
+    of its own (`host` None) or a shared one (`host.shared_process()`).
 
     Returns the run's summary (what summary.json holds).
     """
-    return TrainingSession(config, layout, progress, plan).run()
+    return TrainingSession(config, layout, progress, plan, host).run()

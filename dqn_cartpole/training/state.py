@@ -79,14 +79,16 @@ class RunState:
         self.iteration = iteration
 
     def summary(self, run_dir: str, train_steps: int, env_steps: int, wall_s: float,
-                last_checkpoint: Any = None) -> dict:
-        """What summary.json holds (without its version stamp, which `write_summary` adds)."""
+                last_checkpoint: Any = None, cpu_s: Optional[float] = None) -> dict:
+        """What summary.json holds (without its version stamp, which `write_summary` adds); `cpu_s`: the run's CPU
+        seconds (None: the whole process's)."""
         return {
             "run_dir": run_dir, "iterations": self.iteration, "train_steps": train_steps, "env_steps": env_steps,
             "best_return": self.best_return, "final_return": self.last_return,
             "solved_at_iteration": self.solved_at_iteration, "solved_wall_s": self.solved_wall_s,
             "solved_env_steps": self.solved_env_steps, "solved_return": self.solved_return,
-            "solved_cpu_s": self.solved_cpu_s, "wall_s": wall_s, "cpu_s": time.process_time(),
+            "solved_cpu_s": self.solved_cpu_s, "wall_s": wall_s,
+            "cpu_s": time.process_time() if cpu_s is None else cpu_s,
             "iterations_per_s": self.loop_iterations / self.loop_s if self.loop_s else None, "eval_s": self.eval_s,
             "artifacts": dict(self.artifacts), "stopped_by": self.stopped_by, "exit_status": self.exit_status,
             "diverged_at_iteration": self.diverged_at_iteration, "resumed_from": self.resumed_from,

@@ -38,13 +38,17 @@ def every(interval: int, work: Callable[[], None], iteration: int) -> interval_t
 
 
 class Clock:
-    """Wall seconds since the process started (as a user counts them), continued across a resume."""
+    """Wall seconds since the run started (for the CLI, the process: as a user counts them), continued across a
+    resume, and the CPU seconds this process has spent on the run (from `cpu_start`, a `time.process_time()`)."""
 
-    def __init__(self, start: float):
-        self.start = start
+    def __init__(self, start: float, cpu_start: float = 0.0):
+        self.start, self.cpu_start = start, cpu_start
 
     def wall(self) -> float:
         return time.time() - self.start
+
+    def cpu(self) -> float:
+        return time.process_time() - self.cpu_start
 
     def continue_from(self, wall_s: float) -> None:
         """A resumed run counts on from the checkpoint's wall time."""
@@ -234,7 +238,7 @@ class SolveCheck:
         state.solved_env_steps = self.pipeline.env_step_count() if at is None else at.env_steps
         self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns), solved=True,
                            snapshot=at)
-        state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), time.process_time()
+        state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), self.clock.cpu()
         above = f", {cfg.evaluation.solve_margin:g} standard errors ({margin:.1f}) above it" if margin else ""
         stopping = "stopping early" if iteration == state.iteration else \
             f"policy/final holds that iteration's weights; stopping at iteration {state.iteration}"

@@ -1,0 +1,124 @@
+"""`train`: the CLI's `train` (and `train --resume`) in the calling process, returning a `Run`.
+
+The same checks, the same run folder, the same training (`training.run.run_here`): a run trained here is, value for
+value, the run a fresh `python -m dqn_cartpole train` process gives for the same config, also when it is the second
+or the fifth in this process. What differs is the console: the progress bar is `tqdm.auto`'s (a widget in
+Jupyter), and nothing ends the process:
+
+* bad input raises `UserError` (a `ValueError`) with the CLI's one line, and touches nothing;
+* Ctrl-C (a notebook's "interrupt the kernel") stops the run at its next step with a checkpoint, the plots and the
+  policy saved, and `train` returns the stopped Run: `train(resume=run)` continues it. A second Ctrl-C interrupts
+  at once (KeyboardInterrupt); the newest checkpoint is still there to resume;
+* a failed run (a diverged loss, a full disk) raises `RunFailed` with its one line; its folder keeps what it saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from typing import Union
+
+from dqn_cartpole.api.configs import ConfigLike, Overrides, as_config, override_items
+from dqn_cartpole.api.run import Run, RunFailed, cli_args
+from dqn_cartpole.config import Config
+from dqn_cartpole.console.exit_status import EXIT_FAILED
+from dqn_cartpole.console.progress import Progress, in_jupyter
+from dqn_cartpole.errors import UserError
+from dqn_cartpole.run_folder.checkpointing import ResumePlan
+from dqn_cartpole.training.run import announce_new, announce_resume, run_here, warn_about_checkpoints
+
+
+def resume_hint(run_dir: str, change: str = "") -> str:
+    """The Python line that continues the run in `run_dir` (`change`: an overrides argument to add)."""
+    return f"dqn_cartpole.train(resume={run_dir!r}{change})"
+
+
+def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None" = None, *,
+          overrides: Overrides = None, overwrite: bool = False, resume: Union[Run, str, None] = None,
+          progress: bool = True) -> Run:
+    """Trains an agent in this process and returns its run folder as a `Run`.
+
+    Args:
+        config: a `Config` (`load_config(...)`), a shipped config's name (`"tutorial"`), a YAML path, or None for
+            the default; with `resume`, none (a resumed run keeps its config.yaml).
+        output_dir: the run folder (default: output.root/<env>__s<seed>__<time>, as the CLI's).
+        overrides: `{"section.key": value}` applied to `config` (a name or a path) or, with `resume`, to the run's
+            config.yaml, as `--set` does.
+        overwrite: replace an existing run at `output_dir` (as `--overwrite`).
+        resume: a `Run` (or its folder) to continue from its newest good checkpoint, as `train --resume`.
+        progress: show the progress bar (False: as `--quiet`, only the summary).
+
+    Raises:
+        UserError: bad input (a `ValueError`): the CLI's one line; nothing was touched.
+        RunFailed: the run diverged or the disk filled up.
+    """
+    if resume is not None:
+        if config is not None:
+            raise UserError("train(resume=...): give no config: a resumed run keeps its config.yaml (change single "
+                            "keys with overrides={...})")
+        if output_dir is not None or overwrite:
+            raise UserError("train(resume=...): a resumed run keeps its folder; give no output_dir or overwrite")
+        return _resume(os.fspath(resume.path if isinstance(resume, Run) else resume), overrides, progress)
+    return _train_new(as_config(config, overrides), output_dir, overwrite, progress)
+
+
+def _train_new(config: Config, output_dir: "str | os.PathLike[str] | None", overwrite: bool, progress: bool) -> Run:
+    """`train`'s checks and folder (`resolve`), then the run here."""
+    from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_run_dir
+
+    output_dir = None if output_dir is None else os.fspath(output_dir)
+    if output_dir:
+        resolve_run_dir(None, output_dir, overwrite)  # needs no config: checked first, as the CLI does
+    run_dir = resolve_run_dir(config, output_dir, overwrite)
+    created, lock = create_run_dir(run_dir, overwrite)
+    with contextlib.closing(lock):  # held as long as the run lives
+        bar = _progress(config, progress)
+        announce_new(config, run_dir, "", bar)
+        return _run(config, run_dir, bar, None, created)
+
+
+def _resume(run_dir: str, overrides: Overrides, progress: bool) -> Run:
+    """`train --resume RUN_DIR --set ...`'s checks, lock and plan (the CLI's own), then the run here."""
+    from dqn_cartpole.cli.single_process import lock_and_plan_resume
+
+    args = cli_args("train", "--resume", run_dir, *[word for item in override_items(overrides)
+                                                    for word in ("--set", item)])
+    config, plan, lock = lock_and_plan_resume(run_dir, args)
+    with contextlib.closing(lock):
+        warn_about_checkpoints(run_dir, plan)
+        bar = _progress(config, progress)
+        announce_resume(config, run_dir, plan, bar)
+        return _run(config, run_dir, bar, plan, created=False)
+
+
+def _progress(config: Config, enabled: bool) -> Progress:
+    """In Jupyter, `tqdm.auto`'s bar; elsewhere (a script), the CLI's."""
+    return Progress(config.training.num_iterations, enabled=enabled, notebook=in_jupyter())
+
+
+def _run(config: Config, run_dir: str, bar: Progress, plan: "ResumePlan | None", created: bool) -> Run:
+    """The run in this process; the stopped or finished Run, or RunFailed."""
+    hint = resume_hint(run_dir)
+    try:
+        ending = run_here(config, run_dir, bar, plan, created, hint,
+                          resume_hint(run_dir, ", overrides={'agent.learning_rate': ...}"))
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before the run's handler was in place)
+        print(f"\n{interrupted_line(run_dir, created, hint)}", file=sys.stderr)
+        raise
+    if ending.exit_status == EXIT_FAILED:
+        raise RunFailed(ending.failure or f"the run in {run_dir} failed", [Run(run_dir)])
+    return Run(run_dir)
+
+
+def interrupted_line(run_dir: str, created: bool, hint: str) -> str:
+    """What a run interrupted at once left: a folder to resume, or (interrupted before it wrote anything) nothing;
+    a folder it created then holds only its lock files, and is removed so the same `output_dir` works again."""
+    from dqn_cartpole.run_folder.layout import CONFIG_FILE, LOCK_FILE, ROLES_LOCK_FILE
+
+    if os.path.isfile(os.path.join(run_dir, CONFIG_FILE)):
+        return f"interrupted: continue the run in {run_dir} from its newest checkpoint (if it wrote one) with {hint}"
+    if created and set(os.listdir(run_dir)) <= {LOCK_FILE, ROLES_LOCK_FILE}:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return f"interrupted before the run in {run_dir} wrote anything"
