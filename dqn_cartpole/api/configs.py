@@ -15,7 +15,7 @@ import os
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from dqn_cartpole import config as config_module
-from dqn_cartpole.config import SHORTCUTS, Config
+from dqn_cartpole.config import SHORTCUTS, Config, Flagged
 from dqn_cartpole.errors import ConfigError
 
 Overrides = Union[Mapping[str, Any], Iterable[str], None]
@@ -56,10 +56,12 @@ def _yaml_value(key: str, value: Any) -> str:
                           f"{type(value).__name__} {value!r}") from None
 
 
-def shortcut_items(env: Optional[str], seed: Optional[int], iterations: Optional[int]) -> list[str]:
-    """The CLI's shortcuts (`--env`, `--seed`, `-n`) as `section.key=value` items."""
-    given = {"env_id": env, "seed": seed, "iterations": iterations}
-    return [f"{SHORTCUTS[name]}={json.dumps(value)}" for name, value in given.items() if value is not None]
+def shortcut_items(env: Optional[str], seed: Optional[int], iterations: Optional[int]) -> list[Flagged]:
+    """The CLI's shortcuts (`--env`, `--seed`, `-n`) as `section.key=value` items; an error about one names the
+    argument as the caller wrote it (`env='Pendulum-v1': ...`)."""
+    given = {"env_id": ("env", env), "seed": ("seed", seed), "iterations": ("iterations", iterations)}
+    return [Flagged(f"{SHORTCUTS[name][0]}={json.dumps(value)}", f"{argument}={value!r}")
+            for name, (argument, value) in given.items() if value is not None]
 
 
 def load_config(name_or_path: Union[str, "os.PathLike[str]", None] = None, overrides: Overrides = None, *,
