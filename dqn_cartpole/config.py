@@ -382,6 +382,10 @@ class EvaluationConfig:
     solve_margin: float = _f("standard errors of the check's average that must lie above solve_return (0: the "
                              "average alone, gymnasium's definition of solved)", _solve_check,
                              "stop_when_solved is true")
+    overlap: str = _f("where the evaluations and the solve check run: process (a child process on the other core, "
+                      "on a copy of the weights, while the training goes on; the result is taken in one eval_interval "
+                      "later, so a solve stops the run there and policy/final is the copy that passed), thread (the "
+                      "same in a thread, which shares the trainer's GIL) or inline (training waits for each)")
 
 
 @dataclass(frozen=True)
@@ -424,7 +428,7 @@ class Config:
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)
 CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
            ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py"),
-           ("distributed", "replay"): ("learner", "server")}
+           ("distributed", "replay"): ("learner", "server"), ("evaluation", "overlap"): ("process", "thread", "inline")}
 MAX_SEED = 2**31 - 1
 ROLES_ONLY_SECTIONS = ("distributed",)  # read only when the roles run as processes
 _UNKNOWN_DEFAULT_SECTIONS = sorted(set(_default_values()) - set(SECTIONS))

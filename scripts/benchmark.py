@@ -1,19 +1,30 @@
-"""Speed benchmark: the main job in seconds, throughput against the tutorial loop, evaluation time, memory.
+"""Speed benchmark: the main job in seconds (beside Stable-Baselines3's, optionally), throughput against the tutorial
+loop, evaluation time, memory.
 
-Usage: python scripts/benchmark.py [--seeds 0,1,2,3,4] [--iterations 6000] [--reference PATH] [--set KEY=VALUE]
+Usage: python scripts/benchmark.py [--seeds 0,1,2,3,4] [--sb3-python PATH [--sb3-seeds 5,6,7]] [--iterations 6000]
+                                   [--reference PATH] [--set KEY=VALUE] [--compare-overlap]
                                    [--markdown docs/benchmarks.md]
        python scripts/benchmark.py --scale-out 1,2 [--iterations 3000] [--seeds 1,2,3]
 
 Prints markdown tables (and with --markdown writes them into that page between its benchmark.py
 markers, naming the run: date, command, load average, the reference loop's rate):
-  * the targets of issue 17, each measured here: the median over the seeds of the default run
+  * the targets of issues 17 and 29, each measured here: the median over the seeds of the default run
     (`train` on configs/default.yaml, videos included, as `make train` runs it), from process
-    start to a saved policy whose greedy average over 100 episodes is >= 475, and to the process's
-    exit with both videos, the plots and report.html written; its peak RSS; the compiled tf_uniform
-    ratio below. Absolute seconds hold on a quiet machine, where the reference loop runs at >= 160
-    it/s: when it ran slower, the seconds are also shown scaled by its rate (x rate / 160);
+    start to a saved policy whose greedy average over 100 episodes passed the solve check, and to the
+    process's exit with both videos, the plots and report.html written; each run's exit over its time
+    to the policy; its peak RSS; the compiled tf_uniform ratio below. Absolute seconds hold on a quiet
+    machine, where the reference loop runs at >= 160 it/s: when it ran slower, the seconds are also shown
+    scaled by its rate (x rate / 160);
+  * with --sb3-python PATH (an interpreter whose environment has stable-baselines3 and rl_zoo3): the same
+    seeds (or --sb3-seeds) trained by Stable-Baselines3's DQN with RL-Zoo's tuned CartPole-v1
+    hyperparameters under the same stopping protocol (scripts/sb3_cartpole.py, which never imports this
+    project), each right after this project's run of the seed, timed the same way from its process's
+    start; the ratio of the medians over the seeds both ran. Without it, or without SB3 there, the
+    anchor is skipped;
   * each seed's run, and the median of each phase of the run (summary.json's `phases`, plus the
     summary, report and exit after them);
+  * with --compare-overlap: the default with `evaluation.overlap` process, thread and inline on each
+    seed (videos off): the time to the policy and the trainer's wait for the evaluations;
   * iterations per second at the tutorial's hyperparameters (one env step and one gradient
     step of batch 64 per iteration) for each replay backend with the compiled driver, and with
     `collection.driver: py` (the tutorial's PyDriver loop) on tf_uniform and Reverb, and the ratio against
@@ -116,7 +127,8 @@ print(best, steps)
 
 
 QUIET_REFERENCE = 160.0  # it/s of the reference loop on a quiet 2-core machine: the issue's targets hold there
-TARGETS = {"policy_s": 8.0, "exit_s": 12.0, "rss_mb": 700.0, "ratio": 10.0}
+TARGETS = {"policy_s": 8.0, "exit_s": 12.0, "rss_mb": 700.0, "ratio": 10.0, "sb3": 10.0, "exit_over_policy": 1.2}
+SB3_RUNNER = os.path.join(REPO, "scripts", "sb3_cartpole.py")
 BEGIN, END = "<!-- benchmark.py: begin -->", "<!-- benchmark.py: end -->"
 
 
@@ -149,10 +161,70 @@ def default_run(seed: int, workdir: str, overrides: list[str]) -> dict:
     print(f"  seed {seed}: {'solved' if solved else 'NOT solved'}, policy {summary['solved_wall_s'] or 0:.1f} s, "
           f"exit {exit_s:.1f} s", file=sys.stderr, flush=True)
     return {"seed": seed, "solved": solved, "policy_s": summary["solved_wall_s"], "exit_s": exit_s,
+            "exit_over_policy": exit_s / summary["solved_wall_s"] if solved else None,
+            "evaluator_rss_mb": summary.get("evaluator_peak_rss_mb"),
             "env_steps": summary["solved_env_steps"], "solved_return": summary["solved_return"],
             "rss_mb": summary["peak_rss_mb"], "renderer_rss_mb": summary.get("renderer_peak_rss_mb"),
-            "phases": phases, "encoder_s": summary.get("parallel", {}).get("video encoder (another process)"),
+            "phases": phases, "parallel": summary.get("parallel", {}), "iterations": summary["iterations"],
             "run": out}
+
+
+def sb3_missing(python: Optional[str]) -> Optional[str]:
+    """Why the Stable-Baselines3 anchor cannot run with `python` (None: it can)."""
+    if not python:
+        return "no --sb3-python given"
+    try:
+        found = subprocess.run([python, "-c", "import stable_baselines3, rl_zoo3"], capture_output=True, text=True,
+                               timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"--sb3-python {python}: cannot run it ({exc})"
+    if found.returncode != 0:
+        return f"--sb3-python {python}: no stable_baselines3 or rl_zoo3 there"
+    return None
+
+
+def sb3_run(seed: int, workdir: str, python: str) -> dict:
+    """scripts/sb3_cartpole.py for `seed` with `python`: from its process's start to its saved, solve-checked
+    policy (as `default_run` times this project's), and to its exit."""
+    from dqn_cartpole.processes.start_time import process_start_time
+
+    out = os.path.join(workdir, f"sb3-s{seed}")
+    process = subprocess.Popen([python, SB3_RUNNER, "--seed", str(seed), "--out", out], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    created = process_start_time(process.pid)
+    stdout, stderr = process.communicate()
+    exit_s = time.time() - created
+    if process.returncode != 0:
+        raise SystemExit(f"the SB3 run (seed {seed}) failed:\n{stderr[-2000:]}")
+    record = json.loads(stdout.strip().splitlines()[-1])
+    policy_s = record["saved_unix_s"] - created if record["solved"] else None
+    print(f"  SB3 seed {seed}: {'solved' if record['solved'] else 'NOT solved'}, policy {policy_s or 0:.1f} s, "
+          f"exit {exit_s:.1f} s", file=sys.stderr, flush=True)
+    return {"seed": seed, "solved": record["solved"], "policy_s": policy_s, "exit_s": exit_s,
+            "env_steps": record["solved_env_steps"], "solved_return": record["solved_return"],
+            "hyperparameters": record["hyperparameters"], "eval_interval": record["eval_interval"],
+            "versions": record["versions"]}
+
+
+def overlap_comparison(seeds: list[int], workdir: str, overrides: list[str]) -> list[str]:
+    """The default (videos off) with each `evaluation.overlap` on each seed, interleaved: time to the policy and
+    the trainer's wait for its evaluations; the medians."""
+    modes, found = ("process", "thread", "inline"), {}
+    for seed in seeds:
+        for mode in modes:
+            run = default_run(seed, os.path.join(workdir, f"overlap-{mode}"),
+                              [*overrides, f"evaluation.overlap={mode}", "video.enabled=false"])
+            found.setdefault(mode, []).append(run)
+    lines = ["| `evaluation.overlap` | policy saved (median) | per seed | the trainer in evaluations and the solve "
+             "check (median) | iterations to the stop (median) |", "| --- | --- | --- | --- | --- |"]
+    for mode in modes:
+        runs = found[mode]
+        waits = [r["phases"].get("evaluations", 0.0) + r["phases"].get("solve check", 0.0) +
+                 r["phases"].get("first evaluation", 0.0) for r in runs]
+        per_seed = ", ".join(f"{r['policy_s'] or float('nan'):.1f}" for r in runs)
+        lines.append(f"| {mode} | {median(r['policy_s'] for r in runs):.1f} s | {per_seed} | {median(waits):.2f} s | "
+                     f"{median(r['iterations'] for r in runs):,.0f} |")
+    return lines
 
 
 def median(values) -> float:
@@ -167,50 +239,103 @@ def scaled(seconds: float, reference: Optional[float]) -> str:
     return f"{seconds:.1f} s (scaled to a quiet machine: {seconds * reference / QUIET_REFERENCE:.1f} s)"
 
 
-def single_process_tables(runs: list[dict], rates: dict, reference: Optional[float], references: tuple,
-                          eval_s: float) -> list[str]:
-    """The markdown tables: the targets, the runs seed by seed, the phases, the throughput."""
+def verdict(value: Optional[float], target: float, at_least: bool = False) -> str:
+    if value is None or value != value:
+        return "-"
+    return "yes" if (value >= target if at_least else value <= target) else "**no**"
+
+
+def targets_table(runs: list[dict], sb3_runs: list[dict], rates: dict, reference: Optional[float]) -> list[str]:
+    """The targets, each with its measured median and whether it was met."""
     ok = [r for r in runs if r["solved"]]
     policy, exit_ = median(r["policy_s"] for r in ok), median(r["exit_s"] for r in runs)
     factor = 1.0 if reference is None or reference >= QUIET_REFERENCE else reference / QUIET_REFERENCE
     rss = max(r["rss_mb"] for r in runs)
-    compiled = rates.get("tf_uniform")
-    ratio = compiled / reference if compiled and reference else None
-
-    def verdict(value: Optional[float], target: float) -> str:
-        return "-" if value is None or value != value else ("yes" if value <= target else "**no**")
-
+    over = [r["exit_over_policy"] for r in ok]
     lines = ["| target | measured (median of the seeds) | met? |", "| --- | --- | --- |",
              f"| process start to a saved, solve-checked policy ≤ {TARGETS['policy_s']:g} s | "
              f"{scaled(policy, reference)} ({len(ok)}/{len(runs)} seeds solved) | "
-             f"{verdict(policy * factor, TARGETS['policy_s'])} |",
-             f"| process start to exit, videos, plots and report.html written ≤ {TARGETS['exit_s']:g} s | "
-             f"{scaled(exit_, reference)} | {verdict(exit_ * factor, TARGETS['exit_s'])} |",
-             f"| peak RSS with video ≤ {TARGETS['rss_mb']:g} MB | {rss:.0f} MB (the trainer; the video renderer "
-             f"process: {max((r['renderer_rss_mb'] or 0) for r in runs):.0f} MB) | {verdict(rss, TARGETS['rss_mb'])} |"]
-    if ratio is not None:
+             f"{verdict(policy * factor, TARGETS['policy_s'])} |"]
+    if sb3_runs:
+        common = [s["seed"] for s in sb3_runs if s["solved"]]
+        ours = median(r["policy_s"] for r in ok if r["seed"] in common)
+        theirs = median(s["policy_s"] for s in sb3_runs if s["solved"])
+        lines.append(f"| the same, ≥ ×{TARGETS['sb3']:g} faster than Stable-Baselines3 + RL-Zoo (same seeds, same "
+                     f"protocol, this run) | ×{theirs / ours:.1f} ({theirs:.1f} s against {ours:.1f} s, "
+                     f"{len(common)}/{len(sb3_runs)} SB3 seeds solved) | {verdict(theirs / ours, TARGETS['sb3'], True)} |")
+    lines += [f"| process start to exit, videos, plots and report.html written ≤ {TARGETS['exit_s']:g} s | "
+              f"{scaled(exit_, reference)} | {verdict(exit_ * factor, TARGETS['exit_s'])} |",
+              f"| the whole command within ×{TARGETS['exit_over_policy']:g} the time to the policy | "
+              f"×{median(over):.2f} (every seed within ×{max(over or [float('nan')]):.2f}) | "
+              f"{verdict(median(over), TARGETS['exit_over_policy'])} |",
+              f"| peak RSS with video ≤ {TARGETS['rss_mb']:g} MB | {rss:.0f} MB (the trainer; the video renderer "
+              f"process: {max((r['renderer_rss_mb'] or 0) for r in runs):.0f} MB, the evaluator process: "
+              f"{max((r['evaluator_rss_mb'] or 0) for r in runs):.0f} MB) | {verdict(rss, TARGETS['rss_mb'])} |"]
+    compiled = rates.get("tf_uniform")
+    if compiled and reference:
+        ratio = compiled / reference
         lines.append(f"| compiled tf_uniform at the tutorial's hyperparameters ≥ ×{TARGETS['ratio']:g} the reference "
                      f"loop | ×{ratio:.1f} ({compiled:,.0f} against {reference:.0f} it/s) | "
-                     f"{'yes' if ratio >= TARGETS['ratio'] else '**no**'} |")
-    lines += ["", "| seed | env steps to solve | policy saved | process exit | greedy return, 100 episodes | "
-                  "peak RSS |", "| --- | --- | --- | --- | --- | --- |"]
+                     f"{verdict(ratio, TARGETS['ratio'], True)} |")
+    return lines
+
+
+def seeds_table(runs: list[dict], sb3_runs: list[dict]) -> list[str]:
+    """Each seed's run (and Stable-Baselines3's, if it ran)."""
+    sb3 = {s["seed"]: s for s in sb3_runs}
+    head = "| seed | env steps to solve | policy saved | process exit | exit / policy | greedy return, 100 episodes | "\
+           "peak RSS |"
+    if sb3:
+        head += " SB3: env steps | SB3: policy saved | × SB3 |"
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in runs:
         solved = f"{r['env_steps']:,}" if r["solved"] else "not solved"
-        lines.append(f"| {r['seed']} | {solved} | {r['policy_s'] or float('nan'):.1f} s | {r['exit_s']:.1f} s | "
-                     f"{r['solved_return'] or float('nan'):.1f} | {r['rss_mb']:.0f} MB |")
+        over = f"×{r['exit_over_policy']:.2f}" if r["exit_over_policy"] else "-"
+        line = (f"| {r['seed']} | {solved} | {r['policy_s'] or float('nan'):.1f} s | {r['exit_s']:.1f} s | {over} | "
+                f"{r['solved_return'] or float('nan'):.1f} | {r['rss_mb']:.0f} MB |")
+        s = sb3.get(r["seed"])
+        if sb3:
+            if s is None:
+                line += " - | - | - |"
+            elif not s["solved"]:
+                line += " not solved | - | - |"
+            else:
+                times = f"×{s['policy_s'] / r['policy_s']:.1f}" if r["policy_s"] else "-"
+                line += f" {s['env_steps']:,} | {s['policy_s']:.1f} s | {times} |"
+        lines.append(line)
+    return lines
+
+
+def phases_table(runs: list[dict]) -> list[str]:
     names = []
     for r in runs:
         names += [n for n in r["phases"] if n not in names]
     total = sum(median(r["phases"].get(n, 0.0) for r in runs) for n in names)
-    lines += ["", "| phase (median over the seeds) | seconds | share |", "| --- | --- | --- |"]
+    lines = ["| phase (median over the seeds) | seconds | share |", "| --- | --- | --- |"]
     for name in names:
         seconds = median(r["phases"].get(name, 0.0) for r in runs)
         lines.append(f"| {name} | {seconds:.2f} | {100 * seconds / total:.0f}% |")
-    lines.append(f"| video encoder (another process, in parallel with the plots) | "
-                 f"{median(r['encoder_s'] for r in runs):.2f} | |")
+    parallel = []
+    for r in runs:
+        parallel += [n for n in r["parallel"] if n not in parallel]
+    lines += [f"| {name}, in parallel | {median(r['parallel'].get(name) for r in runs):.2f} | |" for name in parallel]
+    return lines
+
+
+def single_process_tables(runs: list[dict], sb3_runs: list[dict], rates: dict, reference: Optional[float],
+                          references: tuple, eval_s: float) -> list[str]:
+    """The markdown tables: the targets, the runs seed by seed, the phases, the throughput."""
+    lines = targets_table(runs, sb3_runs, rates, reference) + [""] + seeds_table(runs, sb3_runs) + [""] + \
+        phases_table(runs)
+    if sb3_runs:
+        first = sb3_runs[0]
+        lines.append(f"\nStable-Baselines3 {first['versions']['stable_baselines3']} (torch {first['versions']['torch']}) "
+                     f"with rl_zoo3 {first['versions']['rl_zoo3']}'s CartPole-v1 hyperparameters "
+                     f"(`{json.dumps(first['hyperparameters'], sort_keys=True)}`), evaluated every "
+                     f"{first['eval_interval']} env steps, scripts/sb3_cartpole.py.")
     if reference is not None:
-        lines += ["", f"| throughput, one env step and one gradient step of batch 64 per iteration | it/s | "
-                      f"× the reference |", "| --- | --- | --- |",
+        lines += ["", "| throughput, one env step and one gradient step of batch 64 per iteration | it/s | "
+                      "× the reference |", "| --- | --- | --- |",
                   f"| the reference loop (the tutorial's, Reverb, PyDriver) | {reference:.0f} (before "
                   f"{references[0]:.0f}, after {references[1]:.0f}) | 1 |"]
         lines += [f"| {name} | {rate:,.0f} | ×{rate / reference:.1f} |" for name, rate in rates.items()]
@@ -235,24 +360,8 @@ def write_markdown(path: str, body: list[str], meta: dict) -> None:
         handle.write(text)
 
 
-def single_process_benchmark(args: argparse.Namespace) -> None:
-    """The main job in seconds (default runs with videos), throughput against the reference, evaluation."""
-    folder = os.path.dirname(os.path.abspath(args.markdown)) if args.markdown else None
-    if folder is not None and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-        print(f"error: --markdown {args.markdown}: cannot write there (no such folder, or no permission)",
-              file=sys.stderr)
-        raise SystemExit(2)
-    seeds = parse_seeds(args.seeds)
-    workdir = tempfile.mkdtemp(prefix="dqn-bench-")
-    started, load_before = time.time(), os.getloadavg()[0]
-    has_reference = os.path.isfile(args.reference)
-    if not has_reference:
-        print(f"no reference loop at {args.reference}: the speed ratios are skipped (give the tutorial's loop "
-              f"with --reference PATH)", file=sys.stderr)
-    reference_before = reference_rate(args.reference, args.iterations) if has_reference else None
-    print("the default run, videos included...", file=sys.stderr)
-    runs = [default_run(seed, workdir, args.overrides) for seed in seeds]
-    print("throughput (tutorial hyperparameters)...", file=sys.stderr)
+def throughput(args: argparse.Namespace, workdir: str) -> dict:
+    """Steady-state it/s at the tutorial's hyperparameters: each backend compiled, the PyDriver loop, 8 envs."""
     rates = {backend: project_rate(backend, args.iterations, workdir, []) for backend in args.backends.split(",")}
     for backend in ("tf_uniform", "reverb"):  # the tutorial's own loop shape: PyDriver, then a compiled train step
         rates[f"{backend}, collection.driver: py"] = project_rate(backend, args.iterations, workdir, [], driver="py")
@@ -260,24 +369,77 @@ def single_process_benchmark(args: argparse.Namespace) -> None:
         "tf_uniform", args.iterations // 8, workdir,
         ["env.num_envs=8", "training.collect_steps_per_iteration=8", "training.train_steps_per_iteration=8",
          "evaluation.eval_interval=125", "training.log_interval=25"]) * 8
+    return rates
+
+
+def time_to_solve(args: argparse.Namespace, seeds: list[int], workdir: str) -> tuple[list[dict], list[dict]]:
+    """The default run on each seed, each followed by Stable-Baselines3's on it (if it runs here: `sb3_missing`)."""
+    sb3_seeds = set(parse_seeds(args.sb3_seeds)) if args.sb3_seeds else set(seeds)
+    missing = sb3_missing(args.sb3_python)
+    if missing:
+        print(f"the Stable-Baselines3 anchor is skipped: {missing}", file=sys.stderr)
+    print("the default run, videos included" + ("" if missing else ", each seed then SB3's") + "...", file=sys.stderr)
+    runs, sb3_runs = [], []
+    for seed in seeds:
+        runs.append(default_run(seed, workdir, args.overrides))
+        if not missing and seed in sb3_seeds:
+            sb3_runs.append(sb3_run(seed, workdir, args.sb3_python))
+    return runs, sb3_runs
+
+
+def single_process_benchmark(args: argparse.Namespace) -> None:
+    """The main job in seconds (default runs with videos, SB3's beside), throughput against the reference,
+    evaluation."""
+    folder = os.path.dirname(os.path.abspath(args.markdown)) if args.markdown else None
+    if folder is not None and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+        print(f"error: --markdown {args.markdown}: cannot write there (no such folder, or no permission)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    seeds = parse_seeds(args.seeds)
+    if args.sb3_seeds:
+        parse_seeds(args.sb3_seeds)  # bad input before anything runs
+    workdir = tempfile.mkdtemp(prefix="dqn-bench-")
+    started, load_before = time.time(), os.getloadavg()[0]
+    has_reference = os.path.isfile(args.reference)
+    if not has_reference:
+        print(f"no reference loop at {args.reference}: the speed ratios are skipped (give the tutorial's loop "
+              f"with --reference PATH)", file=sys.stderr)
+    reference_before = reference_rate(args.reference, args.iterations) if has_reference else None
+    runs, sb3_runs = time_to_solve(args, seeds, workdir)
+    overlap = overlap_comparison(seeds, workdir, args.overrides) if args.compare_overlap else []
+    print("throughput (tutorial hyperparameters)...", file=sys.stderr)
+    rates = throughput(args, workdir)
     reference_after = reference_rate(args.reference, args.iterations) if has_reference else None
     reference = (reference_before + reference_after) / 2 if has_reference else None
     solved_run = next((r["run"] for r in runs if r["solved"]), None)
     eval_s = evaluation_seconds(solved_run) if solved_run else float("nan")
-    body = single_process_tables(runs, rates, reference, (reference_before, reference_after), eval_s)
+    body = single_process_tables(runs, sb3_runs, rates, reference, (reference_before, reference_after), eval_s)
+    if overlap:
+        body += ["", *overlap]
     print("\n".join(body))
     took = time.time() - started
     print(f"\n(benchmark took {took:.0f} s; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; "
           f"runs in {workdir})")
     if args.markdown:
-        import platform
-
         command = "python scripts/benchmark.py " + " ".join(sys.argv[1:])
         write_markdown(args.markdown, body, {
             "date": time.strftime("%Y-%m-%d %H:%M %Z"), "command": command.strip(), "took_s": took,
             "load": (load_before, os.getloadavg()[0]), "reference": reference or float("nan"),
-            "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"})
+            "machine": machine()})
         print(f"wrote {args.markdown}")
+
+
+def machine() -> str:
+    """The machine the run was measured on: cores, processor model, Python, system."""
+    import platform
+
+    model = platform.processor() or "unknown processor"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, {platform.system()}"
 
 
 def main() -> None:
@@ -289,6 +451,15 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                         help="override a key of the time-to-solve runs, e.g. replay.backend=reverb (repeatable)")
     parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--sb3-python", metavar="PATH", default=None,
+                        help="an interpreter with stable-baselines3 and rl_zoo3 (e.g. a venv's bin/python): the same "
+                             "seeds trained by SB3 + RL-Zoo's CartPole-v1 DQN under the same stopping protocol, as "
+                             "the anchor of the speed ratio (default: skipped)")
+    parser.add_argument("--sb3-seeds", metavar="SEEDS", default=None,
+                        help="train only these of --seeds with SB3 (each takes ~2 min; default: all of them)")
+    parser.add_argument("--compare-overlap", action="store_true",
+                        help="also run the default with evaluation.overlap process, thread and inline on each seed "
+                             "(videos off)")
     parser.add_argument("--scale-out", default="", metavar="N,N,...",
                         help="only the scale-out section (scripts/benchmark_scale_out.py, which takes the other "
                              "arguments too): train --topology local with each number of collectors, the learner "

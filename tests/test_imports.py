@@ -75,3 +75,17 @@ def test_tensorflow_runs_without_onednn_unless_the_environment_asks_for_it():
     asked = subprocess.run([sys.executable, "-c", code], env={**env, "TF_ENABLE_ONEDNN_OPTS": "1"},
                            capture_output=True, text=True, check=True)
     assert asked.stdout.split() == ["1", "True"]
+
+
+def test_the_legacy_gym_finds_pythons_own_distutils_not_setuptools():
+    """TF-Agents imports the legacy gym, whose video recorder imports distutils: through setuptools' shim that
+    imported all of setuptools (0.2 s of CPU at every start)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings\nwarnings.simplefilter('ignore')\nfrom dqn_cartpole.console.imports import "
+            "stdlib_distutils\nstdlib_distutils()\nimport gym, distutils.spawn\n"
+            "print('setuptools' in sys.modules, distutils.__file__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    imported, where = out.stdout.split()
+    assert imported == "False" and "setuptools" not in where, out.stdout

@@ -135,3 +135,31 @@ def test_children_given_no_work_exit_at_the_end_of_their_stdin():
     for child in (start_plotter(), video.VideoProcess()):
         child.close(timeout_s=60)
         assert child.process.returncode == 0 and child.wait() is None
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])
+def test_the_frames_taken_from_the_surface_are_gymnasiums_own(env_id):
+    """`surface_frames` takes each frame from the renderer's surface (BGRX, as ffmpeg gets it) instead of
+    gymnasium's slow copy: the same pixels, and gymnasium's own rendering is untouched outside the block."""
+    def frames(take) -> list:
+        env = make_gymnasium(env_id, "rgb_array", None)
+        try:
+            env.reset(seed=4)
+            return [take(env) for step in range(3) if env.step(step % 2) is not None]
+        finally:
+            env.close()
+
+    expected = frames(lambda env: env.render())
+    with video.surface_frames() as grab:
+        taken = frames(grab)
+    for frame, own in zip(taken, expected):
+        assert frame.shape == own.shape[:2] + (4,) and frame.flags["C_CONTIGUOUS"]
+        np.testing.assert_array_equal(frame[..., 2::-1], own)
+    assert frames(lambda env: env.render())[0].shape == expected[0].shape  # gymnasium's own again after the block
+
+
+def test_a_caption_set_glyph_by_glyph_is_the_caption_drawn_whole():
+    frame = np.zeros((400, 600, 4), np.uint8)
+    head, tail = "trained agent - episode 2/3   return ", "487   (first 2 s)"
+    drawn = video.caption(frame, head, tail)[:video.CAPTION_HEIGHT, :, 2::-1]
+    np.testing.assert_array_equal(drawn, video.caption_strip(600, head + tail))

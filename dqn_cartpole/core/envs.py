@@ -18,7 +18,7 @@ from typing import Any, Optional  # noqa: E402
 import gymnasium  # noqa: E402
 import numpy as np  # noqa: E402
 from gymnasium import spaces  # noqa: E402
-from gymnasium.vector import AutoresetMode, VectorEnv  # noqa: E402
+from gymnasium.vector import VectorEnv  # noqa: E402
 from tf_agents.environments import py_environment  # noqa: E402
 from tf_agents.specs import array_spec  # noqa: E402
 from tf_agents.trajectories import time_step as ts  # noqa: E402
@@ -26,6 +26,7 @@ from tf_agents.typing import types  # noqa: E402
 
 from dqn_cartpole.env_ids import (  # noqa: E402,F401  (EnvSpecError, check_env_id, max_return: re-exported)
     EnvSpecError, check_env_id, make_gymnasium, max_return, registered_spec, reward_threshold, spaces_problem)
+from dqn_cartpole.core.vector_env import VectorSteps, make_vector_env  # noqa: E402
 
 __all__ = [
     "EnvSpecError",
@@ -67,7 +68,8 @@ def _action_spec(discrete: spaces.Discrete) -> array_spec.BoundedArraySpec:
 
 
 class _GymnasiumWrapper:
-    """What the single and the batched adapter share: specs, dtype casts, seeding, closing.
+    """The single adapter's specs, dtype casts, seeding and closing (the batched one steps through
+    `vector_env.VectorSteps`).
 
     Subclasses set ``_env``, ``_seed``, ``_seeded``, ``_observation_spec`` and ``_action_spec``.
     """
@@ -176,14 +178,8 @@ class GymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironment):
 # --------------------------------------------------------------------------
 
 
-def _autoreset_mode(vector_env: VectorEnv) -> AutoresetMode:
-    """Returns the vector env's autoreset mode (gymnasium's default: NEXT_STEP)."""
-    mode = vector_env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-    return AutoresetMode(mode)  # Accepts the enum or its string value.
-
-
-class BatchedGymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironment):
-    """N copies of an env stepped together as one batched PyEnvironment."""
+class BatchedGymnasiumEnvironment(py_environment.PyEnvironment):
+    """N copies of an env stepped together as one batched PyEnvironment (`vector_env.VectorSteps`' steps)."""
 
     def __init__(self, vector_env: VectorEnv, seed: Optional[int] = None):
         """Wraps ``vector_env``.
@@ -200,30 +196,19 @@ class BatchedGymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironmen
         # Gymnasium resets finished sub-envs itself; the base class must not
         # reset the whole batch when all elements happen to be LAST.
         super().__init__(handle_auto_reset=False)
-        name = (
-            vector_env.spec.id
-            if vector_env.spec is not None
-            else type(vector_env.unwrapped).__name__
-        )
-        problem = spaces_problem(
-            name, vector_env.single_observation_space, vector_env.single_action_space
-        )
-        if problem is not None:
-            raise EnvSpecError(problem)
-        mode = _autoreset_mode(vector_env)
-        if mode != AutoresetMode.NEXT_STEP:
-            raise EnvSpecError(
-                f"vector env {name!r} has autoreset mode {mode.value!r}; "
-                f"only {AutoresetMode.NEXT_STEP.value!r} is supported"
-            )
-        self._env = vector_env
-        self._num_envs = int(vector_env.num_envs)
-        self._seed = seed
-        self._seeded = False
+        self._steps = VectorSteps(vector_env, seed=seed)
         self._observation_spec = _observation_spec(vector_env.single_observation_space)
         self._action_spec = _action_spec(vector_env.single_action_space)
-        # Sub-envs gymnasium will reset (ignoring the action) on the next step.
-        self._resetting = np.zeros(self._num_envs, dtype=bool)
+
+    @property
+    def gym_env(self) -> Any:
+        """The wrapped gymnasium vector env."""
+        return self._steps.env
+
+    @property
+    def steps(self) -> VectorSteps:
+        """The same copies, stepped without TF-Agents' wrapping (what the NumPy evaluation steps)."""
+        return self._steps
 
     @property
     def batched(self) -> bool:
@@ -233,31 +218,27 @@ class BatchedGymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironmen
     @property
     def batch_size(self) -> int:
         """See base class."""
-        return self._num_envs
+        return self._steps.batch_size
+
+    def observation_spec(self) -> array_spec.BoundedArraySpec:
+        """See base class."""
+        return self._observation_spec
+
+    def action_spec(self) -> array_spec.BoundedArraySpec:
+        """See base class."""
+        return self._action_spec
 
     def _reset(self) -> ts.TimeStep:
         """Resets all sub-envs; seeds them only the first time."""
-        observation = self._reset_observation()
-        self._resetting[:] = False
-        return ts.restart(observation, batch_size=self._num_envs)
+        return ts.TimeStep(*self._steps.reset())
 
     def _step(self, action: types.NestedArray) -> ts.TimeStep:
         """Steps all sub-envs; ones gymnasium just reset come back as FIRST."""
-        actions = np.asarray(action, dtype=np.int64).reshape(self._num_envs)
-        observation, reward, terminated, truncated, _ = self._env.step(actions)
-        first = self._resetting
-        terminated = np.asarray(terminated, dtype=bool) & ~first
-        last = (terminated | np.asarray(truncated, dtype=bool)) & ~first
-        self._resetting = last
+        return ts.TimeStep(*self._steps.step(action))
 
-        step_type = np.where(
-            first, ts.StepType.FIRST, np.where(last, ts.StepType.LAST, ts.StepType.MID)
-        ).astype(np.int32)
-        # FIRST steps get reward 0 (gymnasium already does, but be explicit);
-        # only true terminations cut the bootstrap, truncations keep discount 1.
-        reward = np.where(first, 0.0, reward).astype(np.float32)
-        discount = np.where(terminated, 0.0, 1.0).astype(np.float32)
-        return ts.TimeStep(step_type, reward, discount, self._observation(observation))
+    def close(self) -> None:
+        """Closes the gymnasium vector env."""
+        self._steps.close()
 
 
 # --------------------------------------------------------------------------
@@ -287,9 +268,6 @@ def make_env(
     return GymnasiumEnvironment(env, seed=seed)
 
 
-SYNC_UP_TO = 2
-
-
 def make_batched_env(
     env_id: str,
     num_envs: int,
@@ -300,7 +278,8 @@ def make_batched_env(
     """Creates ``num_envs`` copies of an env as one batched PyEnvironment.
 
     Uses the env's numpy-vectorised ``vector_entry_point`` when it has one
-    (CartPole does; much faster), else a ``SyncVectorEnv``.
+    (CartPole does; much faster), else a ``SyncVectorEnv``: see
+    ``vector_env.make_vector_env``.
 
     Args:
       env_id: Gymnasium env id.
@@ -315,31 +294,7 @@ def make_batched_env(
       EnvSpecError: If the env id or its spaces are unsupported.
       ValueError: If ``num_envs`` < 1.
     """
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    check_env_id(env_id)
-    spec = registered_spec(env_id)
-    kwargs: dict[str, Any] = {}
-    # Numpy-vectorised envs pay ~40 us of array overhead per step, which only pays off for
-    # several copies; one or two plain envs step ~4x faster in a SyncVectorEnv.
-    if spec.vector_entry_point is not None and num_envs > SYNC_UP_TO and not seed_per_copy:
-        mode = "vector_entry_point"
-        # Vector entry points implement the time limit themselves; pass it
-        # explicitly so it never silently falls back to the class default.
-        steps = max_episode_steps
-        if steps is None:
-            steps = spec.max_episode_steps
-        if steps is not None:
-            kwargs["max_episode_steps"] = steps
-    else:
-        mode = "sync"
-        # These kwargs go to gymnasium.make for each sub-env (TimeLimit there).
-        kwargs["disable_env_checker"] = True
-        if max_episode_steps is not None:
-            kwargs["max_episode_steps"] = max_episode_steps
-    vector_env = gymnasium.make_vec(
-        spec, num_envs=num_envs, vectorization_mode=mode, **kwargs
-    )
+    vector_env = make_vector_env(env_id, num_envs, max_episode_steps, seed_per_copy)
     return BatchedGymnasiumEnvironment(vector_env, seed=seed)
 
 

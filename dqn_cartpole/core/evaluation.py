@@ -3,53 +3,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
-from tf_agents.trajectories import time_step as ts
 
 from dqn_cartpole.core.envs import BatchedGymnasiumEnvironment
+from dqn_cartpole.core.numpy_episodes import EvalResult, run_episodes
 from dqn_cartpole.core.policies import NumpyGreedy
 
-
-@dataclass(frozen=True)
-class EvalResult:
-    """Per-episode returns and lengths of one evaluation (and discounted returns, sum of gamma^t r_t, from each
-    episode's first observation, which `first_observations` holds).
-
-    With `keep_actions` (see `make_episode_runner`): each episode's actions, [episodes, steps] (row i
-    valid up to lengths[i]), and whether it ended by failure rather than by the time limit.
-    """
-
-    returns: np.ndarray
-    lengths: np.ndarray
-    discounted_returns: Optional[np.ndarray] = None
-    first_observations: Optional[np.ndarray] = None
-    actions: Optional[np.ndarray] = None
-    terminated: Optional[np.ndarray] = None
-
-    @property
-    def average_return(self) -> float:
-        return float(np.mean(self.returns))
-
-    @property
-    def standard_error(self) -> float:
-        """The standard error of `average_return` (0 for a single episode)."""
-        n = len(self.returns)
-        return float(np.std(self.returns, ddof=1) / np.sqrt(n)) if n > 1 else 0.0
-
-    @property
-    def average_length(self) -> float:
-        return float(np.mean(self.lengths))
-
-    def spread_columns(self) -> dict[str, float]:
-        """The eval CSV's spread across episodes and the average discounted return."""
-        discounted = None if self.discounted_returns is None else float(np.mean(self.discounted_returns))
-        return {"min_return": float(np.min(self.returns)), "max_return": float(np.max(self.returns)),
-                "std_return": float(np.std(self.returns)), "average_discounted_return": discounted}
+__all__ = ["EvalResult", "make_episode_runner", "numpy_episode_runner"]
 
 
 def make_episode_runner(policy, env: BatchedGymnasiumEnvironment, gamma: float = 1.0,
@@ -116,38 +80,12 @@ def make_episode_runner(policy, env: BatchedGymnasiumEnvironment, gamma: float =
 
 def numpy_episode_runner(greedy: NumpyGreedy, env: BatchedGymnasiumEnvironment, gamma: float, keep_actions: bool,
                          give_up_below: Optional[float], max_return: Optional[float]) -> Callable[[], EvalResult]:
-    """`make_episode_runner`'s loop in NumPy, step for step the compiled one's, for the agent's greedy policy."""
-    n = env.batch_size
-    give_up = give_up_below is not None and max_return is not None
-
-    def going_on(done: np.ndarray, returns: np.ndarray) -> bool:
-        if done.all():
-            return False
-        return not give_up or float(np.where(done, returns, max_return).sum()) >= give_up_below * n
+    """`make_episode_runner`'s loop in NumPy (`numpy_episodes.run_episodes`), step for step the compiled one's,
+    for the agent's greedy policy, with its weights as they are at the start of each run. It steps the env's
+    copies without TF-Agents' wrapping (`BatchedGymnasiumEnvironment.steps`): the same episodes."""
+    steps = getattr(env, "steps", env)
 
     def run() -> EvalResult:
-        act = greedy.snapshot()
-        time_step = env.reset()
-        first = time_step.observation
-        returns, discounted, lengths = np.zeros(n), np.zeros(n), np.zeros(n, np.int64)
-        done, terminated, scale, actions = np.zeros(n, bool), np.zeros(n, bool), 1.0, []
-        while going_on(done, returns):
-            action = act(time_step.observation)
-            time_step = env.step(action)
-            active = ~done
-            reward = np.asarray(time_step.reward, np.float64)
-            returns += np.where(active, reward, 0.0)
-            discounted += np.where(active, scale * reward, 0.0)  # G = sum_t gamma^t r_{t+1}
-            last = np.asarray(time_step.step_type) == ts.StepType.LAST
-            if keep_actions:
-                actions.append(action)
-                terminated |= active & last & (np.asarray(time_step.discount) == 0.0)
-            lengths += active
-            done |= last
-            scale *= gamma
-        kept = {"actions": np.stack(actions, axis=1) if actions else np.zeros((n, 0), np.int64),
-                "terminated": terminated} if keep_actions else {}
-        return EvalResult(returns=returns, lengths=lengths, discounted_returns=discounted,
-                          first_observations=first, **kept)
+        return run_episodes(greedy.snapshot(), steps, gamma, keep_actions, give_up_below, max_return)
 
     return run

@@ -16,6 +16,8 @@ from tf_agents.policies import random_py_policy
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
+from dqn_cartpole.core.numpy_episodes import ACTIVATIONS, DenseLayer, greedy_act, q_values_of
+
 ActFn = Callable[[ts.TimeStep], np.ndarray]
 
 
@@ -54,10 +56,8 @@ def random_act_fn(time_step_spec, action_spec, seed: Optional[int] = None) -> Ac
 
 class NumpyQNetwork:
     """The Q-values of a Q-network that is a stack of Dense layers, computed in NumPy from the network's weights as
-    they are when `snapshot` is called (see `NumpyGreedy` for why). `of` says None for a network it cannot
-    reproduce exactly (another layer, activation or observation shape)."""
-
-    ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "linear": lambda x: x}
+    they are when `snapshot` (or `layers`) is called (see `NumpyGreedy` for why). `of` says None for a network it
+    cannot reproduce exactly (another layer, activation or observation shape)."""
 
     def __init__(self, dense_layers: list):
         self.dense_layers = dense_layers
@@ -72,25 +72,19 @@ class NumpyQNetwork:
             return None
         for layer in layers:
             if type(layer) is not tf.keras.layers.Dense \
-                    or getattr(layer.activation, "__name__", None) not in cls.ACTIVATIONS:
+                    or getattr(layer.activation, "__name__", None) not in ACTIVATIONS:
                 return None
         return cls(list(layers))
 
+    def layers(self) -> list[DenseLayer]:
+        """The weights as they are now, as arrays (copies): [(kernel, bias or None, activation name)] per layer, which
+        `numpy_episodes` computes with, in this process or another."""
+        return [(layer.kernel.numpy(), layer.bias.numpy() if layer.use_bias else None, layer.activation.__name__)
+                for layer in self.dense_layers]
+
     def snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
         """q_values(observations [B, d]) -> [B, actions], with the weights as they are now."""
-        weights = [(layer.kernel.numpy(), layer.bias.numpy() if layer.use_bias else None,
-                    self.ACTIVATIONS[layer.activation.__name__]) for layer in self.dense_layers]
-
-        def q_values(observations: np.ndarray) -> np.ndarray:
-            x = observations
-            for kernel, bias, activation in weights:
-                x = x @ kernel
-                if bias is not None:
-                    x = x + bias
-                x = activation(x)
-            return x
-
-        return q_values
+        return q_values_of(self.layers())
 
 
 class NumpyGreedy:
@@ -116,12 +110,22 @@ class NumpyGreedy:
 
     def snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
         """act(observations [B, d]) -> actions [B] (int64), with the weights as they are now."""
-        q_values, minimum = self.q_network.snapshot(), self.minimum_action
+        return greedy_act(self.q_network.layers(), self.minimum_action)
 
-        def act(observations: np.ndarray) -> np.ndarray:
-            return np.argmax(q_values(observations), axis=-1).astype(np.int64) + minimum
+    @classmethod
+    def of_layers(cls, layers: list[DenseLayer], minimum_action: int) -> "NumpyGreedy":
+        """The greedy policy of fixed weights (arrays: a snapshot's `layers`), whatever the network does later."""
+        return cls(FixedLayers(layers), minimum_action)
 
-        return act
+
+class FixedLayers:
+    """A `NumpyQNetwork` stand-in whose weights are given arrays."""
+
+    def __init__(self, layers: list[DenseLayer]):
+        self._layers = layers
+
+    def layers(self) -> list[DenseLayer]:
+        return self._layers
 
 
 def greedy_policy(agent: Any) -> Union[NumpyGreedy, Any]:

@@ -70,12 +70,15 @@ class Background:
             else:
                 self.on_line(line.rstrip("\n"))
 
-    def send(self, text: str) -> None:
-        """Gives the child its work (and ends its stdin)."""
+    def send(self, text: str, end: bool = True) -> None:
+        """Gives the child its work (and, unless `end` is False, ends its stdin: no more work comes)."""
         self.sent = time.perf_counter()
         try:
             self.process.stdin.write(text)
-            self.process.stdin.close()
+            if end:
+                self.process.stdin.close()
+            else:
+                self.process.stdin.flush()
         except BrokenPipeError:  # it has died: `wait` says why
             pass
 

@@ -179,6 +179,15 @@ class ChunkedLoop:
     def chunk_size(self, iteration: int, total: int) -> int:
         return min([total - iteration, self.max_chunk] + [i - iteration % i for i in self.intervals])
 
+    def prepare(self, time_step_spec: Any, batch_size: int, policy_state: Any = ()) -> None:
+        """Traces the compiled call and has TensorFlow optimise and instantiate its graph, with a call of 0 iterations
+        (which runs no iteration and touches nothing): what the first `run` would otherwise do first. A stand-in
+        time step of zeros is enough, since no step is taken."""
+        time_step = tf.nest.map_structure(lambda spec: tf.zeros([batch_size, *spec.shape], spec.dtype), time_step_spec)
+        with NativeStderrFilter():  # XLA's one-off notices
+            self.run_iterations(time_step, policy_state, tf.constant(0))
+        self.traced = True
+
     def run(self, iteration: int, total: int, time_step: Any, policy_state: Any) -> Chunk:
         size = self.chunk_size(iteration, total)
         started = time.perf_counter()

@@ -7,10 +7,12 @@ the run's state (`state`). Everything the run opens is closed by one ExitStack, 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import gc
 import os
-from typing import Any, Callable, Optional
+import sys
+from typing import Any, Callable, Iterator, Optional
 
 import tensorflow as tf
 
@@ -29,13 +31,16 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS, TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import checkpoints as run_checkpoints, phases as phase, triggers
+from dqn_cartpole.training import checkpoints as run_checkpoints, overlap, phases as phase, triggers
 from dqn_cartpole.training.artifacts import ArtifactWorkers
 from dqn_cartpole.training.host import Host, own_process
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop, make_iterations, make_train_step, run_ops_on_one_thread
 from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.pipeline import Pipeline, build_pipeline
 from dqn_cartpole.training.state import RunState
+
+
+PREPARE_SWITCH_INTERVAL_S = 1e-4  # Python's GIL hand-over while the loop is prepared beside the fill (default 5 ms)
 
 
 def freeze_heap() -> None:
@@ -87,6 +92,8 @@ class TrainingSession:
         self.evaluate: Optional[triggers.Evaluate] = None
         self.log_train: Optional[triggers.LogTrain] = None
         self.workers: Optional[ArtifactWorkers] = None  # the plotter and the video renderer (child processes)
+        self.trained = False  # whether this process ran the loop (a resumed run may have had nothing left to do)
+        self.loop: Optional[ChunkedLoop] = None  # prepared beside the random fill (`preparing`), else made at the loop
 
     def run(self) -> dict:
         with self.stop_request, self.stack:
@@ -126,8 +133,11 @@ class TrainingSession:
                 time_step, policy_state = self.checkpoints.restore(found, self.progress.message)
             self.open_logs()
         if found is None:
-            with self.phases(phase.INITIAL_COLLECT):
-                time_step, policy_state = self.fill_replay()
+            with self.preparing() as prepared:
+                with self.phases(phase.INITIAL_COLLECT):
+                    time_step, policy_state = self.fill_replay()
+                with self.phases(phase.FIRST_CHUNK):  # what the preparation did not finish beside the fill
+                    self.loop = prepared.result()
         return time_step, policy_state
 
     def make_pipeline(self, found: Optional[checkpointing.Found]) -> Pipeline:
@@ -149,9 +159,62 @@ class TrainingSession:
         self.log_train = triggers.LogTrain(pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
 
     def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
-        """The periodic evaluation, here in this process (hook: `distributed.learner` follows an evaluator's)."""
-        return make_evaluation(self.pipeline, self.config, self.state, self.exporter, self.layout, scalars,
-                               self.clock, self.progress, self.stack, self.phases)
+        """The periodic evaluation, beside the training (`overlap`) or in line (hook: `distributed.learner` follows
+        an evaluator's)."""
+        evaluate = make_evaluation(self.pipeline, self.config, self.state, self.exporter, self.layout, scalars,
+                                   self.clock, self.progress, self.stack, self.phases)
+        restored, seed = self.checkpoints.restored, self.config.training.seed
+        first_reset = seed if restored is None else run_checkpoints.resume_seed(seed, restored.iteration)
+        beside = overlap.beside(evaluate, self.config, self.pipeline, self.state, self.clock, self.phases,
+                                first_reset + build.EVAL_SEED_OFFSET)
+        if beside is None:
+            return evaluate
+        self.stack.callback(beside.close)
+        # A solve taken in: its video and the plots start at once, while this process writes its final checkpoint.
+        beside.on_solved = lambda policy: self.workers.start_final(policy) if not self.finishes_lightly() else None
+        return beside
+
+    def settle_evaluations(self) -> None:
+        """Takes in an evaluation still running beside the training, if any (`overlap.OverlappedEvaluation`)."""
+        settle = getattr(self.evaluate, "settle", None)
+        if settle is not None:
+            settle()
+
+    @contextlib.contextmanager
+    def preparing(self) -> Iterator[concurrent.futures.Future]:
+        """Inside: the compiled loop is traced and instantiated, and the policy's SavedModel traced, in a thread
+        (`prepare_loop`), beside the random fill. Both are mostly Python under the GIL (~1.2 s of CPU), the fill
+        mostly TensorFlow's C++ (its env steps call back into Python): with the switch interval down to 0.1 ms
+        while both run, the fill's callbacks get the GIL within ~0.1 ms, and the other core runs what releases it.
+        Yields the future loop (`ChunkedLoop`), for a fresh run of one process; a learner, whose data come from
+        collectors, or a resumed run prepares nothing (its first chunk traces)."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as pool:
+            if self.pipeline.initial_driver is None:
+                done: concurrent.futures.Future = concurrent.futures.Future()
+                done.set_result(None)
+                yield done
+                return
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(PREPARE_SWITCH_INTERVAL_S)
+            try:
+                yield pool.submit(self.prepare_loop)
+            finally:
+                sys.setswitchinterval(interval)
+
+    def prepare_loop(self) -> ChunkedLoop:
+        """The compiled loop, traced and ready (`ChunkedLoop.prepare`), and the exporter's SavedModel graph."""
+        loop = self.make_loop()
+        tf_env = self.pipeline.envs.tf_env
+        loop.prepare(tf_env.time_step_spec(), tf_env.batch_size)
+        self.exporter.prepare()
+        return loop
+
+    def make_loop(self) -> ChunkedLoop:
+        """The compiled loop of `make_train`'s step (and the collect driver), in chunks that end on every trigger's
+        interval."""
+        cfg = self.config
+        intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval, cfg.training.checkpoint_interval]
+        return ChunkedLoop(make_iterations(self.make_train(), self.pipeline.collect_driver), intervals)
 
     def fill_replay(self) -> tuple[Any, Any]:
         """Fills the buffer with a random policy, so the first samples have data (unless other processes collect)."""
@@ -170,14 +233,15 @@ class TrainingSession:
 
     def run_loop(self, time_step: Any, policy_state: Any) -> None:
         cfg, state, pipeline, timed = self.config, self.state, self.pipeline, self.phases.timed
-        train = self.make_train()
+        self.trained = True
         total = cfg.training.num_iterations
         periodic = [(cfg.training.log_interval, timed(phase.TRAIN_ROWS, self.log_train)),
                     (cfg.evaluation.eval_interval, timed(phase.EVALUATIONS, self.evaluate)),
-                    # last: after the rows it keeps
+                    # last: after the rows it keeps (and the evaluation in flight, taken in first)
                     (cfg.training.checkpoint_interval,
-                     timed(phase.CHECKPOINTS, triggers.PeriodicCheckpoint(self.checkpoints.save, state, total)))]
-        loop = ChunkedLoop(make_iterations(train, pipeline.collect_driver), [interval for interval, _ in periodic])
+                     timed(phase.CHECKPOINTS, triggers.PeriodicCheckpoint(self.checkpoints.save, state, total,
+                                                                          before=self.settle_evaluations)))]
+        loop = self.loop or self.make_loop()  # (the same intervals as `periodic`'s)
         if isinstance(pipeline.collect_driver, build.PyCollection):  # it goes on from the Python env's time step
             time_step = pipeline.envs.collect.current_time_step()
         due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
@@ -192,7 +256,7 @@ class TrainingSession:
                     freeze_heap()
             state.loop_s, state.loop_iterations = loop.loop_s, loop.loop_iterations
             bad = chunk.first_bad_loss()
-            if bad is not None:
+            if bad is not None:  # (an evaluation in flight is dropped with its worker)
                 self.checkpoints.diverge(*bad, self.progress.message)
                 return
             time_step, policy_state = chunk.time_step, chunk.policy_state
@@ -203,16 +267,19 @@ class TrainingSession:
             for trigger in due:
                 trigger(state.iteration)
             self.progress.update(state.iteration, state.loss, state.last_return)
+        self.settle_evaluations()
         if self.stop_request.requested and state.iteration < total and not state.stop:
             state.stopped_by = signals.signal_name(self.stop_request.signum)
         if not self.stop_request.requested:
             self.final_evaluation()
+            self.settle_evaluations()
         with self.phases(phase.CHECKPOINTS):
             self.checkpoints.save()
 
     def final_evaluation(self) -> None:
-        """The final policy always has a measured return (unless its iteration was just evaluated)."""
-        if self.state.iteration % self.config.evaluation.eval_interval != 0:
+        """The final policy always has a measured return (unless its iteration was just evaluated, or it solved:
+        policy/final then holds the weights that passed)."""
+        if not self.state.stop and self.state.iteration % self.config.evaluation.eval_interval != 0:
             with self.phases(phase.EVALUATIONS):
                 self.evaluate()
 
@@ -254,13 +321,20 @@ class TrainingSession:
         summary_inputs = (self.pipeline.train_step_count(), self.pipeline.env_step_count())
         # The logs are closed (complete, to be plotted) and the envs and servers released in there.
         light = self.finishes_lightly()
-        artifacts.update(self.workers.make(greedy_policy(self.pipeline.agent), self.pipeline.envs.tf_env,
-                                           trained and not light, close_logs=self.stack.close, with_plots=not light))
+        artifacts.update(self.workers.make(self.final_greedy_policy(), trained and not light,
+                                           close_logs=self.stack.close, with_plots=not light))
         if self.config.output.tensorboard:
             artifacts["tensorboard"] = layout.tensorboard
         state.end(self.stop_request.signum)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last, self.clock.cpu())
-        return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb}
+        return {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb,
+                "evaluator_peak_rss_mb": getattr(self.evaluate, "peak_rss_mb", None)}  # (a child process's)
+
+    def final_greedy_policy(self) -> Any:
+        """policy/final's greedy policy, for the video: the weights that passed the solve check beside the training
+        (the live ones went on training up to the stop), else the live weights."""
+        solved = getattr(self.evaluate, "solved_policy", lambda: None)()
+        return solved if solved is not None else greedy_policy(self.pipeline.agent)
 
     def finishes_lightly(self) -> bool:
         """Only the checkpoint, policy/final and the summary, no videos or plots (hook: a learner stopped by a
@@ -268,8 +342,12 @@ class TrainingSession:
         return False
 
     def keeps_solved_policy(self) -> bool:
-        """policy/final is the policy the solve check just confirmed (so it is not exported again)."""
-        return self.state.solved_at_iteration == self.state.iteration and os.path.exists(self.layout.final_policy)
+        """policy/final is the policy the solve check confirmed (so it is not exported again): this process stopped
+        on the solve (at its iteration, or one eval interval later when the check ran beside the training), or
+        resumed a run that had (and had nothing left to do)."""
+        state = self.state
+        return state.solved_at_iteration is not None and os.path.exists(self.layout.final_policy) and (
+            state.stop or not self.trained)
 
 
 def make_evaluation(pipeline: Pipeline, config: Config, state: RunState, exporter: triggers.PolicyExport,

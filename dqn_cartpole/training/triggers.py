@@ -2,13 +2,16 @@
 
 Each is a callable the session runs through a TF-Agents `IntervalTrigger` (see `every`): log a
 train row, evaluate the greedy policy (and confirm a solve on fresh episodes), write a
-checkpoint. `PolicyExport` writes policy/best and policy/final with what they are.
+checkpoint. `PolicyExport` writes policy/best and policy/final with what they are, from the live
+weights or from a `Snapshot` of them (an evaluation that ran beside the training: `overlap`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
 
 from tf_agents.train import interval_trigger
 
@@ -52,6 +55,52 @@ class Clock:
         self.start = time.time() - wall_s
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The point of training a policy's weights belong to, and (`take`) a copy of those weights: the arrays a NumPy
+    evaluation plays (`layers`) and the value of every variable of the greedy policy (`values`, what an export
+    writes). `now` names the live weights (no copy: `values` is None)."""
+
+    iteration: int
+    train_step: int
+    env_steps: int
+    wall_s: float
+    layers: Optional[list] = None  # [numpy_episodes.DenseLayer]
+    values: Optional[tuple] = None  # agent.policy.variables(), in order
+
+    @classmethod
+    def now(cls, pipeline: Pipeline, state: RunState, clock: "Clock") -> "Snapshot":
+        return cls(state.iteration, pipeline.train_step_count(), pipeline.env_step_count(), clock.wall())
+
+    @classmethod
+    def take(cls, pipeline: Pipeline, numpy_q: Any, state: RunState, clock: "Clock") -> "Snapshot":
+        """Copies the weights as they are now (between two compiled chunks: nothing changes them meanwhile)."""
+        values = tuple(variable.numpy() for variable in pipeline.agent.policy.variables())
+        return cls(state.iteration, pipeline.train_step_count(), pipeline.env_step_count(), clock.wall(),
+                   numpy_q.layers(), values)
+
+    def where(self) -> dict:
+        """policy_info.json's record of where these weights come from."""
+        return {"train_step": self.train_step, "iteration": self.iteration, "env_steps": self.env_steps}
+
+
+@contextlib.contextmanager
+def swapped_in(variables: list, values: tuple, train_step: Any, step: int) -> Iterator[None]:
+    """The `variables` hold `values` (and the train-step counter `step`) inside the block, their own values again
+    after it. Between compiled chunks only this thread touches them: an export writes a snapshot's weights
+    through the policy's own saver, which reads these variables."""
+    live, live_step = [variable.numpy() for variable in variables], train_step.numpy()
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+    train_step.assign(step)
+    try:
+        yield
+    finally:
+        for variable, value in zip(variables, live):
+            variable.assign(value)
+        train_step.assign(live_step)
+
+
 class PolicyExport:
     """Exports the greedy policy with its step, iteration, env steps and measured return."""
 
@@ -60,12 +109,34 @@ class PolicyExport:
         self.saver: Optional[export.PolicyExporter] = None  # made at the first export
 
     def save(self, path: str, average_return: Optional[float], episodes: Optional[int] = None,
-             keep_solved: bool = False, **where: int) -> str:
-        """`where` overrides the iteration and env steps (after a divergence the weights are the last
-        good checkpoint's, not the current iteration's), or marks a solved policy (`solved=True`); with
+             keep_solved: bool = False, snapshot: Optional[Snapshot] = None, **where: int) -> str:
+        """`snapshot` says where the weights come from and, if it holds a copy of them, exports that copy instead
+        of the live weights. `where` overrides the iteration and env steps (after a divergence the weights are the
+        last good checkpoint's, not the current iteration's), or marks a solved policy (`solved=True`); with
         `keep_solved`, a solved policy on disk stays (`export.save_policy`)."""
-        with measure(self.phases, phase_names.EXPORT):
+        if snapshot is not None:
+            where = {**snapshot.where(), **where}
+        with measure(self.phases, phase_names.EXPORT), self.weights_of(snapshot):
             return self._save(path, average_return, episodes, keep_solved, **where)
+
+    def prepare(self) -> None:
+        """Builds the saver and writes one throwaway SavedModel, whose graph later exports reuse (the first export's
+        ~0.3 s of tracing, done ahead: see `session.TrainingSession.fill_replay`)."""
+        import shutil
+        import tempfile
+
+        self.saver = export.PolicyExporter(self.pipeline.agent.policy, self.pipeline.agent.train_step_counter)
+        folder = tempfile.mkdtemp(prefix="dqn-cartpole-policy-")
+        try:
+            self.saver.write(folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def weights_of(self, snapshot: Optional[Snapshot]) -> contextlib.AbstractContextManager:
+        if snapshot is None or snapshot.values is None:
+            return contextlib.nullcontext()
+        agent = self.pipeline.agent
+        return swapped_in(agent.policy.variables(), snapshot.values, agent.train_step_counter, snapshot.train_step)
 
     def _save(self, path: str, average_return: Optional[float], episodes: Optional[int], keep_solved: bool,
               **where: int) -> str:
@@ -141,6 +212,7 @@ class SolveCheck:
             self.check()
 
     def check(self) -> None:
+        """Plays the check's episodes with the live weights, here and now, then `conclude`s."""
         cfg = self.config
         if self.run_episodes is None:
             env = build.make_env_copies(cfg, cfg.evaluation.solve_episodes,
@@ -150,20 +222,30 @@ class SolveCheck:
             self.run_episodes = make_episode_runner(
                 greedy_policy(self.pipeline.agent), env, give_up_below=self.solve_return,
                 max_return=env_ids.max_return(cfg.env.id, cfg.env.max_episode_steps))
-        result = self.run_episodes()
+        self.conclude(self.run_episodes())
+
+    def conclude(self, result: EvalResult, at: Optional[Snapshot] = None) -> bool:
+        """A solve, if the check's episodes (`result`, played by the weights `at` names, else the live ones) average
+        at least the solve return plus the margin: the run stops, and policy/final is exported from those
+        weights. Returns whether it was one."""
+        cfg, state = self.config, self.state
         margin = cfg.evaluation.solve_margin * result.standard_error
         if result.average_return < self.solve_return + margin:
-            return
-        state = self.state
+            return False
+        iteration = state.iteration if at is None else at.iteration
         state.stop = True
-        state.solved_at_iteration, state.solved_return = state.iteration, result.average_return
-        state.solved_env_steps = self.pipeline.env_step_count()
-        self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns), solved=True)
+        state.solved_at_iteration, state.solved_return = iteration, result.average_return
+        state.solved_env_steps = self.pipeline.env_step_count() if at is None else at.env_steps
+        self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns), solved=True,
+                           snapshot=at)
         state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), self.clock.cpu()
         above = f", {cfg.evaluation.solve_margin:g} standard errors ({margin:.1f}) above it" if margin else ""
+        stopping = "stopping early" if iteration == state.iteration else \
+            f"policy/final holds that iteration's weights; stopping at iteration {state.iteration}"
         self.progress.message(
-            f"Solved at iteration {state.iteration}: average return {result.average_return:.1f} over "
-            f"{len(result.returns)} greedy episodes (target {self.solve_return:g}{above}); stopping early.")
+            f"Solved at iteration {iteration}: average return {result.average_return:.1f} over "
+            f"{len(result.returns)} greedy episodes (target {self.solve_return:g}{above}); {stopping}.")
+        return True
 
 
 class Evaluate:
@@ -181,33 +263,40 @@ class Evaluate:
         started = time.perf_counter()
         result = self.pipeline.evaluate_greedy()
         self.state.eval_s += time.perf_counter() - started
-        self.record(result)
+        self.record(result, Snapshot.now(self.pipeline, self.state, self.clock))
         if self.config.evaluation.stop_when_solved and result.average_return >= self.solve_check.solve_return:
             self.solve_check()
 
-    def record(self, result: EvalResult) -> None:
-        state, train_step = self.state, self.pipeline.train_step_count()
+    def record(self, result: EvalResult, at: Snapshot, max_q: Optional[float] = None) -> None:
+        """The eval row of the weights `at` names (their train step, env steps and wall time), and policy/best from
+        those weights if they are the best so far; `max_q`: their estimate at the first states, if known."""
+        state = self.state
         state.last_return = result.average_return
         if state.best_return is None or result.average_return >= state.best_return:  # ties go to the later
-            state.best_return, state.best_iteration = result.average_return, state.iteration
-            self.exporter.save(self.best_policy, result.average_return)
+            state.best_return, state.best_iteration = result.average_return, at.iteration
+            self.exporter.save(self.best_policy, result.average_return, snapshot=at)
         spread = result.spread_columns()
-        if result.first_observations is not None:
+        if max_q is not None:
+            spread["average_max_q_at_reset"] = max_q
+        elif result.first_observations is not None:
             spread["average_max_q_at_reset"] = self.max_q(result.first_observations)
-        self.log.write({"train_step": train_step, "env_steps": self.pipeline.env_step_count(),
+        self.log.write({"train_step": at.train_step, "env_steps": at.env_steps,
                         "average_return": result.average_return, "average_episode_length": result.average_length,
-                        "num_episodes": len(result.returns), "wall_s": self.clock.wall(), **spread})
-        self.scalars.write("eval", train_step, {"average_return": result.average_return,
-                                                "average_episode_length": result.average_length, **spread})
+                        "num_episodes": len(result.returns), "wall_s": at.wall_s, **spread})
+        self.scalars.write("eval", at.train_step, {"average_return": result.average_return,
+                                                   "average_episode_length": result.average_length, **spread})
         self.progress.update(state.iteration, state.loss, state.last_return, force=True)
 
 
 class PeriodicCheckpoint:
-    """Writes a checkpoint, except at the end (the last one is written once the final evaluation is in)."""
+    """Writes a checkpoint, except at the end (the last one is written once the final evaluation is in). `before`
+    runs first (an evaluation still running beside the training is taken in, so the checkpoint holds its row)."""
 
-    def __init__(self, save: Callable[[], None], state: RunState, total: int):
-        self.save, self.state, self.total = save, state, total
+    def __init__(self, save: Callable[[], None], state: RunState, total: int,
+                 before: Callable[[], None] = lambda: None):
+        self.save, self.state, self.total, self.before = save, state, total, before
 
     def __call__(self) -> None:
+        self.before()
         if self.state.iteration < self.total and not self.state.stop:
             self.save()

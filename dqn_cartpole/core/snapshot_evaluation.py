@@ -1,0 +1,232 @@
+"""Evaluations of weight snapshots beside the training, without TensorFlow.
+
+The trainer takes a snapshot of the greedy policy's weights at each evaluation (arrays:
+`numpy_episodes.DenseLayer`s) and hands it to a worker as a `Job`; `SnapshotEvaluator` plays the
+evaluation's greedy episodes and, when their average reaches the solve return, the solve check's,
+and the worker sends an `Outcome` back. The trainer trains on meanwhile and takes the outcome at a
+later, fixed iteration (`training.overlap`). The episodes are the ones the trainer's own NumPy
+evaluation would play (the same loop over the same seeded copies: `numpy_episodes`, `vector_env`).
+
+Two workers, one interface (`submit`, `result`, `close`):
+- `ProcessWorker`: a child process, `python -m dqn_cartpole.core.snapshot_evaluation`, which imports
+  NumPy and gymnasium only (~0.3 s) and gets its jobs as pickles on stdin. It runs on the other core
+  without sharing the trainer's GIL: the trainer's compiled chunk needs the GIL at every env step
+  (the collect env is Python), and the episodes here are Python too.
+- `ThreadWorker`: the same evaluator in a thread of the trainer (it shares the GIL; see docs/benchmarks.md
+  for the two measured side by side).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from dqn_cartpole.core.numpy_episodes import EvalResult, greedy_act, mean_max_q, run_episodes
+from dqn_cartpole.core.vector_env import VectorSteps, make_vector_steps
+
+MODULE = "dqn_cartpole.core.snapshot_evaluation"
+CLOSE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class EvaluationSpec:
+    """What every evaluation of a run plays (sent to a worker once)."""
+
+    env_id: str
+    max_episode_steps: Optional[int]
+    episodes: int  # evaluation episodes, side by side
+    seed: int  # the evaluation copies' first reset; later evaluations continue their stream
+    gamma: float  # for the discounted returns
+    minimum_action: int
+    check_above: Optional[float]  # an evaluation averaging at least this is followed by the solve check (None: never)
+    check_episodes: int
+    check_seed: int  # the check's copies are seeded with this plus the iteration of the first check
+    max_return: Optional[float]  # the most an episode can return: a check that can no longer pass stops early
+
+
+@dataclass(frozen=True)
+class Job:
+    """One snapshot to evaluate: the iteration it was taken at, and its weights."""
+
+    iteration: int
+    layers: list  # [numpy_episodes.DenseLayer]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A job's evaluation, and its solve check's episodes if the evaluation reached `check_above`."""
+
+    iteration: int
+    result: EvalResult
+    max_q_at_reset: float  # mean max_a Q(s0, a) over the evaluation's first states, under the snapshot's weights
+    check: Optional[EvalResult]
+    seconds: float  # the worker's wall seconds for the evaluation and the check
+
+
+class SnapshotEvaluator:
+    """Plays each job's episodes in the spec's seeded copies (the check's are made at the first check)."""
+
+    def __init__(self, spec: EvaluationSpec):
+        self.spec = spec
+        self.env = make_vector_steps(spec.env_id, spec.episodes, spec.seed, spec.max_episode_steps)
+        self.check_env: Optional[VectorSteps] = None
+
+    def __call__(self, job: Job) -> Outcome:
+        started, spec = time.perf_counter(), self.spec
+        act = greedy_act(job.layers, spec.minimum_action)
+        result = run_episodes(act, self.env, spec.gamma)
+        check = None
+        if spec.check_above is not None and result.average_return >= spec.check_above:
+            if self.check_env is None:
+                self.check_env = make_vector_steps(spec.env_id, spec.check_episodes, spec.check_seed + job.iteration,
+                                                   spec.max_episode_steps)
+            check = run_episodes(act, self.check_env, give_up_below=spec.check_above, max_return=spec.max_return)
+        return Outcome(job.iteration, result, mean_max_q(job.layers, result.first_observations), check,
+                       time.perf_counter() - started)
+
+    def close(self) -> None:
+        for env in (self.env, self.check_env):
+            if env is not None:
+                env.close()
+
+
+class EvaluatorFailed(RuntimeError):
+    """The worker could not evaluate (its process died or raised): one line saying why."""
+
+
+class ProcessWorker:
+    """The evaluator in a child process (see the module docstring). A thread writes the jobs, so `submit` never
+    waits, even while the child is still importing or the job is larger than the pipe holds."""
+
+    where = "another process"
+
+    def __init__(self, spec: EvaluationSpec):
+        self.process = subprocess.Popen([sys.executable, "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True)  # a Ctrl-C is the trainer's
+        self._stderr: list[bytes] = []
+        self._outbox: queue.Queue = queue.Queue()
+        for target in (self._write, lambda: self._stderr.extend(self.process.stderr)):
+            threading.Thread(target=target, daemon=True).start()
+        self._outbox.put(pickle.dumps(spec))
+        self.peak_rss_mb: Optional[float] = None
+
+    def _write(self) -> None:
+        while True:
+            data = self._outbox.get()
+            try:
+                if data is None:
+                    self.process.stdin.close()
+                    return
+                self.process.stdin.write(data)
+                self.process.stdin.flush()
+            except (BrokenPipeError, ValueError):  # the child has died: `result` says why
+                return
+
+    def submit(self, job: Job) -> None:
+        self._outbox.put(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def result(self) -> Outcome:
+        """The next job's outcome, waiting for it."""
+        try:
+            return pickle.load(self.process.stdout)
+        except (EOFError, pickle.UnpicklingError):
+            status = self.process.wait()
+            lines = [line.decode(errors="replace").strip() for line in self._stderr if line.strip()]
+            raise EvaluatorFailed(lines[-1] if lines else f"the evaluator process exited with status {status}") \
+                from None
+
+    def close(self) -> None:
+        """Ends the child (the end of its stdin), after reading its peak memory."""
+        self.peak_rss_mb = peak_rss_mb(self.process.pid)
+        self._outbox.put(None)
+        try:
+            self.process.wait(timeout=CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class ThreadWorker:
+    """The evaluator in a thread of this process (it shares this process's GIL)."""
+
+    where = "a thread"
+    peak_rss_mb = None
+
+    def __init__(self, spec: EvaluationSpec):
+        self.evaluator = SnapshotEvaluator(spec)
+        self.jobs: queue.Queue = queue.Queue()
+        self.outcomes: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            try:
+                self.outcomes.put(self.evaluator(job))
+            except Exception as exc:  # pylint: disable=broad-except  # raised again where the result is taken
+                self.outcomes.put(exc)
+
+    def submit(self, job: Job) -> None:
+        self.jobs.put(job)
+
+    def result(self) -> Outcome:
+        outcome = self.outcomes.get()
+        if isinstance(outcome, Exception):
+            raise EvaluatorFailed(f"{type(outcome).__name__}: {outcome}")
+        return outcome
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join(CLOSE_TIMEOUT_S)
+        self.evaluator.close()
+
+
+WORKERS = {"process": ProcessWorker, "thread": ThreadWorker}
+
+
+def peak_rss_mb(pid: int) -> Optional[float]:
+    """A live process's peak resident memory (VmHWM), in MB; None if it has ended or there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def main() -> int:
+    """The child: a spec, then jobs, as pickles on stdin until its end; an outcome per job on stdout."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the outcomes
+    stdin = sys.stdin.buffer
+    try:
+        evaluator = SnapshotEvaluator(pickle.load(stdin))
+        while True:
+            try:
+                job = pickle.load(stdin)
+            except EOFError:
+                return 0
+            pickle.dump(evaluator(job), out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.flush()
+    except EOFError:  # no spec came: the run ended before its first evaluation
+        return 0
+    except Exception as exc:  # pylint: disable=broad-except  # one line for the trainer to show
+        print(f"error: the evaluator failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+              file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    # The module by its name, not this `__main__` copy: the outcomes it pickles must name its classes.
+    from dqn_cartpole.core import snapshot_evaluation
+
+    sys.exit(snapshot_evaluation.main())
