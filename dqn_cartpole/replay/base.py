@@ -15,7 +15,7 @@ the n-step TD target needs, and every collected step starts exactly one window:
   with end-of-episode padding, so the last n steps of an episode start windows too (padded
   with boundary steps).
 
-The agent (`core.agents.n_step_transition`) stops each window's return at its first LAST
+The agents (`core.agents.n_step.n_step_transition`, in every agent's loss) stop each window's return at its first LAST
 step, so the part of a window after an episode's end never counts: both layouts give the same
 (start state, n-step return, bootstrap state, bootstrap discount) for every transition.
 """
