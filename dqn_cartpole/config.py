@@ -22,6 +22,7 @@ import functools
 import importlib.resources
 import math
 import os
+import sys
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -270,14 +271,31 @@ class NetworkConfig:
     fc_layer_params: tuple = _f("units of each hidden Dense layer (ReLU, VarianceScaling init)")
 
 
+AGENT_KINDS = ("dqn", "double_dqn", "c51")
+# A kind's own keys: the kinds each applies to. Another kind's key is an error unless it keeps its default.
+KIND_KEYS = {"td_loss": ("dqn", "double_dqn"), "num_atoms": ("c51",), "min_q_value": ("c51",),
+             "max_q_value": ("c51",)}
+C51_DEFAULTS = {"num_atoms": 51, "min_q_value": -10.0, "max_q_value": 10.0}  # what null means for kind c51
+
+
+def _kinds(*kinds: str) -> Callable[[dict], bool]:
+    return lambda c: c.get("agent", {}).get("kind") in kinds
+
+
 @dataclass(frozen=True)
 @_section_defaults("agent")
 class AgentConfig:
-    """The DQN agent."""
+    """The value-based agent."""
 
-    double_dqn: bool = _f("use Double DQN (DdqnAgent) instead of DqnAgent")
+    kind: str = _f("the agent: dqn (TF-Agents' DqnAgent), double_dqn (DdqnAgent: the target network evaluates the "
+                   "online network's greedy action) or c51 (CategoricalDqnAgent: a distribution over num_atoms "
+                   "values per action)")
+    double_dqn: Optional[bool] = _f("deprecated: write kind: double_dqn (true) or kind: dqn (false); loading it "
+                                    "prints a note and sets kind (null = not given)")
     learning_rate: float = _f("Adam learning rate")
-    td_loss: str = _f("TD loss: huber is linear beyond an error of 1, so large errors move the weights less")
+    td_loss: str = _f("TD loss: huber is linear beyond an error of 1, so large errors move the weights less (C51's "
+                      "loss is the cross-entropy of the projected target distribution)", _kinds("dqn", "double_dqn"),
+                      "kind is dqn or double_dqn")
     gamma: float = _f("discount factor, in [0, 1]")
     epsilon_start: float = _f("epsilon of the epsilon-greedy collect policy at train step 0")
     epsilon_end: float = _f("epsilon after epsilon_decay_steps train steps")
@@ -286,6 +304,13 @@ class AgentConfig:
     target_update_tau: float = _f("target update factor, in (0, 1]; 1 copies the weights")
     gradient_clipping: Optional[float] = _f("clip gradients to this global norm (null = off)")
     n_step: int = _f("n-step TD update; replay holds sequences of n_step + 1 steps")
+    num_atoms: Optional[int] = _f(f"C51: atoms of each action's return distribution, at least 2 (null = "
+                                  f"{C51_DEFAULTS['num_atoms']})", _kinds("c51"), "kind is c51")
+    min_q_value: Optional[float] = _f(f"C51: the lowest atom, the smallest return the distribution can hold (null = "
+                                      f"{C51_DEFAULTS['min_q_value']:g}, the paper's, for rewards clipped to [-1, 1])",
+                                      _kinds("c51"), "kind is c51")
+    max_q_value: Optional[float] = _f(f"C51: the highest atom, above min_q_value (null = "
+                                      f"{C51_DEFAULTS['max_q_value']:g})", _kinds("c51"), "kind is c51")
 
 
 @dataclass(frozen=True)
@@ -426,7 +451,8 @@ class Config:
 
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)
-CHOICES = {("agent", "td_loss"): ("squared", "huber"), ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
+CHOICES = {("agent", "kind"): AGENT_KINDS, ("agent", "td_loss"): ("squared", "huber"),
+           ("replay", "backend"): ("reverb", "tf_uniform", "py_uniform"),
            ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py"),
            ("distributed", "replay"): ("learner", "server"), ("evaluation", "overlap"): ("process", "thread", "inline")}
 MAX_SEED = 2**31 - 1
@@ -461,6 +487,9 @@ def written_differs(run: dict, default: dict, dotted: str) -> bool:
     """
     section, key = dotted.split(".", 1)
     value, default_value = run.get(section, {}).get(key), default.get(section, {}).get(key)
+    c51 = run.get("agent", {}).get("kind") == "c51"
+    if section == "agent" and key in C51_DEFAULTS and default_value is None and c51:
+        default_value = C51_DEFAULTS[key]  # null resolved to what it means for C51
     if (section, key) == ("replay", "sampling") and default_value == "auto":
         default_value = sampling_mode(ReplayConfig(backend=run.get("replay", {}).get("backend", "tf_uniform")))
     return value != default_value
@@ -527,8 +556,47 @@ def load(path: Optional[str] = None, overrides: typing.Sequence[typing.Union[str
         dotted = f"{section}.{key}"
         origins.pop(dotted, None)  # re-inserted last: the newest source of a value comes last
         written[dotted], origins[dotted] = _plain(value), where
+    config, note = migrate_double_dqn(config, "agent.kind" in written, blame(origins, source, "agent.double_dqn"))
     validate(config, source, origins)
+    if note:
+        _note_once(note)
     return Loaded(resolve_auto(config), written, origins)
+
+
+def migrate_double_dqn(config: Config, kind_written: bool, where: str) -> tuple[Config, Optional[str]]:
+    """An old config's `agent.double_dqn: true/false` as the `agent.kind` it means, and a one-line note saying so
+    (None when the config has no double_dqn). `kind_written`: the same config also names agent.kind, which must
+    then agree."""
+    agent = config.agent
+    if agent.double_dqn is None:
+        return config, None
+    kind = "double_dqn" if agent.double_dqn else "dqn"
+    if kind_written and agent.kind != kind:
+        raise ConfigError(f"{where}: agent.double_dqn: {str(agent.double_dqn).lower()} means agent.kind {kind}, but "
+                          f"agent.kind is {agent.kind}; remove agent.double_dqn (deprecated: agent.kind replaces it)")
+    note = (f"note: {where}: agent.double_dqn: {str(agent.double_dqn).lower()} is deprecated; it is read as "
+            f"agent.kind: {kind}, which replaces it")
+    return dataclasses.replace(config, agent=dataclasses.replace(agent, kind=kind, double_dqn=None)), note
+
+
+_NOTED: set = set()
+
+
+def _note_once(note: str) -> None:
+    """Prints a note on the process's stderr once (a config is loaded more than once). The real stderr: the commands
+    load their config inside `redirect_stderr`, which hides gymnasium's import-time notices."""
+    if note not in _NOTED:
+        _NOTED.add(note)
+        print(note, file=sys.__stderr__ or sys.stderr, flush=True)
+
+
+def c51_values(agent: AgentConfig) -> tuple[int, float, float]:
+    """(num_atoms, min_q_value, max_q_value) of a C51 agent, null meaning `C51_DEFAULTS`."""
+    def value(key: str) -> Any:
+        given = getattr(agent, key)
+        return C51_DEFAULTS[key] if given is None else given
+
+    return value("num_atoms"), value("min_q_value"), value("max_q_value")
 
 
 def override_values(overrides: typing.Sequence[typing.Union[str, Flagged]]) -> dict:
@@ -582,7 +650,10 @@ def queue_size(config: Config) -> int:
 def resolve_auto(config: Config) -> Config:
     """Replaces `auto` settings by what they stand for, so a run's config.yaml says what ran."""
     replay = dataclasses.replace(config.replay, sampling=sampling_mode(config.replay))
-    return dataclasses.replace(config, replay=replay)
+    agent = config.agent
+    if agent.kind == "c51":
+        agent = dataclasses.replace(agent, **dict(zip(("num_atoms", "min_q_value", "max_q_value"), c51_values(agent))))
+    return dataclasses.replace(config, replay=replay, agent=agent)
 
 
 def read_resolved(path: str) -> dict:
@@ -590,7 +661,9 @@ def read_resolved(path: str) -> dict:
 
     Unlike `load_config` it skips the env-id check, which imports TF-Agents: the report uses it.
     """
-    return to_dict(_build(_read_yaml(locate_config(path)), path))
+    raw = _read_yaml(locate_config(path))
+    config, _ = migrate_double_dqn(_build(raw, path), "kind" in (raw.get("agent") or {}), path)
+    return to_dict(config)
 
 
 def _build(raw: dict, source: str) -> Config:
@@ -701,6 +774,7 @@ def validate(config: Config, source: str, origins: Optional[dict] = None) -> Non
         value = getattr(getattr(config, section), key)
         if value not in options:
             fail(f"{section}.{key}", f"must be one of {', '.join(options)}, got {value!r}{_suggest(value, options)}")
+    _validate_kind(config.agent, fail)
     positive = {
         "env": ["num_envs", "max_episode_steps"],
         "agent": ["epsilon_decay_steps", "target_update_period", "n_step", "gradient_clipping", "learning_rate"],
@@ -743,6 +817,23 @@ def blame(origins: Optional[dict], source: str, *keys: str) -> str:
     order = list(origins or {})
     given = [key for key in keys if key in order]
     return origins[max(given, key=order.index)] if given else source
+
+
+def _validate_kind(agent: AgentConfig, fail: Callable[..., None]) -> None:
+    """A key of another agent kind keeps its default (null for C51's); C51's support is at least 2 atoms, low to
+    high."""
+    defaults = AgentConfig()
+    for key, kinds in KIND_KEYS.items():
+        value = getattr(agent, key)
+        if agent.kind not in kinds and value != getattr(defaults, key):
+            fail(f"agent.{key}", f"applies to agent.kind {' or '.join(kinds)} only, not to kind {agent.kind}; "
+                                 f"remove it (got {value!r})", "agent.kind")
+    if agent.kind == "c51":
+        atoms, low, high = c51_values(agent)
+        if atoms < 2:
+            fail("agent.num_atoms", f"must be at least 2, got {atoms}")
+        if not low < high:
+            fail("agent.max_q_value", f"must be above agent.min_q_value ({low:g}), got {high:g}", "agent.min_q_value")
 
 
 def _validate_combinations(config: Config, fail: Callable[..., None]) -> None:

@@ -19,7 +19,7 @@ ACTION_SPEC = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1, "action")
 
 def build(double: bool = False, **agent_fields) -> agents.DqnFamilyAgent:
     config = load_config()
-    agent_config = dataclasses.replace(config.agent, double_dqn=double, epsilon_start=1.0, epsilon_end=0.1,
+    agent_config = dataclasses.replace(config.agent, kind="double_dqn" if double else "dqn", epsilon_start=1.0, epsilon_end=0.1,
                                        epsilon_decay_steps=10, **agent_fields)
     return agents.build_agent(agent_config, dataclasses.replace(config.network, fc_layer_params=(8,)),
                               ts.time_step_spec(OBSERVATION_SPEC), ACTION_SPEC)

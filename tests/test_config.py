@@ -195,7 +195,7 @@ def test_overrides_apply_in_order_and_parse_as_yaml():
                            "agent.double_dqn=true", "training.seed=7", "training.seed=8"])
     assert c.agent.learning_rate == 5e-4
     assert c.network.fc_layer_params == (8, 4)
-    assert c.agent.double_dqn is True
+    assert c.agent.kind == "double_dqn" and c.agent.double_dqn is None  # the deprecated key, read as the kind
     assert c.training.seed == 8
 
 

@@ -99,7 +99,7 @@ def build_agent(
     """Builds and initialises a DqnAgent (or DdqnAgent) from the config, behind the `ValueAgent` interface."""
     num_actions = int(action_spec.maximum - action_spec.minimum + 1)
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
-    agent_class = DdqnAgent if agent_config.double_dqn else DqnAgent
+    agent_class = DdqnAgent if agent_config.kind == "double_dqn" else DqnAgent
     agent = agent_class(
         time_step_spec,
         action_spec,

@@ -1,0 +1,56 @@
+"""`agent.kind` and each kind's own keys, in process: a key of another kind is one line naming it; the deprecated
+`agent.double_dqn` still loads, as the kind it means, with a one-line note."""
+
+from __future__ import annotations
+
+import pytest
+
+from dqn_cartpole.config import C51_DEFAULTS, load, load_config, read_resolved
+from dqn_cartpole.errors import ConfigError
+
+
+def write(tmp_path, text: str) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("overrides, problem", [
+    (["agent.kind=dqn", "agent.num_atoms=11"], "agent.num_atoms: applies to agent.kind c51 only, not to kind dqn"),
+    (["agent.min_q_value=-1"], "agent.min_q_value: applies to agent.kind c51 only, not to kind double_dqn"),
+    (["agent.kind=c51", "agent.td_loss=squared"], "agent.td_loss: applies to agent.kind dqn or double_dqn only"),
+    (["agent.kind=c51", "agent.num_atoms=1"], "agent.num_atoms: must be at least 2, got 1"),
+    (["agent.kind=c51", "agent.min_q_value=5", "agent.max_q_value=5"], "agent.max_q_value: must be above"),
+    (["agent.kind=c51", "agent.max_q_value=-20"], "agent.max_q_value: must be above agent.min_q_value (-10)"),
+    (["agent.kind=c52"], "agent.kind: must be one of dqn, double_dqn, c51, got 'c52' (did you mean 'c51'?)"),
+    (["agent.double_dqn=true", "agent.kind=c51"], "agent.double_dqn: true means agent.kind double_dqn, but"),
+])
+def test_a_key_that_does_not_fit_the_kind_is_one_line_naming_it(overrides, problem):
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, overrides)
+    message = str(caught.value)
+    assert problem in message and "\n" not in message
+    # The value written last is the one to change; the deprecated key is the one to remove.
+    blamed = next((o for o in overrides if o.startswith("agent.double_dqn")), overrides[-1])
+    assert message.startswith(f"--set {blamed}: ")
+
+
+def test_c51_resolves_its_nulls_and_keeps_what_is_written():
+    config = load_config(None, ["agent.kind=c51", "agent.num_atoms=21"])
+    assert (config.agent.num_atoms, config.agent.min_q_value, config.agent.max_q_value) == \
+        (21, C51_DEFAULTS["min_q_value"], C51_DEFAULTS["max_q_value"])
+    assert load_config().agent.num_atoms is None  # a DQN run's config.yaml says null: it reloads as it is
+
+
+@pytest.mark.parametrize("flag, kind", [("true", "double_dqn"), ("false", "dqn")])
+def test_an_old_config_with_double_dqn_loads_as_its_kind_with_one_note(tmp_path, capfd, flag, kind):
+    path = write(tmp_path, f"agent:\n  double_dqn: {flag}\n")
+    loaded = load(path)
+    assert loaded.config.agent.kind == kind and loaded.config.agent.double_dqn is None
+    assert read_resolved(path)["agent"]["kind"] == kind  # the report reads an old run's config.yaml the same way
+    load(path)  # loaded again (a child, a resume): no second note
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == [f"note: {path}: agent.double_dqn: {flag} is deprecated; it is read as agent.kind: {kind}, "
+                   f"which replaces it"]
+    # The same kind written beside it agrees: loads, with the note.
+    assert load_config(write(tmp_path, f"agent:\n  kind: {kind}\n  double_dqn: {flag}\n")).agent.kind == kind
