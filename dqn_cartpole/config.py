@@ -556,26 +556,32 @@ def load(path: Optional[str] = None, overrides: typing.Sequence[typing.Union[str
         dotted = f"{section}.{key}"
         origins.pop(dotted, None)  # re-inserted last: the newest source of a value comes last
         written[dotted], origins[dotted] = _plain(value), where
-    config, note = migrate_double_dqn(config, "agent.kind" in written, blame(origins, source, "agent.double_dqn"))
+    config, note = migrate_double_dqn(config, origins)
     validate(config, source, origins)
     if note:
         _note_once(note)
     return Loaded(resolve_auto(config), written, origins)
 
 
-def migrate_double_dqn(config: Config, kind_written: bool, where: str) -> tuple[Config, Optional[str]]:
+def migrate_double_dqn(config: Config, origins: dict) -> tuple[Config, Optional[str]]:
     """An old config's `agent.double_dqn: true/false` as the `agent.kind` it means, and a one-line note saying so
-    (None when the config has no double_dqn). `kind_written`: the same config also names agent.kind, which must
-    then agree."""
+    (None when the config has no double_dqn). `origins` (section.key -> where its value came from, oldest first):
+    an agent.kind given after it (a `--set` on an old file) decides instead; one source giving both must agree."""
     agent = config.agent
     if agent.double_dqn is None:
         return config, None
-    kind = "double_dqn" if agent.double_dqn else "dqn"
-    if kind_written and agent.kind != kind:
-        raise ConfigError(f"{where}: agent.double_dqn: {str(agent.double_dqn).lower()} means agent.kind {kind}, but "
-                          f"agent.kind is {agent.kind}; remove agent.double_dqn (deprecated: agent.kind replaces it)")
-    note = (f"note: {where}: agent.double_dqn: {str(agent.double_dqn).lower()} is deprecated; it is read as "
-            f"agent.kind: {kind}, which replaces it")
+    kind, where = ("double_dqn" if agent.double_dqn else "dqn"), origins.get("agent.double_dqn", "config")
+    flag = f"agent.double_dqn: {str(agent.double_dqn).lower()}"
+    order = list(origins)
+    if "agent.kind" in origins and agent.kind != kind:
+        if origins["agent.kind"] == where:
+            raise ConfigError(f"{where}: agent.double_dqn: {str(agent.double_dqn).lower()} means agent.kind {kind}, "
+                              f"but agent.kind is {agent.kind}; remove agent.double_dqn (deprecated: agent.kind "
+                              f"replaces it)")
+        if order.index("agent.kind") > order.index("agent.double_dqn"):
+            note = f"note: {where}: {flag} is deprecated and ignored: agent.kind: {agent.kind}, given after it, decides"
+            return dataclasses.replace(config, agent=dataclasses.replace(agent, double_dqn=None)), note
+    note = f"note: {where}: {flag} is deprecated; it is read as agent.kind: {kind}, which replaces it"
     return dataclasses.replace(config, agent=dataclasses.replace(agent, kind=kind, double_dqn=None)), note
 
 
@@ -662,7 +668,7 @@ def read_resolved(path: str) -> dict:
     Unlike `load_config` it skips the env-id check, which imports TF-Agents: the report uses it.
     """
     raw = _read_yaml(locate_config(path))
-    config, _ = migrate_double_dqn(_build(raw, path), "kind" in (raw.get("agent") or {}), path)
+    config, _ = migrate_double_dqn(_build(raw, path), {f"agent.{key}": path for key in (raw.get("agent") or {})})
     return to_dict(config)
 
 

@@ -23,7 +23,6 @@ def write(tmp_path, text: str) -> str:
     (["agent.kind=c51", "agent.min_q_value=5", "agent.max_q_value=5"], "agent.max_q_value: must be above"),
     (["agent.kind=c51", "agent.max_q_value=-20"], "agent.max_q_value: must be above agent.min_q_value (-10)"),
     (["agent.kind=c52"], "agent.kind: must be one of dqn, double_dqn, c51, got 'c52' (did you mean 'c51'?)"),
-    (["agent.double_dqn=true", "agent.kind=c51"], "agent.double_dqn: true means agent.kind double_dqn, but"),
 ])
 def test_a_key_that_does_not_fit_the_kind_is_one_line_naming_it(overrides, problem):
     with pytest.raises(ConfigError) as caught:
@@ -31,8 +30,7 @@ def test_a_key_that_does_not_fit_the_kind_is_one_line_naming_it(overrides, probl
     message = str(caught.value)
     assert problem in message and "\n" not in message
     # The value written last is the one to change; the deprecated key is the one to remove.
-    blamed = next((o for o in overrides if o.startswith("agent.double_dqn")), overrides[-1])
-    assert message.startswith(f"--set {blamed}: ")
+    assert message.startswith(f"--set {overrides[-1]}: ")
 
 
 def test_c51_resolves_its_nulls_and_keeps_what_is_written():
@@ -54,3 +52,14 @@ def test_an_old_config_with_double_dqn_loads_as_its_kind_with_one_note(tmp_path,
                    f"which replaces it"]
     # The same kind written beside it agrees: loads, with the note.
     assert load_config(write(tmp_path, f"agent:\n  kind: {kind}\n  double_dqn: {flag}\n")).agent.kind == kind
+
+
+def test_double_dqn_and_a_kind_the_newest_decides_one_file_must_agree(tmp_path, capfd):
+    old = write(tmp_path, "agent:\n  double_dqn: true\n")
+    assert load_config(old, ["agent.kind=c51"]).agent.kind == "c51"  # an old file, a new --set
+    assert load_config("tutorial", ["agent.double_dqn=true"]).agent.kind == "double_dqn"  # kind: dqn, then the flag
+    err = capfd.readouterr().err
+    assert "agent.double_dqn: true is deprecated and ignored: agent.kind: c51, given after it, decides" in err
+    with pytest.raises(ConfigError, match=r"c.yaml: agent.double_dqn: false means agent.kind dqn, but agent.kind is "
+                                          r"c51; remove agent.double_dqn"):
+        load_config(write(tmp_path, "agent:\n  kind: c51\n  double_dqn: false\n"))
