@@ -58,7 +58,7 @@ def make_envs(config: Config, stack: contextlib.ExitStack) -> Envs:
 
 
 def make_agent(config: Config, tf_env: tf_py_environment.TFPyEnvironment) -> ValueAgent:
-    """The configured agent (DQN / Double DQN) for the env's specs."""
+    """The configured agent (`agent.kind`) for the env's specs."""
     return build_agent(config.agent, config.network, tf_env.time_step_spec(), tf_env.action_spec())
 
 

@@ -19,12 +19,23 @@ from dqn_cartpole.core.vector_env import LAST
 DenseLayer = tuple
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"relu": lambda x: np.maximum(x, 0.0),
                                                              "linear": lambda x: x}
+# A distributional head, last in a stack: (support [atoms], None, EXPECTED_Q). The layer before it gives the logits
+# of every action's atoms, [B, actions x atoms]; the head turns them into expected Q-values, [B, actions].
+EXPECTED_Q = "expected_q_of_atoms"
 ActFn = Callable[[np.ndarray], np.ndarray]
 
 
+def expected_q(logits: np.ndarray, support: np.ndarray) -> np.ndarray:
+    """[B, actions x atoms] logits -> [B, actions]: sum over atoms of softmax(logits) x support (C51's Q-values)."""
+    z = logits.reshape(len(logits), -1, len(support))
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return (z / z.sum(axis=-1, keepdims=True)) @ support
+
+
 def q_values_of(layers: Sequence[DenseLayer]) -> Callable[[np.ndarray], np.ndarray]:
-    """q_values(observations [B, d]) -> [B, actions] of a stack of Dense `layers`."""
-    stack = [(kernel, bias, ACTIVATIONS[activation]) for kernel, bias, activation in layers]
+    """q_values(observations [B, d]) -> [B, actions] of a stack of Dense `layers` (and an `EXPECTED_Q` head)."""
+    stack = [(kernel, bias, ACTIVATIONS[activation]) for kernel, bias, activation in layers if activation != EXPECTED_Q]
+    heads = [support for support, _, activation in layers if activation == EXPECTED_Q]
 
     def q_values(observations: np.ndarray) -> np.ndarray:
         x = observations
@@ -33,7 +44,7 @@ def q_values_of(layers: Sequence[DenseLayer]) -> Callable[[np.ndarray], np.ndarr
             if bias is not None:
                 x = x + bias
             x = activation(x)
-        return x
+        return expected_q(x, heads[0]) if heads else x
 
     return q_values
 

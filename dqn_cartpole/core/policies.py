@@ -1,9 +1,10 @@
 """Fast batched action selection for TF policies, saved policies and the random policy.
 
 A policy here is reduced to `act(time_step) -> actions`, numpy in and out, so evaluation and
-video recording don't care whether it came from the agent, a SavedModel or a coin flip. The
+video recording don't care whether it came from the agent, a SavedModel or a coin flip. An
 agent's own greedy policy is also available as `NumpyGreedy`: the same argmax over the same
-weights, computed in NumPy (what the in-process evaluations use).
+weights (over the expected Q-values, for a distributional agent), computed in NumPy (what the
+in-process evaluations use). The agent says whether it has one (`ValueAgent.numpy_greedy`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from tf_agents.policies import random_py_policy
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from dqn_cartpole.core.numpy_episodes import ACTIVATIONS, DenseLayer, greedy_act, q_values_of
+from dqn_cartpole.core.numpy_episodes import ACTIVATIONS, EXPECTED_Q, DenseLayer, greedy_act, q_values_of
 
 ActFn = Callable[[ts.TimeStep], np.ndarray]
 
@@ -57,34 +58,56 @@ def random_act_fn(time_step_spec, action_spec, seed: Optional[int] = None) -> Ac
 class NumpyQNetwork:
     """The Q-values of a Q-network that is a stack of Dense layers, computed in NumPy from the network's weights as
     they are when `snapshot` (or `layers`) is called (see `NumpyGreedy` for why). `of` says None for a network it
-    cannot reproduce exactly (another layer, activation or observation shape)."""
+    cannot reproduce exactly (another layer, activation, observation shape, or an output that is not one Q-value
+    per action). With a `support`, the last layer gives every action's atom logits and the Q-values are their
+    expectations (C51: `categorical`)."""
 
-    def __init__(self, dense_layers: list):
+    def __init__(self, dense_layers: list, support: Optional[np.ndarray] = None):
         self.dense_layers = dense_layers
+        self.support = support
 
     @classmethod
-    def of(cls, q_network: Any) -> Optional["NumpyQNetwork"]:
+    def of(cls, q_network: Any, num_actions: Optional[int] = None) -> Optional["NumpyQNetwork"]:
         """The NumPy twin of `q_network` (observations [B, d] -> (Q-values [B, actions], state)), or None if the
-        network is not a stack of Dense layers with ReLU or linear activations on 1-D inputs."""
+        network is not a stack of Dense layers with ReLU or linear activations on 1-D inputs, or (given
+        `num_actions`) its last layer is not one unit per action: a categorical head's actions x atoms logits
+        would be argmaxed as if they were Q-values."""
         layers = getattr(q_network, "layers", None)
         input_spec = getattr(q_network, "input_tensor_spec", None)
         if not layers or input_spec is None or len(getattr(input_spec, "shape", ())) != 1:
             return None
-        for layer in layers:
-            if type(layer) is not tf.keras.layers.Dense \
-                    or getattr(layer.activation, "__name__", None) not in ACTIVATIONS:
-                return None
+        if not _dense_stack(layers):
+            return None
+        if num_actions is not None and layers[-1].units != num_actions:
+            return None
         return cls(list(layers))
 
+    @classmethod
+    def categorical(cls, dense_layers: list, support: np.ndarray, num_actions: int) -> Optional["NumpyQNetwork"]:
+        """The expected Q-values of `dense_layers` whose last one gives [B, num_actions x atoms] logits over
+        `support` (the atoms' values), or None if they are not such a stack."""
+        support = np.asarray(support, np.float32)
+        if not dense_layers or not _dense_stack(dense_layers) or dense_layers[-1].units != num_actions * len(support):
+            return None
+        return cls(list(dense_layers), support)
+
     def layers(self) -> list[DenseLayer]:
-        """The weights as they are now, as arrays (copies): [(kernel, bias or None, activation name)] per layer, which
-        `numpy_episodes` computes with, in this process or another."""
-        return [(layer.kernel.numpy(), layer.bias.numpy() if layer.use_bias else None, layer.activation.__name__)
-                for layer in self.dense_layers]
+        """The weights as they are now, as arrays (copies): [(kernel, bias or None, activation name)] per layer, and
+        the expected-Q head (see `numpy_episodes.EXPECTED_Q`) if any, which `numpy_episodes` computes with, in this
+        process or another."""
+        layers = [(layer.kernel.numpy(), layer.bias.numpy() if layer.use_bias else None, layer.activation.__name__)
+                  for layer in self.dense_layers]
+        return layers + ([(self.support.copy(), None, EXPECTED_Q)] if self.support is not None else [])
 
     def snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
         """q_values(observations [B, d]) -> [B, actions], with the weights as they are now."""
         return q_values_of(self.layers())
+
+
+def _dense_stack(layers: list) -> bool:
+    """Whether every layer is a Keras Dense layer with an activation NumPy computes."""
+    return all(type(layer) is tf.keras.layers.Dense and getattr(layer.activation, "__name__", None) in ACTIVATIONS
+               for layer in layers)
 
 
 class NumpyGreedy:
@@ -105,7 +128,8 @@ class NumpyGreedy:
         """The NumPy greedy policy of `q_network` for actions `action_spec`, or None (see the class)."""
         if tf.nest.is_nested(action_spec) or action_spec.shape.rank != 0:
             return None
-        numpy_q = NumpyQNetwork.of(q_network)
+        num_actions = int(np.asarray(action_spec.maximum)) - int(np.asarray(action_spec.minimum)) + 1
+        numpy_q = NumpyQNetwork.of(q_network, num_actions)
         return None if numpy_q is None else cls(numpy_q, int(np.asarray(action_spec.minimum)))
 
     def snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
@@ -129,5 +153,6 @@ class FixedLayers:
 
 
 def greedy_policy(agent: Any) -> Union[NumpyGreedy, Any]:
-    """What evaluates `agent`'s greedy policy fastest: its `NumpyGreedy`, or its TF policy."""
-    return NumpyGreedy.of(agent.q_network, agent.action_spec) or agent.policy
+    """What evaluates `agent`'s greedy policy fastest, as the agent gives it (`ValueAgent`): its NumPy greedy
+    policy, or its TF policy."""
+    return agent.numpy_greedy() or agent.policy

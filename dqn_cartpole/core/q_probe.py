@@ -15,7 +15,7 @@ Two uses, both logged:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import gymnasium
 import numpy as np
@@ -23,6 +23,8 @@ import tensorflow as tf
 
 from dqn_cartpole.core.agents.protocol import ValueAgent
 from dqn_cartpole.core.policies import NumpyQNetwork
+
+_FROM_NETWORK = object()  # MaxQ's default: the NumPy twin found from the network itself
 
 NUM_STATES = 500  # enough for a steady mean; one batched forward pass costs well under a millisecond
 SEED_OFFSET = 40_000  # a random stream of its own (see the offsets in training.py)
@@ -50,10 +52,10 @@ def random_policy_states(env_id: str, num_states: int, seed: int,
 class MaxQ:
     """`max_q(states)` -> mean over `states` of max_a Q(s, a) under `q_network`'s current weights: in NumPy for a
     stack of Dense layers (`policies.NumpyQNetwork`: ~0.1 ms, where a compiled call costs ~2.5 ms), else compiled
-    once."""
+    once. `numpy_q`: the network's NumPy twin as its agent gives it (None: none), else found from the network."""
 
-    def __init__(self, q_network):
-        self._numpy = NumpyQNetwork.of(q_network)
+    def __init__(self, q_network, numpy_q: Any = _FROM_NETWORK):
+        self._numpy = NumpyQNetwork.of(q_network) if numpy_q is _FROM_NETWORK else numpy_q
 
         @tf.function(autograph=False, reduce_retracing=True)
         def mean_max_q(states: tf.Tensor) -> tf.Tensor:
@@ -61,6 +63,12 @@ class MaxQ:
             return tf.reduce_mean(tf.reduce_max(q_values, axis=-1))
 
         self._mean_max_q = mean_max_q
+
+    @classmethod
+    def of_agent(cls, agent: ValueAgent) -> "MaxQ":
+        """The max-Q estimate of `agent`'s (expected) Q-values, in NumPy when the agent has a NumPy greedy policy."""
+        greedy = agent.numpy_greedy()
+        return cls(agent.q_values, None if greedy is None else greedy.q_network)
 
     def __call__(self, states: np.ndarray) -> float:
         if self._numpy is not None:
@@ -72,16 +80,16 @@ class MaxQ:
 class QProbe:
     """`probe()` -> mean over the fixed states of max_a Q(s, a), in one compiled call."""
 
-    def __init__(self, q_network, states: np.ndarray):
+    def __init__(self, q_network, states: np.ndarray, max_q: Optional[MaxQ] = None):
         self.states = np.asarray(states, dtype=np.float32)
         self.num_states = len(states)
-        self.max_q = MaxQ(q_network)
+        self.max_q = max_q or MaxQ(q_network)
 
     def __call__(self) -> float:
         return self.max_q(self.states)
 
     @classmethod
     def for_agent(cls, agent: ValueAgent, env_id: str, seed: int, max_episode_steps: Optional[int] = None) -> "QProbe":
-        """A probe of `agent`'s online Q-network on NUM_STATES random-policy states of `env_id`."""
+        """A probe of `agent`'s online (expected) Q-values on NUM_STATES random-policy states of `env_id`."""
         states = random_policy_states(env_id, NUM_STATES, seed + SEED_OFFSET, max_episode_steps)
-        return cls(agent.q_network, states)
+        return cls(agent.q_values, states, MaxQ.of_agent(agent))

@@ -99,7 +99,7 @@ def beside(evaluate: Evaluate, config: Config, pipeline: Pipeline, state: RunSta
            phases: Optional[Phases], eval_seed: int) -> Optional[OverlappedEvaluation]:
     """The overlapped evaluation `config.evaluation.overlap` asks for, or None: evaluate in line (`inline`, or a greedy
     policy NumPy cannot play, which only the TF policy can)."""
-    greedy = NumpyGreedy.of(pipeline.agent.q_network, pipeline.agent.action_spec)
+    greedy = pipeline.agent.numpy_greedy()
     if config.evaluation.overlap == "inline" or greedy is None:
         return None
     worker = WORKERS[config.evaluation.overlap](spec_for(config, greedy, eval_seed, evaluate.solve_check.solve_return))

@@ -257,7 +257,7 @@ class Evaluate:
         self.pipeline, self.config, self.state, self.exporter = pipeline, config, state, exporter
         self.best_policy, self.log, self.scalars = best_policy, log, scalars
         self.clock, self.progress, self.solve_check = clock, progress, solve_check
-        self.max_q = MaxQ(pipeline.agent.q_network)  # the estimate at the evaluation's own first states
+        self.max_q = MaxQ.of_agent(pipeline.agent)  # the estimate at the evaluation's own first states
 
     def __call__(self) -> None:
         started = time.perf_counter()

@@ -1,10 +1,13 @@
-"""Agents behind one interface (`protocol.ValueAgent`): DQN and Double DQN (`dqn`); the n-step window rule every
-agent's loss applies (`n_step`)."""
+"""Agents behind one interface (`protocol.ValueAgent`): DQN and Double DQN (`dqn`), C51 (`c51`), picked by
+`agent.kind` (`registry`); the n-step window rule every agent's loss applies (`n_step`)."""
 
-from dqn_cartpole.core.agents.common import epsilon_schedule
-from dqn_cartpole.core.agents.dqn import DdqnAgent, DqnAgent, DqnFamilyAgent, TD_LOSSES, build_agent
+from dqn_cartpole.core.agents.c51 import C51Agent, C51ValueAgent
+from dqn_cartpole.core.agents.common import TfAgentAdapter, epsilon_schedule
+from dqn_cartpole.core.agents.dqn import DdqnAgent, DqnAgent, DqnFamilyAgent, TD_LOSSES
 from dqn_cartpole.core.agents.n_step import n_step_transition, valid_mask, window_length
 from dqn_cartpole.core.agents.protocol import ValueAgent
+from dqn_cartpole.core.agents.registry import BUILDERS, build_agent
 
-__all__ = ["DdqnAgent", "DqnAgent", "DqnFamilyAgent", "TD_LOSSES", "ValueAgent", "build_agent", "epsilon_schedule",
-           "n_step_transition", "valid_mask", "window_length"]
+__all__ = ["BUILDERS", "C51Agent", "C51ValueAgent", "DdqnAgent", "DqnAgent", "DqnFamilyAgent", "TD_LOSSES",
+           "TfAgentAdapter", "ValueAgent", "build_agent", "epsilon_schedule", "n_step_transition", "valid_mask",
+           "window_length"]

@@ -1,5 +1,6 @@
-"""What every value agent's module shares: the epsilon schedule and the train step (the episode-aware n-step
-windows, global-norm clipping, no check_numerics).
+"""What every value agent's module shares: the epsilon schedule, the train step (the episode-aware n-step
+windows, global-norm clipping, no check_numerics), and the adapter that holds `protocol.ValueAgent` around a
+TF-Agents agent.
 
 TF-Agents' private names (`_get_epsilon`, `_q_network`, `_optimizer`, `_gradient_clipping`) are read here and in
 the agents' own modules only.
@@ -7,13 +8,14 @@ the agents' own modules only.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 from dqn_cartpole.config import AgentConfig
-from dqn_cartpole.core.agents.n_step import n_step_transition
+from dqn_cartpole.core.agents.n_step import n_step_transition, window_length
+from dqn_cartpole.core.policies import NumpyGreedy, NumpyQNetwork
 
 
 def epsilon_schedule(config: AgentConfig, train_step: tf.Variable) -> Callable[[], tf.Tensor]:
@@ -62,3 +64,53 @@ class EpisodeWindowsTrainMixin:
         self.train_step_counter.assign_add(1)
         self._update_target()
         return loss_info
+
+
+class TfAgentAdapter:
+    """A `ValueAgent` around a TF-Agents DQN-family agent; an agent module gives its `q_values` (expected Q-values)
+    and its NumPy twin (`numpy_q`, None if it has none)."""
+
+    def __init__(self, agent: Any, q_values: Any, numpy_q: Optional[NumpyQNetwork]):
+        self.tf_agent = agent
+        self.policy, self.collect_policy = agent.policy, agent.collect_policy
+        self.collect_data_spec, self.train_step_counter = agent.collect_data_spec, agent.train_step_counter
+        self.time_step_spec, self.action_spec = agent.time_step_spec, agent.action_spec
+        self.window_length = window_length(agent._n_step_update)  # pylint: disable=protected-access
+        self.q_network = agent._q_network  # pylint: disable=protected-access  # the online network, as built
+        self.q_values = q_values
+        self._numpy_q = numpy_q
+        self._build_optimizer()
+
+    def train(self, experience: trajectory_lib.Trajectory) -> Any:
+        return self.tf_agent.train(experience)
+
+    def numpy_greedy(self) -> Optional[NumpyGreedy]:
+        """The greedy action computed in NumPy from the live weights (None: only `policy` computes it)."""
+        if self._numpy_q is None or tf.nest.is_nested(self.action_spec) or self.action_spec.shape.rank != 0:
+            return None
+        return NumpyGreedy(self._numpy_q, int(self.action_spec.minimum))
+
+    def epsilon(self) -> float:
+        """The collect policy's epsilon now (it follows the train-step counter)."""
+        return float(self.collect_policy._get_epsilon())  # pylint: disable=protected-access  # tf-agents' own
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """Changes the optimizer's learning rate (a resumed run may set a new one)."""
+        self.tf_agent._optimizer.learning_rate = learning_rate  # pylint: disable=protected-access
+
+    def checkpoint_objects(self) -> dict:
+        """The TF-Agents agent tracks the Q-network, the target network, the optimizer and the train step."""
+        return {"agent": self.tf_agent}
+
+    def _build_optimizer(self) -> None:
+        """Creates the optimizer's slots and hyperparameters now, so a checkpoint restore fills them at once.
+
+        Without this the optimizer's variables are restored later, on their creation inside the
+        first training step, and would overwrite a learning rate changed on resume.
+        """
+        optimizer = self.tf_agent._optimizer  # pylint: disable=protected-access
+        variables = self.q_network.trainable_variables
+        if hasattr(optimizer, "_create_all_weights"):  # Keras 2 legacy optimizers
+            optimizer._create_all_weights(variables)  # pylint: disable=protected-access
+        else:
+            optimizer.build(variables)

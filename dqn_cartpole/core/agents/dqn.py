@@ -7,8 +7,6 @@ then computes DqnAgent's TD target from that transition.
 
 from __future__ import annotations
 
-from typing import Any
-
 import tensorflow as tf
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.specs import tensor_spec
@@ -16,9 +14,10 @@ from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
 from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig
-from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, epsilon_schedule
+from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
 from dqn_cartpole.core.agents.n_step import valid_mask
 from dqn_cartpole.core.networks import build_q_network
+from dqn_cartpole.core.policies import NumpyQNetwork
 
 TD_LOSSES = {"squared": common.element_wise_squared_loss, "huber": common.element_wise_huber_loss}
 
@@ -47,56 +46,24 @@ class DdqnAgent(_DqnTargetsMixin, dqn_agent.DdqnAgent):
     """DdqnAgent with episode-aware n-step targets and global-norm clipping."""
 
 
-class DqnFamilyAgent:
-    """The `ValueAgent` of DQN and Double DQN: an adapter around TF-Agents' (Ddqn)DqnAgent above.
-
-    TF-Agents' private names (`_get_epsilon`, `_q_network`, `_optimizer`) are read here only.
-    """
+class DqnFamilyAgent(TfAgentAdapter):
+    """The `ValueAgent` of DQN and Double DQN: an adapter around TF-Agents' (Ddqn)DqnAgent above. Its Q-values are
+    the Q-network's outputs, computed in NumPy when the network is a plain stack of Dense layers."""
 
     def __init__(self, agent: DqnAgent):
-        self.tf_agent = agent
-        self.policy, self.collect_policy = agent.policy, agent.collect_policy
-        self.collect_data_spec, self.train_step_counter = agent.collect_data_spec, agent.train_step_counter
-        self.time_step_spec, self.action_spec = agent.time_step_spec, agent.action_spec
-        self.q_network = agent._q_network  # pylint: disable=protected-access
-        self._build_optimizer()
-
-    def train(self, experience: trajectory_lib.Trajectory) -> Any:
-        return self.tf_agent.train(experience)
-
-    def epsilon(self) -> float:
-        """The collect policy's epsilon now (it follows the train-step counter)."""
-        return float(self.collect_policy._get_epsilon())  # pylint: disable=protected-access  # tf-agents' own
-
-    def set_learning_rate(self, learning_rate: float) -> None:
-        """Changes the optimizer's learning rate (a resumed run may set a new one)."""
-        self.tf_agent._optimizer.learning_rate = learning_rate  # pylint: disable=protected-access
-
-    def checkpoint_objects(self) -> dict:
-        """The TF-Agents agent tracks the Q-network, the target network, the optimizer and the train step."""
-        return {"agent": self.tf_agent}
-
-    def _build_optimizer(self) -> None:
-        """Creates the optimizer's slots and hyperparameters now, so a checkpoint restore fills them at once.
-
-        Without this the optimizer's variables are restored later, on their creation inside the
-        first training step, and would overwrite a learning rate changed on resume.
-        """
-        optimizer = self.tf_agent._optimizer  # pylint: disable=protected-access
-        variables = self.q_network.trainable_variables
-        if hasattr(optimizer, "_create_all_weights"):  # Keras 2 legacy optimizers
-            optimizer._create_all_weights(variables)  # pylint: disable=protected-access
-        else:
-            optimizer.build(variables)
+        q_network = agent._q_network  # pylint: disable=protected-access
+        num_actions = int(agent.action_spec.maximum - agent.action_spec.minimum + 1)
+        super().__init__(agent, q_network, NumpyQNetwork.of(q_network, num_actions))
 
 
-def build_agent(
+def build_dqn_agent(
     agent_config: AgentConfig,
     network_config: NetworkConfig,
     time_step_spec: ts.TimeStep,
     action_spec: tensor_spec.BoundedTensorSpec,
 ) -> DqnFamilyAgent:
-    """Builds and initialises a DqnAgent (or DdqnAgent) from the config, behind the `ValueAgent` interface."""
+    """Builds and initialises a DqnAgent (`kind: dqn`) or DdqnAgent (`double_dqn`), behind the `ValueAgent`
+    interface."""
     num_actions = int(action_spec.maximum - action_spec.minimum + 1)
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
     agent_class = DdqnAgent if agent_config.kind == "double_dqn" else DqnAgent

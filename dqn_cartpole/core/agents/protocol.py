@@ -1,29 +1,38 @@
-"""What a run needs from an agent: the one interface training, resuming, checkpoints, the Q probe and the logs use.
+"""What a run needs from an agent: the one interface training, resuming, checkpoints, evaluation, the Q probe and
+the logs use.
 
-A value-based agent (DQN, Double DQN; C51 or QR-DQN next) implements it in its own module of
-`core/agents/`, usually as an adapter around a TF-Agents agent, and `build_agent` picks it from
-the config. Nothing outside `core/agents/` touches the library agent or its private names.
+A value-based agent (DQN and Double DQN in `dqn.py`, C51 in `c51.py`) implements it in its own module of
+`core/agents/`, usually as an adapter around a TF-Agents agent (`common.TfAgentAdapter`), and `build_agent`
+(`registry.py`) picks it from `agent.kind`. Nothing outside `core/agents/` touches the library agent, its
+networks or their private names: the greedy action, the Q-values and the window length come from here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 
 @runtime_checkable
 class ValueAgent(Protocol):
     """A value-based agent as a run sees it."""
 
-    policy: Any  # greedy: evaluations, exports, the trained agent's video
+    policy: Any  # the greedy action as a TF policy: exports, a saved policy's twin, the fallback evaluation
     collect_policy: Any  # exploring (epsilon-greedy): the drivers and the collectors
     collect_data_spec: Any  # the Trajectory one env step adds to replay
     time_step_spec: Any
     action_spec: Any
     train_step_counter: Any  # a tf.Variable: the train step, which also drives the epsilon schedule
-    q_network: Any  # states [B, obs] -> (Q-values [B, actions], state): the Q probe's and MaxQ's estimate
+    window_length: int  # steps per sampled window (n_step + 1): what `train` takes per item
+    # states [B, obs] -> (Q-values [B, actions], state), the online network's; for a distributional agent the
+    # expected Q-values. What the Q probe and the evaluation's max-Q read when there is no NumPy twin.
+    q_values: Any
+
+    def numpy_greedy(self) -> Optional[Any]:
+        """The greedy action in NumPy (`core.policies.NumpyGreedy`, over the same expected Q-values as `policy`,
+        reading the live weights at each `snapshot`), or None: then only `policy` computes it."""
 
     def train(self, experience: Any) -> Any:
-        """One gradient step on a [B, n + 1] batch of windows; returns TF-Agents' LossInfo (`.loss`)."""
+        """One gradient step on a [B, window_length] batch of windows; returns TF-Agents' LossInfo (`.loss`)."""
 
     def epsilon(self) -> float:
         """The collect policy's exploration rate now (the train log's `epsilon` column)."""

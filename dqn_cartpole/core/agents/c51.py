@@ -1,0 +1,141 @@
+"""C51 (Bellemare et al., 2017): an adapter around TF-Agents' CategoricalDqnAgent and CategoricalQNetwork.
+
+The network gives, per action, logits over `num_atoms` returns evenly spaced from `min_q_value` to
+`max_q_value` (the support); an action's Q-value is the expectation of that distribution. The loss
+is the cross-entropy between the taken action's distribution and the target: the target network's
+distribution at the bootstrap state, for the action greedy under the target network's expected Q,
+shifted by the n-step return and scaled by the bootstrap discount (r + gamma^k d z), then projected
+back onto the support.
+
+The library's `_loss` builds its own n-step return by multiplying the window's discounts, which
+runs on past a truncation or the resume seam into the next episode. This module's loss takes the
+window's transition from `n_step.n_step_transition` instead, the rule DQN's loss applies, and
+masks windows that start at a LAST step, as DQN's does.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.agents import tf_agent
+from tf_agents.agents.categorical_dqn import categorical_dqn_agent
+from tf_agents.agents.dqn import dqn_agent
+from tf_agents.networks import categorical_q_network
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
+from tf_agents.utils import common
+
+from dqn_cartpole.config import AgentConfig, NetworkConfig, c51_values
+from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
+from dqn_cartpole.core.agents.n_step import valid_mask
+from dqn_cartpole.core.policies import NumpyQNetwork
+
+
+class C51Agent(EpisodeWindowsTrainMixin, categorical_dqn_agent.CategoricalDqnAgent):
+    """CategoricalDqnAgent whose loss reads episode-aware n-step windows; global-norm clipping."""
+
+    def target_distribution(self, experience: trajectory_lib.Trajectory) -> tuple[tf.Tensor, tf.Tensor]:
+        """(valid mask [B], target distribution [B, atoms]) of a [B, n + 1] batch, exactly as the loss computes
+        them."""
+        time_steps, _, next_time_steps = self.n_step_transitions(experience)
+        return valid_mask(time_steps), self._projected_target(next_time_steps, self._gamma, self._reward_scale_factor)
+
+    def _projected_target(self, next_time_steps: ts.TimeStep, gamma: float, reward_scale_factor: float) -> tf.Tensor:
+        """The Bellman update of the target network's next distribution, r + gamma^k d z, projected on the support."""
+        reward = reward_scale_factor * next_time_steps.reward[:, None]
+        target_support = reward + gamma * next_time_steps.discount[:, None] * self._support[None, :]
+        next_probabilities = self._next_q_distribution(next_time_steps)  # the target network's, at its greedy action
+        return categorical_dqn_agent.project_distribution(target_support, next_probabilities, self._support)
+
+    def _loss(self, experience, td_errors_loss_fn=None, gamma=1.0, reward_scale_factor=1.0, weights=None,
+              training=False):
+        """The cross-entropy of the taken action's distribution against the projected target, windows that start
+        at a LAST step masked."""
+        del td_errors_loss_fn  # C51's loss is the cross-entropy
+        time_steps, policy_steps, next_time_steps = self.n_step_transitions(experience)
+        target = tf.stop_gradient(self._projected_target(next_time_steps, gamma, reward_scale_factor))
+        logits, _ = self._q_network(time_steps.observation, step_type=time_steps.step_type, training=training)
+        actions = tf.cast(policy_steps.action, tf.int32) - int(self.action_spec.minimum)
+        chosen = tf.gather(logits, actions, axis=1, batch_dims=1)  # [B, atoms]
+        cross_entropy = tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=chosen)
+        per_example = valid_mask(time_steps) * cross_entropy
+        losses = common.aggregate_losses(per_example_loss=per_example, sample_weight=weights,
+                                         regularization_loss=self._q_network.losses)
+        return tf_agent.LossInfo(losses.total_loss, dqn_agent.DqnLossInfo(td_loss=per_example, td_error=()))
+
+
+class ExpectedQ:
+    """states -> (expected Q-values [B, actions], state) of a categorical network: each action's atoms weighted by
+    their probabilities (what the greedy policy maximises)."""
+
+    def __init__(self, network: categorical_q_network.CategoricalQNetwork, support: tf.Tensor):
+        self.network, self.support = network, support
+
+    def __call__(self, observation, step_type=None, network_state=(), training=False):
+        logits, state = self.network(observation, step_type=step_type, network_state=network_state, training=training)
+        return common.convert_q_logits_to_values(logits, self.support), state
+
+
+class C51ValueAgent(TfAgentAdapter):
+    """The `ValueAgent` of C51: the Q-values are the expected returns; the NumPy twin computes them from the atoms."""
+
+    def __init__(self, agent: C51Agent):
+        network = agent._q_network  # pylint: disable=protected-access
+        support = agent._support  # pylint: disable=protected-access
+        q_values = ExpectedQ(network, support)
+        num_actions = int(agent.action_spec.maximum - agent.action_spec.minimum + 1)
+        super().__init__(agent, q_values, numpy_twin(network, q_values, support.numpy(), num_actions))
+        self.support = support.numpy()
+
+
+def numpy_twin(network: categorical_q_network.CategoricalQNetwork, q_values: ExpectedQ, support: np.ndarray,
+               num_actions: int) -> Optional[NumpyQNetwork]:
+    """The network's expected Q-values in NumPy: its encoder's Dense layers and its atom-logit layer, then the
+    expectation over `support`. None unless the network is that plain stack and the twin agrees with it."""
+    inner = network._q_network  # pylint: disable=protected-access  # a QNetwork with actions x atoms outputs
+    encoder = inner._encoder  # pylint: disable=protected-access
+    if encoder._flat_preprocessing_layers is not None:  # pylint: disable=protected-access
+        return None
+    hidden = [layer for layer in encoder._postprocessing_layers  # pylint: disable=protected-access
+              if not isinstance(layer, tf.keras.layers.Flatten)]  # 1-D observations: Flatten is the identity
+    twin = NumpyQNetwork.categorical(hidden + [inner._q_value_layer], support, num_actions)  # pylint: disable=W0212
+    observation_spec = network.input_tensor_spec
+    if twin is None or tf.nest.is_nested(observation_spec) or len(observation_spec.shape) != 1:
+        return None
+    probe = np.random.default_rng(0).normal(size=(8,) + tuple(observation_spec.shape)).astype(np.float32)
+    if not np.allclose(twin.snapshot()(probe), q_values(probe)[0].numpy(), rtol=1e-4, atol=1e-4):
+        return None  # a network this twin does not reproduce: the TF policy evaluates it
+    return twin
+
+
+def build_c51_agent(
+    agent_config: AgentConfig,
+    network_config: NetworkConfig,
+    time_step_spec: ts.TimeStep,
+    action_spec: tensor_spec.BoundedTensorSpec,
+) -> C51ValueAgent:
+    """Builds and initialises C51 (`kind: c51`) from the config, behind the `ValueAgent` interface."""
+    num_atoms, min_q_value, max_q_value = c51_values(agent_config)
+    train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
+    network = categorical_q_network.CategoricalQNetwork(
+        time_step_spec.observation, action_spec, num_atoms=num_atoms,
+        fc_layer_params=tuple(network_config.fc_layer_params))
+    agent = C51Agent(
+        time_step_spec,
+        action_spec,
+        categorical_q_network=network,
+        optimizer=tf.keras.optimizers.legacy.Adam(learning_rate=agent_config.learning_rate),
+        min_q_value=min_q_value,
+        max_q_value=max_q_value,
+        epsilon_greedy=epsilon_schedule(agent_config, train_step),
+        n_step_update=agent_config.n_step,
+        target_update_tau=agent_config.target_update_tau,
+        target_update_period=agent_config.target_update_period,
+        gamma=agent_config.gamma,
+        gradient_clipping=agent_config.gradient_clipping,
+        train_step_counter=train_step,
+    )
+    agent.initialize()
+    return C51ValueAgent(agent)
