@@ -84,7 +84,7 @@ def test_shipped_configs_are_found_by_name_from_any_folder(tmp_path, monkeypatch
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "acrobot.yaml").write_text("env:\n  id: CartPole-v0\n")  # a file there wins
     assert load_config("configs/acrobot.yaml").env.id == "CartPole-v0"
-    with pytest.raises(ConfigError, match=r"acrobt: config file not found \(the shipped configs: acrobot, default"):
+    with pytest.raises(ConfigError, match=r"acrobt: config file not found \(the shipped configs: acrobot, c51, default"):
         locate_config("acrobt")
     space = os.path.realpath(os.path.join(CONFIGS, "tune", "acrobot-space.yaml"))
     for given in ("acrobot-space", "configs/tune/acrobot-space.yaml"):
