@@ -12,6 +12,7 @@ from tf_agents.trajectories import time_step as ts
 
 from dqn_cartpole.config import load_config
 from dqn_cartpole.core import agents
+from dqn_cartpole.core.policies import NumpyGreedy, greedy_policy
 
 OBSERVATION_SPEC = tensor_spec.TensorSpec([4], tf.float32, "observation")
 ACTION_SPEC = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1, "action")
@@ -42,8 +43,13 @@ def test_dqn_and_double_dqn_hold_the_interface(double):
     agent.train(windows())
     assert int(agent.train_step_counter.numpy()) == 1
     assert agent.epsilon() == pytest.approx(1.0 - 0.09)  # the schedule follows the train step
-    q_values, _ = agent.q_network(np.zeros([3, 4], np.float32))
+    q_values, _ = agent.q_values(np.zeros([3, 4], np.float32))
     assert q_values.shape == (3, 2)
+    assert agent.window_length == load_config().agent.n_step + 1
+    greedy = greedy_policy(agent)  # the agent's own NumPy greedy policy: the same Q-values as q_values
+    assert isinstance(greedy, NumpyGreedy)
+    states = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    np.testing.assert_allclose(greedy.q_network.snapshot()(states), agent.q_values(states)[0].numpy(), rtol=1e-5)
 
 
 def test_a_checkpoint_restores_into_a_fresh_agent_at_once_and_a_new_learning_rate_stays(tmp_path):
