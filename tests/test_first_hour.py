@@ -19,7 +19,7 @@ from dqn_cartpole.console.progress import PlainCounter, counter
 
 @pytest.mark.parametrize("args, needle", [
     (["trian"], "invalid choice: 'trian': did you mean 'train'? (choose from 'train', 'evaluate'"),
-    (["train", "--topology", "locl"], "invalid choice: 'locl': did you mean 'local'? (choose from 'single', 'local')"),
+    (["train", "--topology", "locl"], "invalid choice: 'locl': did you mean 'local'? (choose from 'single', 'local', 'ray')"),
     (["xyzzy"], "invalid choice: 'xyzzy' (choose from 'train'"),  # nothing near: no guess
 ])
 def test_a_misspelled_choice_gets_the_nearest_one(capsys, args, needle):

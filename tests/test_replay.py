@@ -276,12 +276,14 @@ def test_clear_leaves_the_buffer_empty(open_replays, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_smoke_training_completes(tmp_path, backend):
-    run_dir = str(tmp_path / "run")
+    # In this process, through the Python API (the command line's run in a process of its own is tested elsewhere).
+    import dqn_cartpole as dq
+
     sampling = "dataset" if backend == "reverb" else "direct"  # Reverb is only read through tf.data
-    result = run_cli("train", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--output-dir", run_dir, "--quiet",
-                     "--set", f"replay.backend={backend}", "--set", f"replay.sampling={sampling}",
-                     "--set", "video.enabled=false")
-    assert result.returncode == 0, result.stderr[-3000:]
+    run = dq.train(os.path.join(CONFIGS, "smoke.yaml"), tmp_path / "run", progress=False, overrides={
+        "replay.backend": backend, "replay.sampling": sampling, "video.enabled": False})
+    run_dir = run.path
+    assert run.summary["exit_status"] == 0
     with open(os.path.join(run_dir, "train_metrics.csv"), newline="") as handle:
         rows = list(csv.DictReader(handle))
     last = rows[-1]
