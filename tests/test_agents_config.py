@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dqn_cartpole.config import C51_DEFAULTS, load, load_config, read_resolved
+from dqn_cartpole.config import C51_DEFAULTS, Config, load, load_config, read_resolved, to_dict, written_differs
 from dqn_cartpole.errors import ConfigError
 
 
@@ -38,6 +38,10 @@ def test_c51_resolves_its_nulls_and_keeps_what_is_written():
     assert (config.agent.num_atoms, config.agent.min_q_value, config.agent.max_q_value) == \
         (21, C51_DEFAULTS["min_q_value"], C51_DEFAULTS["max_q_value"])
     assert load_config().agent.num_atoms is None  # a DQN run's config.yaml says null: it reloads as it is
+    # The report's "changed" keys: a null C51 resolved to what it means is no change; a written 21 is one.
+    run, default = to_dict(config), to_dict(Config())
+    assert not written_differs(run, default, "agent.min_q_value")
+    assert written_differs(run, default, "agent.num_atoms") and written_differs(run, default, "agent.kind")
 
 
 @pytest.mark.parametrize("flag, kind", [("true", "double_dqn"), ("false", "dqn")])
