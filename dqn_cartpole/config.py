@@ -833,13 +833,19 @@ def _validate_kind(agent: AgentConfig, fail: Callable[..., None]) -> None:
         value = getattr(agent, key)
         if agent.kind not in kinds and value != getattr(defaults, key):
             fail(f"agent.{key}", f"applies to agent.kind {' or '.join(kinds)} only, not to kind {agent.kind}; "
-                                 f"remove it (got {value!r})", "agent.kind")
+                                 f"remove it or give it its default, {_plain_yaml(getattr(defaults, key))} (got "
+                                 f"{_plain_yaml(value)})", "agent.kind")
     if agent.kind == "c51":
         atoms, low, high = c51_values(agent)
         if atoms < 2:
             fail("agent.num_atoms", f"must be at least 2, got {atoms}")
         if not low < high:
             fail("agent.max_q_value", f"must be above agent.min_q_value ({low:g}), got {high:g}", "agent.min_q_value")
+
+
+def _plain_yaml(value: Any) -> str:
+    """A value as YAML writes it inline: null, huber, 51."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def _validate_combinations(config: Config, fail: Callable[..., None]) -> None:
