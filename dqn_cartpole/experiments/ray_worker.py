@@ -6,9 +6,9 @@ never touches the driver's files: nothing is shared but Ray's object store. Whil
 driver's `Board` every second whether to stop (the user's Ctrl-C, or the pruner) and, for a study, passes on the
 run's new evaluations.
 
-How one run executes is `execute_run`, and only there: today a fresh `python -m dqn_cartpole train` child process,
-as a local sweep runs it (TensorFlow is imported again for every run, which costs the run's start-up, see
-docs/experiments.md). An in-process trainer in a long-lived worker (issue 28) would replace that one function.
+How one run executes is `execute_run`, and only there: in the Ray worker's long-lived train process
+(`train_worker`), which imports TensorFlow once and trains the runs Ray gives this worker one after another, each
+as a fresh process would; a run that would not train alike there is a fresh `python -m dqn_cartpole train` child.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from dqn_cartpole.experiments import ray_transfer
+from dqn_cartpole.experiments import ray_transfer, train_worker
 from dqn_cartpole.processes.commands import child_command, resume_argv, train_argv
-from dqn_cartpole.processes.supervisor import Child
 from dqn_cartpole.run_folder.layout import RunLayout
 
 POLL_S = 1.0  # how often a run asks the driver whether to stop (and passes on its evaluations)
@@ -98,16 +97,16 @@ def run_on_worker(job: RunJob, attempt: int, resume_folder: Optional[bytes], boa
 
 
 def execute_run(argv: list[str], run_dir: str, log_path: str, watch: "Watch") -> tuple[Optional[int], str]:
-    """How one run executes on a worker: `python -m dqn_cartpole ARGV` in a fresh child process (its output in
-    `log_path`), stopped once with the signal the driver asks for. Returns (exit status, last error line)."""
-    child = Child(run_dir, child_command(argv), log_path, header=True)
+    """How one run executes on a worker: `python -m dqn_cartpole ARGV` (its output in `log_path`) in this Ray
+    worker's reused train process (`train_worker`: TensorFlow imported once for many runs; Ray keeps its worker
+    process, and with it the train process, from task to task), or a fresh child when the run would not train alike
+    there; stopped once with the signal the driver asks for. Returns (exit status, last error line)."""
     with _sigint_deliverable():
-        child.start()
+        child = _SLOTS.start(run_dir, child_command(argv), log_path)
     stop_sent: Optional[float] = None
     try:
         while child.returncode is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.process.wait(timeout=watch.poll_s)
+            _wait(child, watch.poll_s)
             signum = watch.poll()
             if signum and stop_sent is None and child.send(signum):  # once: a second signal skips the checkpoint
                 stop_sent = time.monotonic()
@@ -118,6 +117,18 @@ def execute_run(argv: list[str], run_dir: str, log_path: str, watch: "Watch") ->
             child.stop(grace_s=10.0)
     watch.close()  # the run's last evaluations
     return child.returncode, child.last_error()
+
+
+# This Ray worker process's train process, kept from one task to the next (Ray runs a worker's tasks one at a time).
+_SLOTS = train_worker.WorkerSlots(1, os.path.join(tempfile.gettempdir(), TEMP_PREFIX + "-workers"))
+
+
+def _wait(child, timeout: float) -> None:
+    if isinstance(child, train_worker.ReusedRun):
+        child.wait(timeout)
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.process.wait(timeout=timeout)
 
 
 @contextlib.contextmanager
