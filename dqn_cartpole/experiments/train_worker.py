@@ -21,6 +21,9 @@ also as the second run in a worker), because what outlives a run in a worker is 
   into a checkpoint, as the CLI does); between runs the worker has the default handlers, so a signal ends it. It
   gets SIGTERM when its parent dies (`supervisor.die_with_parent`) and ends when its stdin closes.
 
+Workers run with OMP_NUM_THREADS=1, as Ray sets it in its one-CPU workers. `DQN_CARTPOLE_FRESH_RUNS=1` in the
+parent's environment makes every run a fresh process again (the benchmark's baseline).
+
 The parent side: `WorkerSlots` keeps up to N idle workers and starts each run on one (`ReusedRun`, a `Child` whose
 exit status is the run's), or as a fresh `Child` when the run is not `reusable`.
 """
@@ -42,6 +45,8 @@ from typing import Optional
 from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
 
 MAX_RUNS = 8  # a worker is replaced after this many runs
+FRESH_RUNS_ENV = "DQN_CARTPOLE_FRESH_RUNS"  # "1": every run a fresh process, as before workers (benchmarks)
+WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # as Ray sets in a one-CPU worker: the run's ops are on one thread already
 MAX_RSS_MB = 1500  # ... or once its peak memory passed this (a default run peaks at ~600 MB in a worker)
 WORKER_MODULE = "dqn_cartpole.experiments.train_worker"
 
@@ -274,14 +279,15 @@ class WorkerSlots:
     process when it is not `reusable`. `close` ends the idle ones."""
 
     def __init__(self, size: int, log_dir: str, max_runs: int = MAX_RUNS, extra_env: Optional[dict] = None) -> None:
-        self.size, self.log_dir, self.max_runs, self.extra_env = size, log_dir, max_runs, extra_env
+        self.size, self.log_dir, self.max_runs = size, log_dir, max_runs
+        self.extra_env = {**WORKER_ENV, **(extra_env or {})}
         self.workers: list[Worker] = []
         self.started = 0
 
     def start(self, name: str, command: list, log_path: str) -> Child:
         """Starts the run `command` (`processes.commands.child_command`) with its output in `log_path`."""
-        if not reusable(command[3:]):
-            return Child(name, command, log_path, header=True, extra_env=dict(self.extra_env or {})).start()
+        if os.environ.get(FRESH_RUNS_ENV) == "1" or not reusable(command[3:]):
+            return Child(name, command, log_path, header=True).start()
         keep = [w for w in self.workers if w.idle or (w.busy and w.alive)]
         for worker in self.workers:
             if worker not in keep:  # ended, or ending after its last run
