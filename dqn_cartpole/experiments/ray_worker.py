@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ class RunJob:
     resume: bool = False  # continue the run folder sent with the job (`train --resume`)
     report_evaluations: bool = False  # pass the run's evaluations to the driver (a study's pruner)
     code: tuple = ()  # (package version, git commit or None) of the driver: a node must run the same code
+    reuse: bool = True  # may train in the worker's reused train process (False: a fresh process, as tune's seconds)
 
 
 @dataclass
@@ -87,7 +87,7 @@ def run_on_worker(job: RunJob, attempt: int, resume_folder: Optional[bytes], boa
             argv = train_argv(config, list(job.overrides), run_dir)
         log_path = os.path.join(work, "run.log")
         started = time.monotonic()
-        status, last_error = execute_run(argv, run_dir, log_path, Watch(board, job, attempt, run_dir))
+        status, last_error = execute_run(argv, run_dir, log_path, Watch(board, job, attempt, run_dir), job.reuse)
         run_s, packed = time.monotonic() - started, time.monotonic()
         folder = ray_transfer.pack(run_dir) if os.path.isdir(run_dir) else b""
         return RunOutcome(job.key, status, last_error, _tail(log_path), folder, run_dir, node,
@@ -96,17 +96,18 @@ def run_on_worker(job: RunJob, attempt: int, resume_folder: Optional[bytes], boa
         shutil.rmtree(work, ignore_errors=True)
 
 
-def execute_run(argv: list[str], run_dir: str, log_path: str, watch: "Watch") -> tuple[Optional[int], str]:
+def execute_run(argv: list[str], run_dir: str, log_path: str, watch: "Watch",
+                reuse: bool = True) -> tuple[Optional[int], str]:
     """How one run executes on a worker: `python -m dqn_cartpole ARGV` (its output in `log_path`) in this Ray
     worker's reused train process (`train_worker`: TensorFlow imported once for many runs; Ray keeps its worker
     process, and with it the train process, from task to task), or a fresh child when the run would not train alike
     there; stopped once with the signal the driver asks for. Returns (exit status, last error line)."""
     with _sigint_deliverable():
-        child = _SLOTS.start(run_dir, child_command(argv), log_path)
+        child = _SLOTS.start(run_dir, child_command(argv), log_path, reuse=reuse)
     stop_sent: Optional[float] = None
     try:
         while child.returncode is None:
-            _wait(child, watch.poll_s)
+            train_worker.wait_run(child, watch.poll_s)
             signum = watch.poll()
             if signum and stop_sent is None and child.send(signum):  # once: a second signal skips the checkpoint
                 stop_sent = time.monotonic()
@@ -121,14 +122,6 @@ def execute_run(argv: list[str], run_dir: str, log_path: str, watch: "Watch") ->
 
 # This Ray worker process's train process, kept from one task to the next (Ray runs a worker's tasks one at a time).
 _SLOTS = train_worker.WorkerSlots(1, os.path.join(tempfile.gettempdir(), TEMP_PREFIX + "-workers"))
-
-
-def _wait(child, timeout: float) -> None:
-    if isinstance(child, train_worker.ReusedRun):
-        child.wait(timeout)
-        return
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.process.wait(timeout=timeout)
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -254,7 +255,14 @@ class ReusedRun(Child):
     def send(self, signum: int) -> bool:
         return self.returncode is None and super().send(signum)
 
-    def wait(self, timeout: float) -> None:
+    def stop(self, grace_s: float, signum: int = signal.SIGTERM) -> Optional[int]:
+        """As `Child.stop` while the run runs (its worker then ends with it); an ended run's worker is left idle."""
+        if self.returncode is None:
+            super().stop(grace_s, signum)
+            self._status = self.returncode if self.returncode is not None else _died_status(self.process.poll() or 0)
+        return self.returncode
+
+    def wait(self, timeout: float = float("inf")) -> None:
         """Returns when the run ended, or after `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while self.returncode is None and time.monotonic() < deadline:
@@ -262,6 +270,17 @@ class ReusedRun(Child):
                 self.process.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 pass
+
+
+def wait_run(child: Child, timeout: Optional[float] = None) -> None:
+    """Waits until the run on `child` (a fresh `Child` or a `ReusedRun`) ended, or `timeout` seconds passed."""
+    if isinstance(child, ReusedRun):
+        child.wait(float("inf") if timeout is None else timeout)
+        return
+    try:
+        child.process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _died_status(code: int) -> int:
@@ -283,11 +302,17 @@ class WorkerSlots:
         self.extra_env = {**WORKER_ENV, **(extra_env or {})}
         self.workers: list[Worker] = []
         self.started = 0
+        self._lock = threading.Lock()  # tune's trial threads share the slots
 
-    def start(self, name: str, command: list, log_path: str) -> Child:
-        """Starts the run `command` (`processes.commands.child_command`) with its output in `log_path`."""
-        if os.environ.get(FRESH_RUNS_ENV) == "1" or not reusable(command[3:]):
+    def start(self, name: str, command: list, log_path: str, reuse: bool = True) -> Child:
+        """Starts the run `command` (`processes.commands.child_command`) with its output in `log_path`: on a worker,
+        or in a fresh process when `reuse` is False, the run is not `reusable` or DQN_CARTPOLE_FRESH_RUNS=1."""
+        if not reuse or os.environ.get(FRESH_RUNS_ENV) == "1" or not reusable(command[3:]):
             return Child(name, command, log_path, header=True).start()
+        with self._lock:
+            return self._on_worker(name, command, log_path)
+
+    def _on_worker(self, name: str, command: list, log_path: str) -> "ReusedRun":
         keep = [w for w in self.workers if w.idle or (w.busy and w.alive)]
         for worker in self.workers:
             if worker not in keep:  # ended, or ending after its last run
@@ -303,9 +328,10 @@ class WorkerSlots:
         return ReusedRun(name, command, log_path, header=True, worker=worker).start()
 
     def close(self) -> None:
-        for worker in self.workers:
-            worker.close()
-        self.workers = []
+        with self._lock:
+            for worker in self.workers:
+                worker.close()
+            self.workers = []
 
 
 if __name__ == "__main__":
