@@ -43,6 +43,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Optional
 
+from dqn_cartpole.console.exit_status import STOP_SIGNALS
 from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
 
 MAX_RUNS = 8  # a worker is replaced after this many runs
@@ -168,6 +169,7 @@ class Worker:
     """One worker process, seen from its parent."""
 
     def __init__(self, log_path: str, max_runs: int = MAX_RUNS, extra_env: Optional[dict] = None) -> None:
+        self.log_path = log_path
         os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
         with open(log_path, "ab") as log:
             env = {**child_env(), **(extra_env or {})}
@@ -250,7 +252,16 @@ class ReusedRun(Child):
                 self._status = answer["status"]
             elif not self.worker.alive:
                 self._status = _died_status(self.worker.process.returncode)
+                if self.worker.process.returncode > 0 or -self.worker.process.returncode not in STOP_SIGNALS:
+                    self._note_death()
         return self._status
+
+    def _note_death(self) -> None:
+        """A worker that died without answering (killed, out of memory, a crash in TensorFlow) says so in the run's
+        log, where `last_error` finds it, naming the worker's own log."""
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(f"error: the train process {self.process.pid} ended (status {self.process.returncode}) before "
+                      f"the run did; its own output: {self.worker.log_path}\n")
 
     def send(self, signum: int) -> bool:
         return self.returncode is None and super().send(signum)
@@ -286,7 +297,7 @@ def wait_run(child: Child, timeout: Optional[float] = None) -> None:
 def _died_status(code: int) -> int:
     """A worker that died without answering: killed by a stop signal reads as that stop (128 + the signal), as a
     fresh process stopped between two steps; otherwise its own status (a crash: never 0, it did not answer)."""
-    from dqn_cartpole.console.exit_status import EXIT_FAILED, STOP_SIGNALS, for_signal
+    from dqn_cartpole.console.exit_status import EXIT_FAILED, for_signal
 
     if code < 0 and -code in STOP_SIGNALS:
         return for_signal(-code)
@@ -335,4 +346,7 @@ class WorkerSlots:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1]) if len(sys.argv) > 1 else MAX_RUNS))
+    STATUS = serve(int(sys.argv[1]) if len(sys.argv) > 1 else MAX_RUNS)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(STATUS)  # at once: the runs closed their files, and TensorFlow's teardown would only cost time
