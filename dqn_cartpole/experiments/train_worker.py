@@ -330,12 +330,18 @@ class WorkerSlots:
                 worker.close()
         self.workers = keep
         worker = next((w for w in self.workers if w.idle), None)
-        if worker is None:
-            if len(self.workers) >= self.size:
-                raise RuntimeError(f"every one of the {self.size} workers is busy")
-            self.started += 1
-            worker = Worker(os.path.join(self.log_dir, f"worker-{os.getpid()}-{self.started}.log"), self.max_runs, self.extra_env)
-            self.workers.append(worker)
+        if worker is not None:
+            try:
+                return ReusedRun(name, command, log_path, header=True, worker=worker).start()
+            except OSError:  # it died idle (killed from outside) before it read the run: a new one takes it
+                worker.close()
+                self.workers.remove(worker)
+        if len(self.workers) >= self.size:
+            raise RuntimeError(f"every one of the {self.size} workers is busy")
+        self.started += 1
+        worker = Worker(os.path.join(self.log_dir, f"worker-{os.getpid()}-{self.started}.log"), self.max_runs,
+                        self.extra_env)
+        self.workers.append(worker)
         return ReusedRun(name, command, log_path, header=True, worker=worker).start()
 
     def close(self) -> None:
