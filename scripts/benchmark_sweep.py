@@ -2,14 +2,15 @@
 (or this file directly, with the same arguments).
 
 The same sweep of default runs (configs/default.yaml, videos included, as `make train` runs it; one run per seed)
-two ways, side by side in this one run, next to the tutorial's reference loop (`--reference PATH`, run first and
+three ways, side by side in this one run, next to the tutorial's reference loop (`--reference PATH`, run first and
 last as a gauge of the machine's load) and the load average:
-  * `sweep --jobs 2`: today's local sweep, two child processes at a time;
-  * `sweep --ray` on a local Ray instance the command starts itself (one run per CPU);
-  * `sweep --jobs 2` with OMP_NUM_THREADS=1.
-A third sweep is the local one with OMP_NUM_THREADS=1, which Ray sets in its workers (and the runs inherit): it tells
-what Ray brings from what that setting brings. It prints each sweep's wall time (the command's start to its exit)
-and its speed-up over `--jobs 2`; per run (summary.json's phases, medians) its seconds, its start-up and imports
+  * `sweep --jobs 2` with a fresh process per run (DQN_CARTPOLE_FRESH_RUNS=1): the local sweep before reused
+    workers, two `train` child processes at a time, TensorFlow imported for every run: the baseline;
+  * `sweep --ray` on a local Ray instance the command starts itself (one run per CPU, each Ray worker's reused
+    train process: experiments/train_worker.py);
+  * `sweep --jobs 2`: today's local sweep, two reused train processes.
+It prints each sweep's wall time (the command's start to its exit)
+and its speed-up over the baseline; per run (summary.json's phases, medians) its seconds, its start-up and imports
 (what a worker that imports TensorFlow once and trains run after run in-process could save) and its loop; the env
 steps to solve of every seed in every sweep (a run is reproducible by seed: they must be equal); and what Ray adds:
 the seconds to start it and the run folders' way back (packed on the workers, fetched, unpacked: the sweep's `ray:`
@@ -39,11 +40,9 @@ RAY_LINE = re.compile(r"ray: started a local Ray instance in ([\d.]+) s.*?; (\d+
                       r"packed in ([\d.]+) s on the workers, fetched in ([\d.]+) s, unpacked in ([\d.]+) s\)")
 
 
-# The sweeps compared: a label, whether it runs on Ray, and what it adds to the environment. Ray sets
-# OMP_NUM_THREADS=1 in a worker that asks for one CPU, and the run processes inherit it: the third sweep is the local
-# one with that setting alone, to tell what Ray brings from what one thread per run brings.
-VARIANTS = (("--jobs 2", False, {}), ("--ray", True, {}),
-            ("--jobs 2, OMP_NUM_THREADS=1", False, {"OMP_NUM_THREADS": "1"}))
+# The sweeps compared: a label, whether it runs on Ray, and what it adds to the environment.
+BASE = "--jobs 2, a fresh process per run"
+VARIANTS = ((BASE, False, {"DQN_CARTPOLE_FRESH_RUNS": "1"}), ("--ray", True, {}), ("--jobs 2", False, {}))
 
 
 def run_sweep(root: str, name: str, seeds: str, ray: bool, extra_env: dict) -> dict:
@@ -51,7 +50,8 @@ def run_sweep(root: str, name: str, seeds: str, ray: bool, extra_env: dict) -> d
     argv = [sys.executable, "-m", "dqn_cartpole", "sweep", "--config", os.path.join(REPO, "configs", "default.yaml"),
             "--seeds", seeds, "--name", name, "--set", f"output.root={root}", "--quiet",
             *(["--ray"] if ray else ["--jobs", "2"])]
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OMP_NUM_THREADS")}  # --ray: local
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "OMP_NUM_THREADS", "DQN_CARTPOLE_FRESH_RUNS")}  # --ray: local
     env.update(PYTHONPATH=REPO, **extra_env)
     start = time.time()
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
@@ -99,10 +99,10 @@ def variant_rows(label: str, results: list, base_wall: float) -> list[str]:
 
 
 def tables(results: dict, references: tuple, loads: tuple, seeds: list) -> list[str]:
-    base = median(r["wall_s"] for r in results["--jobs 2"])
+    base = median(r["wall_s"] for r in results[BASE])
     lines = [f"{len(seeds)} default runs (configs/default.yaml, videos included), seeds {seeds[0]}-{seeds[-1]}, "
              f"2 at a time; medians over the repeats (each repeat's wall time in brackets):", "",
-             "| sweep | wall time | speed-up over `--jobs 2` | one run, process start to summary (median) | its "
+             "| sweep | wall time | speed-up over `--jobs 2` with a fresh process per run (as before reused workers) | one run, process start to summary (median) | its "
              "start-up and imports | its loop (tracing included) | the runs' seconds / 2 | the rest: wall time - "
              "the runs' seconds / 2 |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -45,9 +45,11 @@ def ray_descendants() -> list:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     from ray.cluster_utils import Cluster
 
+    tmp_path_factory.getbasetemp()  # pytest's own temp root, made now under the real TMPDIR: not in `temp`, which
+    # goes with the module (when this module ran first, every later test's tmp_path pointed into a removed folder)
     temp = tempfile.mkdtemp(prefix="dqnray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     saved = {name: os.environ.get(name) for name in ("RAY_TMPDIR", "TMPDIR")}
     # Ray's files (and the ray_current_cluster that a plain ray.init() elsewhere on this machine would join) and the

@@ -205,3 +205,30 @@ def test_a_head_under_token_auth_says_what_this_machine_lacks_in_one_line(token_
     monkeypatch.delenv("RAY_AUTH_TOKEN")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "token"))
     check_answers(address, 5, "--address")  # the head's token: it answers
+
+
+def test_the_python_apis_sweep_with_ray_is_sweep_ray(smoke_run, tmp_path, monkeypatch, capsys):
+    """`dq.sweep(..., ray=True)` takes `sweep --ray`'s path, with its checks: a sweep whose members are done (copies
+    of a finished run) is summed up without starting Ray, as the command's."""
+    import shutil
+
+    import dqn_cartpole as dq
+    from dqn_cartpole.config import locate_config
+    from dqn_cartpole.experiments.sweep import plan_sweep, write_manifest
+
+    monkeypatch.chdir(tmp_path)  # smoke.yaml's output.root, outputs/, is relative
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(dq.UserError, match=r"sweep\(address=...\): only with ray=True"):
+        dq.sweep("smoke", address="127.0.0.1:6379")
+    with pytest.raises(dq.UserError, match="the Ray client"):
+        dq.sweep("smoke", ray=True, address="ray://127.0.0.1:10001")
+    plan = plan_sweep(locate_config("smoke"), "0,1", [], [], None, "done")
+    os.makedirs(plan.folder)
+    write_manifest(plan)
+    for member in plan.members:
+        shutil.copytree(smoke_run[0], member.run_dir)
+    runs = dq.sweep("smoke", seeds=[0, 1], name="done", progress=False, ray=True)
+    assert runs == [dq.Run(member.run_dir) for member in plan.members]
+    out = capsys.readouterr().out
+    assert "sweep done: 2 runs (2 already done, 0 finished now, 0 failed)" in out
+    assert "(nothing left for Ray to run)" in out, out

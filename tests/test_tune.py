@@ -5,6 +5,7 @@ path against a real PostgreSQL server on loopback, started (and stopped) by the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -54,19 +55,17 @@ def kill_tree(process: subprocess.Popen) -> list:
     """SIGKILLs a tune worker and its training processes (which live in their own sessions)."""
     tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
     for proc in tree:
-        proc.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
     psutil.wait_procs(tree, timeout=30)
     process.communicate(timeout=30)
     return tree
 
 
-def running_trial(worker: subprocess.Popen, number: str) -> bool:
-    """Whether the tune worker runs the trial's training process."""
-    try:
-        return any(os.path.join("trials", number) in " ".join(child.cmdline())
-                   for child in psutil.Process(worker.pid).children(recursive=True))
-    except psutil.Error:
-        return False
+def running_trial(worker: subprocess.Popen, tmp_path, number: str) -> bool:
+    """Whether the tune worker runs the trial's training (in a reused train process, which a trial's log names as
+    soon as the run is handed to it)."""
+    return worker.poll() is None and (tmp_path / "tune" / "t" / "logs" / f"{number}.log").is_file()
 
 
 def test_two_workers_share_a_journal_study_and_it_resumes(tmp_path):
@@ -102,9 +101,10 @@ def test_two_workers_share_a_journal_study_and_it_resumes(tmp_path):
     killed = start(tune_argv(tmp_path, 4))
     try:
         deadline = time.time() + 120
-        while not running_trial(killed, "0002") and time.time() < deadline and killed.poll() is None:
+        while not running_trial(killed, tmp_path, "0002") and time.time() < deadline and killed.poll() is None:
             time.sleep(0.2)
-        assert running_trial(killed, "0002"), "trial 2 never started"
+        assert running_trial(killed, tmp_path, "0002"), "trial 2 never started"
+        assert any("train_worker" in " ".join(p.cmdline()) for p in psutil.Process(killed.pid).children())
     finally:
         tree = kill_tree(killed)
     assert not [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

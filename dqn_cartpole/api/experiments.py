@@ -1,7 +1,7 @@
 """`sweep` and `compare`: the experiment commands' cores as functions (thin calls into `experiments`).
 
-A sweep trains its runs as the CLI's sweep does, as `train` child processes, several at a time (not in this
-process: its runs are independent processes, on every core); `compare` reads finished runs and writes the plot and
+A sweep trains its runs as the CLI's sweep does, in train processes of their own, several at a time, or on a Ray
+cluster (not in this process: its runs are independent processes, on every core); `compare` reads finished runs and writes the plot and
 the table. Both take the commands' input and raise the commands' one-line `UserError`s.
 """
 
@@ -74,18 +74,33 @@ def grid_texts(grid: Optional[Mapping[str, Sequence[Any]]]) -> list[str]:
 
 def sweep(config: "str | os.PathLike[str] | None" = None, *, seeds: Union[str, Iterable[int]] = "0",
           grid: Optional[Mapping[str, Sequence[Any]]] = None, overrides: Overrides = None,
-          jobs: Optional[int] = None, name: Optional[str] = None, progress: bool = True) -> list[Run]:
+          jobs: Optional[int] = None, name: Optional[str] = None, progress: bool = True, ray: bool = False,
+          address: Optional[str] = None) -> list[Run]:
     """`python -m dqn_cartpole sweep`: every (grid point, seed) pair as its own run folder under
-    <output.root>/sweeps/NAME/, `jobs` `train` processes at a time; calling it again with the same name continues
-    it. Returns the members' Runs; raises RunFailed (with every member) when one failed."""
+    <output.root>/sweeps/NAME/, `jobs` runs at a time (reused train processes, as the command's); calling it again
+    with the same name continues it. With `ray=True`, as `sweep --ray`: the runs on the Ray cluster at `address`
+    (else RAY_ADDRESS, else a local Ray instance started for the call), their folders gathered into the same sweep
+    folder. Returns the members' Runs; raises RunFailed (with every member) when one failed."""
+    import argparse
+
+    from dqn_cartpole.experiments import commands
     from dqn_cartpole.experiments import sweep as sweep_module
 
+    if address is not None and not ray:
+        raise UserError("sweep(address=...): only with ray=True")
+    args = argparse.Namespace(ray=ray, address=address, quiet=not progress, jobs=jobs)
+    runner = commands.ray_runner(args, "sweep")  # Ray's checks (the extra installed, the address) before any folder
     seeds_text = seeds if isinstance(seeds, str) else ",".join(str(seed) for seed in seeds)
     config_path = locate_config(None if config is None else os.fspath(config))
     plan = sweep_module.plan_sweep(config_path, seeds_text, grid_texts(grid), override_items(overrides), jobs, name)
     start = time.time()
-    outcome = sweep_module.run_sweep(plan, show_progress=progress)
-    print("\n".join(sweep_module.summary_lines(plan, outcome, time.time() - start)))
+    if runner:
+        import dataclasses
+
+        outcome = commands.run_sweep_on_ray(dataclasses.replace(plan, jobs=jobs, runner=runner), args)
+    else:
+        outcome = sweep_module.run_sweep(plan, show_progress=progress)
+        print("\n".join(sweep_module.summary_lines(plan, outcome, time.time() - start)))
     runs = [Run(member.run_dir) for member in plan.members if os.path.isdir(member.run_dir)]
     if outcome.failed:
         name_, status, error, log = outcome.failed[0]

@@ -6,9 +6,9 @@ never touches the driver's files: nothing is shared but Ray's object store. Whil
 driver's `Board` every second whether to stop (the user's Ctrl-C, or the pruner) and, for a study, passes on the
 run's new evaluations.
 
-How one run executes is `execute_run`, and only there: today a fresh `python -m dqn_cartpole train` child process,
-as a local sweep runs it (TensorFlow is imported again for every run, which costs the run's start-up, see
-docs/experiments.md). An in-process trainer in a long-lived worker (issue 28) would replace that one function.
+How one run executes is `execute_run`, and only there: in the Ray worker's long-lived train process
+(`train_worker`), which imports TensorFlow once and trains the runs Ray gives this worker one after another, each
+as a fresh process would; a run that would not train alike there is a fresh `python -m dqn_cartpole train` child.
 """
 
 from __future__ import annotations
@@ -19,15 +19,13 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from dqn_cartpole.experiments import ray_transfer
+from dqn_cartpole.experiments import ray_transfer, train_worker
 from dqn_cartpole.processes.commands import child_command, resume_argv, train_argv
-from dqn_cartpole.processes.supervisor import Child
 from dqn_cartpole.run_folder.layout import RunLayout
 
 POLL_S = 1.0  # how often a run asks the driver whether to stop (and passes on its evaluations)
@@ -49,6 +47,7 @@ class RunJob:
     resume: bool = False  # continue the run folder sent with the job (`train --resume`)
     report_evaluations: bool = False  # pass the run's evaluations to the driver (a study's pruner)
     code: tuple = ()  # (package version, git commit or None) of the driver: a node must run the same code
+    reuse: bool = True  # may train in the worker's reused train process (False: a fresh process, as tune's seconds)
 
 
 @dataclass
@@ -88,7 +87,7 @@ def run_on_worker(job: RunJob, attempt: int, resume_folder: Optional[bytes], boa
             argv = train_argv(config, list(job.overrides), run_dir)
         log_path = os.path.join(work, "run.log")
         started = time.monotonic()
-        status, last_error = execute_run(argv, run_dir, log_path, Watch(board, job, attempt, run_dir))
+        status, last_error = execute_run(argv, run_dir, log_path, Watch(board, job, attempt, run_dir), job.reuse)
         run_s, packed = time.monotonic() - started, time.monotonic()
         folder = ray_transfer.pack(run_dir) if os.path.isdir(run_dir) else b""
         return RunOutcome(job.key, status, last_error, _tail(log_path), folder, run_dir, node,
@@ -97,17 +96,18 @@ def run_on_worker(job: RunJob, attempt: int, resume_folder: Optional[bytes], boa
         shutil.rmtree(work, ignore_errors=True)
 
 
-def execute_run(argv: list[str], run_dir: str, log_path: str, watch: "Watch") -> tuple[Optional[int], str]:
-    """How one run executes on a worker: `python -m dqn_cartpole ARGV` in a fresh child process (its output in
-    `log_path`), stopped once with the signal the driver asks for. Returns (exit status, last error line)."""
-    child = Child(run_dir, child_command(argv), log_path, header=True)
+def execute_run(argv: list[str], run_dir: str, log_path: str, watch: "Watch",
+                reuse: bool = True) -> tuple[Optional[int], str]:
+    """How one run executes on a worker: `python -m dqn_cartpole ARGV` (its output in `log_path`) in this Ray
+    worker's reused train process (`train_worker`: TensorFlow imported once for many runs; Ray keeps its worker
+    process, and with it the train process, from task to task), or a fresh child when the run would not train alike
+    there; stopped once with the signal the driver asks for. Returns (exit status, last error line)."""
     with _sigint_deliverable():
-        child.start()
+        child = _SLOTS.start(run_dir, child_command(argv), log_path, reuse=reuse)
     stop_sent: Optional[float] = None
     try:
         while child.returncode is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.process.wait(timeout=watch.poll_s)
+            train_worker.wait_run(child, watch.poll_s)
             signum = watch.poll()
             if signum and stop_sent is None and child.send(signum):  # once: a second signal skips the checkpoint
                 stop_sent = time.monotonic()
@@ -118,6 +118,10 @@ def execute_run(argv: list[str], run_dir: str, log_path: str, watch: "Watch") ->
             child.stop(grace_s=10.0)
     watch.close()  # the run's last evaluations
     return child.returncode, child.last_error()
+
+
+# This Ray worker process's train process, kept from one task to the next (Ray runs a worker's tasks one at a time).
+_SLOTS = train_worker.WorkerSlots(1, os.path.join(tempfile.gettempdir(), TEMP_PREFIX + "-workers"))
 
 
 @contextlib.contextmanager

@@ -20,9 +20,9 @@ import yaml
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.experiments import grid
+from dqn_cartpole.experiments import grid, train_worker
 from dqn_cartpole.processes.commands import child_command, continue_command, resume_argv, train_argv
-from dqn_cartpole.processes.supervisor import Child, ChildSet
+from dqn_cartpole.processes.supervisor import ChildSet
 from dqn_cartpole.run_folder import layout, read_run
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.csv_files import dict_rows, read_csv, write_csv_atomic
@@ -186,14 +186,15 @@ def run_sweep(plan: SweepPlan, show_progress: bool = True) -> Outcome:
             queue.append((member, state))
     children = ChildSet()
     running: dict = {}  # Child -> Member
+    slots = train_worker.WorkerSlots(plan.jobs, plan.logs)  # the runs' processes, reused from run to run
     bar = _progress_bar(plan, show_progress)
     with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
         try:
             while (queue or running) and not stop.requested:
                 while queue and len(running) < plan.jobs and not stop.requested:
                     member, state = queue.pop(0)
-                    child = children.add(Child(member.run_dir, child_command(member_argv(plan, member, state)),
-                                               os.path.join(plan.logs, f"{member.name}.log"), header=True).start())
+                    child = children.add(slots.start(member.run_dir, child_command(member_argv(plan, member, state)),
+                                                     os.path.join(plan.logs, f"{member.name}.log")))
                     running[child] = member
                 time.sleep(POLL_S)
                 _collect_finished(running, children, outcome)
@@ -202,6 +203,7 @@ def run_sweep(plan: SweepPlan, show_progress: bool = True) -> Outcome:
             outcome.stopped_by = stop.signum
             children.stop(stop.signum or signal.SIGTERM, STOP_WAIT_S)
             _collect_finished(running, children, outcome)
+            slots.close()
     _update_bar(bar, plan, outcome)
     bar.close()
     write_page(plan)

@@ -37,7 +37,7 @@ from typing import Optional, Sequence
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.experiments import grid, space, storage, study_checks
+from dqn_cartpole.experiments import grid, space, storage, study_checks, train_worker
 from dqn_cartpole.processes import commands
 from dqn_cartpole.processes.commands import child_command, train_argv
 from dqn_cartpole.processes.supervisor import Child, ChildSet
@@ -173,14 +173,16 @@ def run_tune(plan: TunePlan) -> int:
     print(f"study {plan.study_name} in {storage.describe(plan.storage_url)}: {len(study.trials)} trials so far, "
           f"running up to {max(0, remaining)} more with {plan.jobs} at a time; trials in {plan.trials_dir}")
     children = ChildSet()
+    slots = train_worker.WorkerSlots(plan.jobs, os.path.join(plan.folder, "logs"))
     with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
         if remaining > 0:
-            objective = Objective(plan, children, stop, study)
+            objective = Objective(plan, children, stop, study, slots)
             study.optimize(objective, n_trials=remaining, n_jobs=plan.jobs, catch=(TrialFailed, TrialStopped),
                            callbacks=[optuna.study.MaxTrialsCallback(plan.trials, states=None),
                                       lambda study, _trial: study.stop() if stop.requested else None],
                            gc_after_trial=False)
         children.stop(stop.signum or signal.SIGTERM, STOP_WAIT_S)  # nothing is left running, even after an error
+        slots.close()
     for line in tune_outputs.write_outputs(study, plan):
         print(line)
     warning = study_checks.all_equal_warning([t.value for t in study.trials if t.state.name == "COMPLETE"])
@@ -209,8 +211,9 @@ def continue_command(plan: TunePlan) -> str:
 class Objective:
     """One trial: start its run (or one run per seed), report progress, prune or score it."""
 
-    def __init__(self, plan: TunePlan, children: ChildSet, stop: StopRequest, study) -> None:
-        self.plan, self.children, self.stop, self.study = plan, children, stop, study
+    def __init__(self, plan: TunePlan, children: ChildSet, stop: StopRequest, study,
+                 slots: "train_worker.WorkerSlots") -> None:
+        self.plan, self.children, self.stop, self.study, self.slots = plan, children, stop, study, slots
         self.worker = storage.worker_id()
 
     def __call__(self, trial) -> float:
@@ -242,7 +245,10 @@ class Objective:
     def _start(self, trial, overrides: Sequence[str], run_dir: str, log_name: str) -> Child:
         argv = train_argv(self.plan.config_path, [*self.plan.overrides, *overrides], run_dir)
         log = os.path.join(self.plan.folder, "logs", f"{log_name}.log")
-        return self.children.add(Child(run_dir, child_command(argv), log, header=True).start())
+        # a reused worker's run counts its seconds from its own start, a fresh one's from its process's: the
+        # seconds objectives time a fresh process, as a person times `train`
+        reuse = self.plan.objective == "env_steps"
+        return self.children.add(self.slots.start(run_dir, child_command(argv), log, reuse=reuse))
 
     def _run(self, child: Child, trial, follow_evaluations: bool) -> Optional[str]:
         """Waits for the run (reporting its evaluations, with one seed); returns why it was pruned, if it was."""
@@ -262,7 +268,7 @@ class Objective:
             time.sleep(POLL_S)
             if self.stop.requested:
                 child.send(self.stop.signum)
-                child.process.wait()
+                train_worker.wait_run(child)
                 self.study.stop()
                 trial.set_user_attr("reason", f"stopped by {signal_name(self.stop.signum)}; the run folder "
                                               f"can be continued with train --resume")
@@ -277,7 +283,7 @@ class Objective:
                 trial.report(value, step)
                 if trial.should_prune():
                     child.send(signal.SIGTERM)  # it saves a checkpoint and exits 143
-                    child.process.wait()
+                    train_worker.wait_run(child)
                     return f"pruned by the median rule at env step {step} (average return {-value:g})"
             reported = len(rows)
         return None

@@ -44,11 +44,11 @@ class RayTrial:
         number, t = f"{self.trial.number:04d}", self.template
         if not self.plan.seeds:
             job = RunJob(number, number, t.config_name, t.config_text, (*self.plan.overrides, *self.overrides),
-                         report_evaluations=True, code=t.code)
+                         report_evaluations=True, code=t.code, reuse=t.reuse)
             return job, self.folder
         seed = self.plan.seeds[len(self.rows)]
         job = RunJob(f"{number}-s{seed}", f"s{seed}", t.config_name, t.config_text,
-                     (*self.plan.overrides, *self.overrides, f"training.seed={seed}"), code=t.code)
+                     (*self.plan.overrides, *self.overrides, f"training.seed={seed}"), code=t.code, reuse=t.reuse)
         return job, os.path.join(self.folder, f"s{seed}")
 
     def evaluations(self, pairs: list) -> Optional[str]:
@@ -81,7 +81,9 @@ class RayStudy:
     def __init__(self, plan: TunePlan, ray, study, stop: StopRequest) -> None:
         self.plan, self.ray, self.study, self.stop = plan, ray, study, stop
         with open(plan.config_path, encoding="utf-8") as handle:
-            self.template = RunJob("", "", os.path.basename(plan.config_path), handle.read(), (), code=code_version())
+            # a reused worker's run counts its seconds from its own start: the seconds objectives time fresh ones
+            self.template = RunJob("", "", os.path.basename(plan.config_path), handle.read(), (), code=code_version(),
+                                   reuse=plan.objective == "env_steps")
         self.worker = storage.worker_id()
         self.pool = RayPool(ray, plan.jobs)
         self.active: dict = {}  # job key -> (RayTrial, its run folder here)

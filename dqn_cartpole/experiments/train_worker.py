@@ -1,0 +1,358 @@
+"""Reused train processes: a long-lived process that imports TensorFlow once and trains one run after another.
+
+A fresh `python -m dqn_cartpole train` per run pays Python's and TensorFlow's start-up every time (17-19% of a
+default run, docs/experiments.md). A worker (`python -m dqn_cartpole.experiments.train_worker`) pays it once: it
+reads one request a line on stdin (a `train` or `train --resume` argv and a log path), trains the run in-process
+through the Python API (`dqn_cartpole.train`, i.e. `training.run.run_here`: Keras' global state cleared, the seeds
+set, TensorFlow's gradient registry and the heap left as found), its output (Python's and TensorFlow's C++ lines)
+in the run's log at the descriptor level, and answers one line on stdout with the run's exit status, the CLI's.
+
+Each run stays the run a fresh process trains (tests/test_experiments_reuse.py: the same seed gives the same rows,
+also as the second run in a worker), because what outlives a run in a worker is held to what cannot change it:
+
+* **Only runs a fresh process would run on one TensorFlow thread** are given to a worker (`reusable`: the compiled
+  driver with direct sampling, the default, sets one thread for itself; TensorFlow's thread count is fixed once it
+  started). Any other run is a fresh process, as before.
+* **A worker ends after any run that did not finish cleanly** (failed, diverged, stopped, crashed, bad input), and
+  exits with that run's status: whatever such a run left behind dies with the process, and its parent sees the exit
+  status a fresh process gives. It also ends after `MAX_RUNS` runs and once its peak memory passes `MAX_RSS_MB`;
+  the next run starts a new one.
+* **Signals**: the parent stops a run as a fresh one, with SIGINT or SIGTERM to the worker (its run turns the first
+  into a checkpoint, as the CLI does); between runs the worker has the default handlers, so a signal ends it. It
+  gets SIGTERM when its parent dies (`supervisor.die_with_parent`) and ends when its stdin closes.
+
+Workers run with OMP_NUM_THREADS=1, as Ray sets it in its one-CPU workers. `DQN_CARTPOLE_FRESH_RUNS=1` in the
+parent's environment makes every run a fresh process again (the benchmark's baseline).
+
+The parent side: `WorkerSlots` keeps up to N idle workers and starts each run on one (`ReusedRun`, a `Child` whose
+exit status is the run's), or as a fresh `Child` when the run is not `reusable`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Optional
+
+from dqn_cartpole.console.exit_status import STOP_SIGNALS
+from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
+
+MAX_RUNS = 8  # a worker is replaced after this many runs
+FRESH_RUNS_ENV = "DQN_CARTPOLE_FRESH_RUNS"  # "1": every run a fresh process, as before workers (benchmarks)
+WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # as Ray sets in a one-CPU worker: the run's ops are on one thread already
+MAX_RSS_MB = 1500  # ... or once its peak memory passed this (a default run peaks at ~600 MB in a worker)
+WORKER_MODULE = "dqn_cartpole.experiments.train_worker"
+
+
+# ---------------------------------------------------------------------------- which runs
+
+
+def reusable(argv: list) -> bool:
+    """Whether the run `argv` (a `train` argv, see `processes.commands`) trains in a worker exactly as in a fresh
+    process: a fresh process sets TensorFlow's ops to one thread for the compiled driver with direct sampling only,
+    and a worker runs every run on one thread."""
+    from dqn_cartpole.config import load_config, sampling_mode
+    from dqn_cartpole.errors import UserError
+
+    args = _parser().parse_args(argv[1:])
+    try:
+        if args.resume:
+            config = load_config(os.path.join(args.resume, "config.yaml"), args.set or [])
+        else:
+            config = load_config(args.config, args.set or [])
+    except (UserError, OSError):
+        return False  # a fresh process says what is wrong, in the run's log, as before
+    return config.collection.driver == "compiled" and sampling_mode(config.replay) == "direct"
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The `train` arguments `processes.commands.train_argv` and `resume_argv` write."""
+    parser = argparse.ArgumentParser(prog="train", add_help=False)
+    parser.add_argument("--config")
+    parser.add_argument("--output-dir")
+    parser.add_argument("--resume")
+    parser.add_argument("--set", action="append")
+    parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+# ---------------------------------------------------------------------------- the worker process
+
+
+def serve(max_runs: int = MAX_RUNS, max_rss_mb: float = MAX_RSS_MB) -> int:
+    """The worker's life: TensorFlow once, then one run a request until stdin closes or a rule ends it."""
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # between runs, anything printed goes where the worker's errors go
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    from dqn_cartpole.console.imports import import_tensorflow
+
+    import_tensorflow()
+    from dqn_cartpole.training.loop import run_ops_on_one_thread
+
+    run_ops_on_one_thread()  # before any op: as a fresh default run sets it for itself
+    import dqn_cartpole.training.session  # noqa: F401  pylint: disable=unused-import  # the rest of the imports
+    runs = 0
+    for line in sys.stdin:
+        request = json.loads(line)
+        status = run_logged(request["argv"], request["log"])
+        runs += 1
+        goes_on = status == 0 and runs < max_runs and peak_rss_mb() <= max_rss_mb
+        replies.write(json.dumps({"status": status, "runs": runs, "peak_rss_mb": peak_rss_mb(),
+                                  "goes_on": goes_on}) + "\n")
+        if not goes_on:
+            return status
+    return 0
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_logged(argv: list, log_path: str) -> int:
+    """One run, its output (file descriptors 1 and 2, so TensorFlow's own lines too) appended to `log_path`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        return train_here(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def train_here(argv: list) -> int:
+    """`python -m dqn_cartpole ARGV` (a `train` argv) in this process; the exit status the CLI would give."""
+    import dqn_cartpole as dq
+    from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_USAGE, for_signal
+
+    args = _parser().parse_args(argv[1:])
+    try:
+        if args.resume:
+            run = dq.train(resume=args.resume, overrides=args.set or None, progress=not args.quiet)
+        else:
+            run = dq.train(args.config, args.output_dir, overrides=args.set or None, progress=not args.quiet)
+    except dq.UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except dq.RunFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:  # a second Ctrl-C: the run stopped at once
+        return for_signal(signal.SIGINT)
+    except Exception:  # pylint: disable=broad-except  # as a fresh process's traceback, then its status
+        traceback.print_exc()
+        return EXIT_FAILED
+    stopped = run.read().get("stopped_by")
+    return for_signal(signal.Signals[stopped]) if stopped else 0
+
+
+# ---------------------------------------------------------------------------- the parent's side
+
+
+class Worker:
+    """One worker process, seen from its parent."""
+
+    def __init__(self, log_path: str, max_runs: int = MAX_RUNS, extra_env: Optional[dict] = None) -> None:
+        self.log_path = log_path
+        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+        with open(log_path, "ab") as log:
+            env = {**child_env(), **(extra_env or {})}
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", WORKER_MODULE, str(max_runs)], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True, preexec_fn=die_with_parent)
+        os.set_blocking(self.process.stdout.fileno(), False)
+        self._buffer = b""
+        self.runs = 0
+        self.busy = False
+        self.retiring = False  # it said it ends after the run it answered
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    @property
+    def idle(self) -> bool:
+        """It can take a run now."""
+        return not self.busy and not self.retiring and self.alive
+
+    def submit(self, argv: list, log_path: str) -> None:
+        self.process.stdin.write((json.dumps({"argv": list(argv), "log": log_path}) + "\n").encode())
+        self.process.stdin.flush()
+        self.busy = True
+
+    def reply(self) -> Optional[dict]:
+        """The answer to the run in progress, once it came (non-blocking)."""
+        try:
+            chunk = self.process.stdout.read()
+        except (OSError, ValueError):
+            chunk = None
+        self._buffer += chunk or b""
+        if b"\n" not in self._buffer:
+            return None
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        answer = json.loads(line)
+        self.busy, self.retiring = False, not answer["goes_on"]
+        self.runs += 1
+        return answer
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Ends an idle worker (stdin closed), or kills it after `grace_s`."""
+        if self.alive:
+            try:
+                self.process.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@dataclass(eq=False)
+class ReusedRun(Child):
+    """A run on a `Worker`, as its parent sees a `Child`: `returncode` is the run's exit status (the worker's reply,
+    or the worker's own exit status if it died without one), `send` signals the worker, `process` is the worker's."""
+
+    worker: Optional[Worker] = field(default=None, repr=False)
+    _status: Optional[int] = None
+
+    def start(self) -> "ReusedRun":
+        os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            if self.header:
+                log.write(f"$ {' '.join(['python', *self.command[1:]])}   # run {self.worker.runs + 1} in worker "
+                          f"{self.worker.process.pid}\n".encode())
+            self._log_offset = log.tell()
+        self.process = self.worker.process
+        self.worker.submit(self.command[3:], self.log_path)  # the argv after `python -m dqn_cartpole`
+        return self
+
+    @property
+    def returncode(self) -> Optional[int]:
+        if self._status is None:
+            answer = self.worker.reply()
+            if answer is not None:
+                self._status = answer["status"]
+            elif not self.worker.alive:
+                self._status = _died_status(self.worker.process.returncode)
+                if self.worker.process.returncode > 0 or -self.worker.process.returncode not in STOP_SIGNALS:
+                    self._note_death()
+        return self._status
+
+    def _note_death(self) -> None:
+        """A worker that died without answering (killed, out of memory, a crash in TensorFlow) says so in the run's
+        log, where `last_error` finds it, naming the worker's own log."""
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(f"error: the train process {self.process.pid} ended (status {self.process.returncode}) before "
+                      f"the run did; its own output: {self.worker.log_path}\n")
+
+    def send(self, signum: int) -> bool:
+        return self.returncode is None and super().send(signum)
+
+    def stop(self, grace_s: float, signum: int = signal.SIGTERM) -> Optional[int]:
+        """As `Child.stop` while the run runs (its worker then ends with it); an ended run's worker is left idle."""
+        if self.returncode is None:
+            super().stop(grace_s, signum)
+            self._status = self.returncode if self.returncode is not None else _died_status(self.process.poll() or 0)
+        return self.returncode
+
+    def wait(self, timeout: float = float("inf")) -> None:
+        """Returns when the run ended, or after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.returncode is None and time.monotonic() < deadline:
+            try:
+                self.process.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def wait_run(child: Child, timeout: Optional[float] = None) -> None:
+    """Waits until the run on `child` (a fresh `Child` or a `ReusedRun`) ended, or `timeout` seconds passed."""
+    if isinstance(child, ReusedRun):
+        child.wait(float("inf") if timeout is None else timeout)
+        return
+    try:
+        child.process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _died_status(code: int) -> int:
+    """A worker that died without answering: killed by a stop signal reads as that stop (128 + the signal), as a
+    fresh process stopped between two steps; otherwise its own status (a crash: never 0, it did not answer)."""
+    from dqn_cartpole.console.exit_status import EXIT_FAILED, for_signal
+
+    if code < 0 and -code in STOP_SIGNALS:
+        return for_signal(-code)
+    return code or EXIT_FAILED
+
+
+class WorkerSlots:
+    """Up to `size` workers kept between runs; `start` puts a run on an idle one (or a new one), or in a fresh
+    process when it is not `reusable`. `close` ends the idle ones."""
+
+    def __init__(self, size: int, log_dir: str, max_runs: int = MAX_RUNS, extra_env: Optional[dict] = None) -> None:
+        self.size, self.log_dir, self.max_runs = size, log_dir, max_runs
+        self.extra_env = {**WORKER_ENV, **(extra_env or {})}
+        self.workers: list[Worker] = []
+        self.started = 0
+        self._lock = threading.Lock()  # tune's trial threads share the slots
+
+    def start(self, name: str, command: list, log_path: str, reuse: bool = True) -> Child:
+        """Starts the run `command` (`processes.commands.child_command`) with its output in `log_path`: on a worker,
+        or in a fresh process when `reuse` is False, the run is not `reusable` or DQN_CARTPOLE_FRESH_RUNS=1."""
+        if not reuse or os.environ.get(FRESH_RUNS_ENV) == "1" or not reusable(command[3:]):
+            return Child(name, command, log_path, header=True).start()
+        with self._lock:
+            return self._on_worker(name, command, log_path)
+
+    def _on_worker(self, name: str, command: list, log_path: str) -> "ReusedRun":
+        keep = [w for w in self.workers if w.idle or (w.busy and w.alive)]
+        for worker in self.workers:
+            if worker not in keep:  # ended, or ending after its last run
+                worker.close()
+        self.workers = keep
+        worker = next((w for w in self.workers if w.idle), None)
+        if worker is not None:
+            try:
+                return ReusedRun(name, command, log_path, header=True, worker=worker).start()
+            except OSError:  # it died idle (killed from outside) before it read the run: a new one takes it
+                worker.close()
+                self.workers.remove(worker)
+        if len(self.workers) >= self.size:
+            raise RuntimeError(f"every one of the {self.size} workers is busy")
+        self.started += 1
+        worker = Worker(os.path.join(self.log_dir, f"worker-{os.getpid()}-{self.started}.log"), self.max_runs,
+                        self.extra_env)
+        self.workers.append(worker)
+        return ReusedRun(name, command, log_path, header=True, worker=worker).start()
+
+    def close(self) -> None:
+        with self._lock:
+            for worker in self.workers:
+                worker.close()
+            self.workers = []
+
+
+if __name__ == "__main__":
+    STATUS = serve(int(sys.argv[1]) if len(sys.argv) > 1 else MAX_RUNS)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(STATUS)  # at once: the runs closed their files, and TensorFlow's teardown would only cost time
