@@ -164,6 +164,9 @@ def test_a_child_that_leaves_on_sigterm_is_not_killed_and_a_finished_one_gets_no
 def test_the_backoff_doubles_to_its_cap_and_then_gives_up():
     backoff = Backoff(first_s=0.25, max_s=2.0, max_restarts=6, window_s=60.0)
     assert [backoff.delay(n) for n in range(7)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0, None]
+    # The topology's: a single failure is not waited on; a second within the window is.
+    at_once = Backoff(first_s=0.25, max_s=2.0, max_restarts=5, window_s=60.0, at_once=1)
+    assert [at_once.delay(n) for n in range(6)] == [0.0, 0.25, 0.5, 1.0, 2.0, None]
 
 
 def test_a_restart_window_waits_its_backoff_until_the_cap_within_the_window():
