@@ -73,8 +73,12 @@ class WarmProcess:
 class WarmStarter:
     """The warm process of one parent (started at the first `start`, again if it died) and its forks' statuses."""
 
-    def __init__(self, parent_death_signal: int = signal.SIGKILL):
-        self.parent_death_signal = parent_death_signal
+    def __init__(self, parent_death_signal: int = signal.SIGKILL, modules: Optional[tuple] = None,
+                 program: str = "dqn_cartpole"):
+        """`modules`: what the warm process imports (None: WARM_MODULES); `program`: the module each fork runs as
+        `python -m PROGRAM ARGV`."""
+        self.parent_death_signal, self.program = parent_death_signal, program
+        self.modules = WARM_MODULES if modules is None else modules
         self.process: Optional[subprocess.Popen] = None
         self.statuses: dict = {}  # pid -> its exit status (None while it runs)
         self.pending: Optional[int] = None  # the pid of the fork just started
@@ -101,7 +105,7 @@ class WarmStarter:
                 self.launch()
 
     def launch(self) -> None:
-        command = [sys.executable, "-m", __name__]
+        command = [sys.executable, "-m", __name__, self.program, *self.modules]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         env={**child_env(), **WARM_ENV}, start_new_session=True,
                                         preexec_fn=lambda: die_with_parent(self.parent_death_signal))
@@ -161,15 +165,17 @@ WARM_MODULES = ("tensorflow", "tf_agents.agents", "tf_agents.drivers", "tf_agent
                 "reverb", "gymnasium")
 
 
-def serve() -> None:
-    """The warm process: imports, then forks one process per request until its stdin closes."""
+def serve(program: str, modules: list) -> None:
+    """The warm process: imports `modules`, then forks one process per request (each runs `python -m PROGRAM
+    ARGV`) until its stdin closes."""
     import importlib  # pylint: disable=import-outside-toplevel
 
     from dqn_cartpole.console.imports import heavy_imports  # pylint: disable=import-outside-toplevel
 
-    with heavy_imports():
-        for module in WARM_MODULES:
-            importlib.import_module(module)
+    if modules:
+        with heavy_imports():
+            for module in modules:
+                importlib.import_module(module)
     requests, buffered, running = sys.stdin.buffer.raw, b"", set()
     while True:
         readable, _, _ = select.select([requests], [], [], 0.05)
@@ -181,7 +187,7 @@ def serve() -> None:
             while b"\n" in buffered:
                 line, buffered = buffered.split(b"\n", 1)
                 request = json.loads(line)
-                pid = fork_role(request["argv"], request["log"])
+                pid = fork_role(program, request["argv"], request["log"])
                 running.add(pid)
                 answer({"pid": pid})
         for pid in list(running):
@@ -196,8 +202,8 @@ def answer(message: dict) -> None:
     sys.stdout.flush()
 
 
-def fork_role(argv: list, log_path: str) -> int:
-    """Forks; the fork runs `python -m dqn_cartpole ARGV` to its exit (a SystemExit that ends this interpreter as
+def fork_role(program: str, argv: list, log_path: str) -> int:
+    """Forks; the fork runs `python -m PROGRAM ARGV` to its exit (a SystemExit that ends this interpreter as
     it would a fresh one: atexit handlers, threads joined). In the warm process: the fork's pid."""
     import runpy  # pylint: disable=import-outside-toplevel
 
@@ -209,8 +215,8 @@ def fork_role(argv: list, log_path: str) -> int:
         become_role(warm_pid, log_path)
     except BaseException:  # pylint: disable=broad-except  # nowhere to report it: the status says it
         os._exit(1)  # pylint: disable=protected-access
-    sys.argv = ["dqn_cartpole", *argv]
-    runpy.run_module("dqn_cartpole", run_name="__main__", alter_sys=True)
+    sys.argv = [program, *argv]
+    runpy.run_module(program, run_name="__main__", alter_sys=True)
     raise SystemExit(0)
 
 
@@ -231,5 +237,5 @@ def become_role(warm_pid: int, log_path: str) -> None:
     sys.stderr = open(2, "w", encoding="utf-8", closefd=False, buffering=1)  # pylint: disable=consider-using-with
 
 
-if __name__ == "__main__":
-    serve()
+if __name__ == "__main__":  # python -m dqn_cartpole.processes.warm_start PROGRAM MODULE...
+    serve(sys.argv[1], sys.argv[2:])
