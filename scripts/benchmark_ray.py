@@ -112,8 +112,8 @@ def _pss(processes: set) -> int:
 
 
 def ray_solve_run(collectors: int, out: str, overrides: list) -> tuple[dict, float, dict]:
-    """(summary.json, the launch's Unix time, {ray_startup_s, ray_rss_mb, roles_rss_mb, roles_pss_mb}) of one run on a local Ray
-    instance."""
+    """(summary.json, the launch's Unix time, {ray_startup_s, ray_rss_mb, roles_rss_mb, roles_pss_mb}) of one run on
+    a local Ray instance."""
     started = time.time()
     with open(out + ".log", "w") as log:
         process = subprocess.Popen(command(collectors, out, overrides), cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
@@ -280,7 +280,8 @@ def restart_phases(out: str, role: str, killed: float, watch: NoticeWatch) -> li
     found = [m for m in re.finditer(r"writing [\d.]+ s after its process started at unix ([\d.]+) \((.*)\)", log)
              if float(m.group(1)) > killed]
     started = watch.started
-    points = [("the driver heard of it", watch.seen), ("a new actor process (Ray worker) started", started.get("worker")),
+    points = [("the driver heard of it", watch.seen),
+              ("a new actor process (Ray worker) started", started.get("worker")),
               ("its warm start-up process started", started.get("warm")),
               ("the role's process forked (Python and TensorFlow imported)",
                float(found[0].group(1)) if found else started.get("role"))]

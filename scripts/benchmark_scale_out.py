@@ -272,7 +272,8 @@ def cell(result: dict) -> str:
         return "**not solved**"
     mean, low = result["score"]
     ray = (f"; Ray's start-up {result['ray_startup_s']:.1f} s, peak RSS Ray {result['ray_rss_mb']:,.0f} MB, roles "
-           f"{result['roles_rss_mb']:,.0f} MB (PSS {result['roles_pss_mb']:,.0f} MB)") if "ray_startup_s" in result else ""
+           f"{result['roles_rss_mb']:,.0f} MB (PSS {result['roles_pss_mb']:,.0f} MB)"
+           ) if "ray_startup_s" in result else ""
     return f"{result['time_s']:.1f} s, {result['env_steps']:,} env steps; plain TF {mean:.1f} (min {low:.0f}){ray}"
 
 

@@ -184,8 +184,9 @@ def main(argv: list) -> int:
         for mode, runs in results.items():
             process = (f", its role's process killed: back in median "
                        f"{statistics.median(r['process_restart_s'] for r in runs):.1f} s" if mode == "child" else "")
+            worker = statistics.median(r['restart_s'] for r in runs)
             print(f"{mode}: start-up median {statistics.median(r['startup_s'] for r in runs):.1f} s, its actor's "
-                  f"worker killed: back in median {statistics.median(r['restart_s'] for r in runs):.1f} s{process}, RSS "
+                  f"worker killed: back in median {worker:.1f} s{process}, RSS "
                   f"median {statistics.median(r['rss_mb'] for r in runs):.0f} MB; stop: {runs[-1]['stop']}")
         print(f"load average {'/'.join(f'{v:.1f}' for v in os.getloadavg())} at the end", flush=True)
     return 0
