@@ -21,6 +21,7 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.processes import commands, supervisor
 from dqn_cartpole.processes.supervisor import Backoff, Child, ChildSet, stop_all
+from dqn_cartpole.run_folder import lock
 
 # A child that writes one line per SIGTERM it receives (and otherwise ignores it), then says it is ready.
 COUNT_TERMS = textwrap.dedent("""
@@ -480,6 +481,13 @@ def test_a_warm_start_forks_each_command_with_its_log_status_signals_and_it_dies
         assert done.output().startswith("argv ['exit', '3'] sigint True session True")  # as a fresh Python's
         polite, killed = start("wait"), start("wait")
         assert waiting(polite) and waiting(killed)
+        # `ps` and the run folder's lock (`role_of`) see the fork's own command line.
+        with open(f"/proc/{polite.process.pid}/cmdline", "rb") as cmdline:
+            assert cmdline.read().rstrip(b"\0").split(b"\0") == [sys.executable.encode(), b"-m", b"warm_program",
+                                                                   b"wait"]
+        role = start("collect", "--collector-id", "3")
+        assert waiting(role) and lock.role_of(role.process.pid) == "collect --collector-id 3"
+        role.process.kill()
         polite.send(signal.SIGTERM)
         killed.process.kill()
         assert (polite.process.wait(10), killed.process.wait(10)) == (143, -signal.SIGKILL)

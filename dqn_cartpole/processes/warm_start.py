@@ -34,6 +34,7 @@ from typing import Optional
 
 from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
 
+COMMAND_ROOM = 4096  # bytes of a fork's command line (`ps`, /proc/PID/cmdline)
 WARM_ENV = {"OPENBLAS_NUM_THREADS": "1"}  # one thread at the fork (see the module docstring)
 KILLED = -signal.SIGKILL  # the status of a fork whose warm process is gone
 
@@ -105,7 +106,8 @@ class WarmStarter:
                 self.launch()
 
     def launch(self) -> None:
-        command = [sys.executable, "-m", __name__, self.program, *self.modules]
+        # The last argument reserves room in the argv area for each fork's own command line (`show_command`).
+        command = [sys.executable, "-m", __name__, self.program, ",".join(self.modules), " " * COMMAND_ROOM]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         env={**child_env(), **WARM_ENV}, start_new_session=True,
                                         preexec_fn=lambda: die_with_parent(self.parent_death_signal))
@@ -215,9 +217,23 @@ def fork_role(program: str, argv: list, log_path: str) -> int:
         become_role(warm_pid, log_path)
     except BaseException:  # pylint: disable=broad-except  # nowhere to report it: the status says it
         os._exit(1)  # pylint: disable=protected-access
+    show_command([sys.executable, "-m", program, *argv])
     sys.argv = [program, *argv]
     runpy.run_module(program, run_name="__main__", alter_sys=True)
     raise SystemExit(0)
+
+
+def show_command(words: list) -> None:
+    """Makes /proc/self/cmdline (what `ps`, psutil and `lock.role_of` read) say `words`: written over the argv area
+    the kernel reads it from (the warm process's, with COMMAND_ROOM to spare), as setproctitle does. Python keeps its
+    own copy of its arguments, so nothing else reads that memory."""
+    import ctypes  # pylint: disable=import-outside-toplevel
+
+    with open("/proc/self/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end (fields 48 and 49)
+    data = b"\0".join(word.encode() for word in words)[:end - start - 1]
+    ctypes.memmove(start, data.ljust(end - start, b"\0"), end - start)
 
 
 def become_role(warm_pid: int, log_path: str) -> None:
@@ -237,5 +253,5 @@ def become_role(warm_pid: int, log_path: str) -> None:
     sys.stderr = open(2, "w", encoding="utf-8", closefd=False, buffering=1)  # pylint: disable=consider-using-with
 
 
-if __name__ == "__main__":  # python -m dqn_cartpole.processes.warm_start PROGRAM MODULE...
-    serve(sys.argv[1], sys.argv[2:])
+if __name__ == "__main__":  # python -m dqn_cartpole.processes.warm_start PROGRAM MODULE,MODULE,... ROOM
+    serve(sys.argv[1], [module for module in sys.argv[2].split(",") if module])
