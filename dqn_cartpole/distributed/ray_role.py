@@ -32,9 +32,13 @@ from typing import Optional
 
 from dqn_cartpole.distributed import mirror
 from dqn_cartpole.processes.supervisor import Child
-from dqn_cartpole.processes.warm_start import WarmChild, WarmStarter
+from dqn_cartpole.processes.warm_start import WARM_MODULES, WarmChild, WarmStarter
 
 NODE_LOCAL = "{node-local}"  # in a command: the role's folder on its node
+# What a role's warm start-up process imports besides the libraries: the command line and the role's module (about
+# 1 s more), so that its fork imports nothing.
+ROLE_MODULES = {"replay server": "dqn_cartpole.distributed.server", "learner": "dqn_cartpole.distributed.learner",
+                "evaluator": "dqn_cartpole.distributed.evaluator", "collector": "dqn_cartpole.distributed.collector"}
 WHERE_WAIT_S = 60.0  # `where` waits this long for `run` to start the role
 POLL_S = 0.1
 
@@ -45,7 +49,8 @@ class RoleHost:
     def __init__(self, role_name: str, run_name: str, config_text: Optional[str] = None):
         self.role_name, self.token = role_name, uuid.uuid4().hex  # `token`: this process, for the mirror
         self.child: Optional[Child] = None
-        self.starter = WarmStarter(signal.SIGKILL)
+        kind = "collector" if role_name.startswith("collector") else role_name
+        self.starter = WarmStarter(signal.SIGKILL, (*WARM_MODULES, "dqn_cartpole.cli.main", ROLE_MODULES[kind]))
         self.starter.ensure()  # its imports overlap the driver's call (a restarted actor: Ray's own restart)
         self.root: Optional[str] = None
         if config_text is not None:
