@@ -272,6 +272,7 @@ class FakeMethod:
 
     def remote(self, *args):
         ref = FakeRef((self.actor.name, self.name))
+        ref.args = args
         self.actor.ray.calls.append(ref)
         return ref
 
@@ -339,6 +340,10 @@ def test_a_role_whose_process_ended_starts_again_in_the_same_actor_process_a_los
     assert [e for e in placement.wait(0) if isinstance(e, Ended)] == [Ended(C0, -signal.SIGKILL, "")]
     placement.start(C0, restart=True)
     assert runs("collector 0") == 2 and ray.killed == []  # `run` again, no new actor process
+    # `where` asks for the place of that `run` (Ray may start a later call first: it must not answer the old pid).
+    (run_call,) = [r for r in ray.calls if r.call == ("collector 0", "run") and not r.done]
+    (where_call,) = [r for r in ray.calls if r.call == ("collector 0", "where") and not r.done][-1:]
+    assert run_call.args[-1] == where_call.args[-1] != None
 
     # Its actor died (its worker or its node): Ray starts a new process, which is asked for its token first.
     ray.answer("collector 1", "run", error=FakeRay.exceptions.RayError("The actor died"))
@@ -349,3 +354,31 @@ def test_a_role_whose_process_ended_starts_again_in_the_same_actor_process_a_los
     # A companion whose actor did not answer its stop (its `run` still pending): a new actor process.
     placement.start(Role(EVALUATOR), restart=True)
     assert ray.killed == [("evaluator", False)] and runs("evaluator") == 1
+
+
+def test_where_answers_the_place_of_the_run_it_names_not_an_earlier_one(tmp_path):
+    import asyncio
+
+    from dqn_cartpole.distributed import ray_role
+
+    host = ray_role.RoleHost.__new__(ray_role.RoleHost)  # its state alone: no warm process
+    host.child, host.run_id, host.token = None, None, "t"
+
+    class Old:
+        process = type("P", (), {"pid": 111})()
+
+    async def scenario():
+        host.child, host.run_id = Old(), 1  # the earlier run's process
+        asked = asyncio.ensure_future(host.where(2))  # sent after `run` 2, started before it
+        await asyncio.sleep(0.3)
+        assert not asked.done()  # it does not answer the old pid
+        host.child = type("New", (), {"process": type("P", (), {"pid": 222})()})()
+        host.run_id = 2
+        return await asyncio.wait_for(asked, 5)
+
+    import ray  # noqa: F401  # `where` reads the node from Ray's runtime context: faked here
+    from unittest import mock
+    with mock.patch("ray.util.get_node_ip_address", return_value="10.0.0.1"), \
+            mock.patch("ray.get_runtime_context") as context:
+        context.return_value.get_node_id.return_value = "n1"
+        assert asyncio.run(scenario())["pid"] == 222

@@ -55,6 +55,7 @@ class RayPlacement:
         self.tokens: dict = {}  # Role -> the token of its actor's current process (see `RoleHost.ready`)
         self.lost: set = set()  # roles whose actor died: Ray is starting it again
         self.idle: set = set()  # roles whose actor process answered their end (alive, running nothing)
+        self.run_ids = 0  # the last `run` call's id (`where` asks for the place of that one)
         self.appender = RunFolderAppender(run_dir)
         self.console = LogTail(os.path.join(self.layout.roles, Role(policy.LEARNER).log_name))
         self.mirrored_at = 0.0
@@ -128,10 +129,12 @@ class RayPlacement:
         self.restarting[self.actors[role].ready.options(max_task_retries=-1).remote()] = (role, run_args)
 
     def run(self, role: Role, run_args: tuple) -> None:
+        """Sends the role to its actor, and asks where it runs once that start is under way."""
         self.idle.discard(role)
+        self.run_ids += 1
         actor = self.actors[role]
-        self.runs[actor.run.remote(*run_args)] = role
-        self.wheres[actor.where.remote()] = role
+        self.runs[actor.run.remote(*run_args, self.run_ids)] = role
+        self.wheres[actor.where.remote(self.run_ids)] = role
 
     # ---------------------------------------------------------------- watching
     def wait(self, timeout_s: float) -> list[Event]:

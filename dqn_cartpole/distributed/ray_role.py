@@ -49,6 +49,7 @@ class RoleHost:
     def __init__(self, role_name: str, run_name: str, config_text: Optional[str] = None):
         self.role_name, self.token = role_name, uuid.uuid4().hex  # `token`: this process, for the mirror
         self.child: Optional[Child] = None
+        self.run_id: Optional[int] = None  # the driver's id of the current `run`
         kind = "collector" if role_name.startswith("collector") else role_name
         self.starter = WarmStarter(signal.SIGKILL, (*WARM_MODULES, "dqn_cartpole.cli.main", ROLE_MODULES[kind]))
         self.starter.ensure()  # its imports overlap the driver's call (a restarted actor: Ray's own restart)
@@ -62,12 +63,13 @@ class RoleHost:
         """The role's `python -m dqn_cartpole` arguments, NODE_LOCAL replaced by its folder."""
         return [arg.replace(NODE_LOCAL, self.root) if self.root else arg for arg in argv]
 
-    async def run(self, argv: list, log_path: str) -> dict:
+    async def run(self, argv: list, log_path: str, run_id: Optional[int] = None) -> dict:
         """Runs the role to its end: {"status": its exit status, "why": its last error line}. A role started
-        again in this actor: its earlier process is killed first if it still runs (the driver gave up on it)."""
+        again in this actor: its earlier process is killed first if it still runs (the driver gave up on it).
+        `run_id`: what `where(run_id)` waits for (Ray may start a later call's coroutine first)."""
+        previous, self.child, self.run_id = self.child, None, run_id  # `where` waits for this start
         if self.root is not None:
             log_path = log_path.replace(NODE_LOCAL, self.root)
-        previous, self.child = self.child, None  # `where` waits for this start
         if previous is not None and previous.returncode is None:
             previous.process.kill()
             await asyncio.to_thread(previous.process.wait)
@@ -83,12 +85,13 @@ class RoleHost:
         """This actor process's token, once it is up (a restarted actor's first answer)."""
         return self.token
 
-    async def where(self) -> dict:
-        """Where the role runs: its node (IP, id), its pid and its actor's (once `run` started it)."""
+    async def where(self, run_id: Optional[int] = None) -> dict:
+        """Where the role runs: its node (IP, id), its pid and its actor's (once `run`, the one of `run_id` if
+        given, started it)."""
         import ray  # pylint: disable=import-outside-toplevel  # in the actor's process
 
         deadline = time.monotonic() + WHERE_WAIT_S
-        while self.child is None and time.monotonic() < deadline:
+        while (self.child is None or run_id is not None and self.run_id != run_id) and time.monotonic() < deadline:
             await asyncio.sleep(POLL_S)
         return {"node_ip": ray.util.get_node_ip_address(), "node_id": ray.get_runtime_context().get_node_id(),
                 "pid": self.child.process.pid if self.child else None, "worker_pid": os.getpid(),
