@@ -4,7 +4,8 @@
   the others; besides, Ray's start-up seconds (the command's own line) and the peak RSS, sampled every 0.5 s, of
   Ray's processes (its GCS, raylet, agents and the role actors' workers) and, apart, of the roles' processes;
 * `failure_table`: one run per failure of one role, each SIGKILLed (or, for a node, removed from a three-node
-  `ray.cluster_utils.Cluster`) once the learner has checkpointed: how long until the role works again (a
+  `ray.cluster_utils.Cluster` whose health checks see a lost node within about 3 s, `HEALTH_CHECKS`) once the
+  learner has checkpointed: how long until the role works again (a
   collector: its replacement's first write; the learner: its first train row after the restart; the server: the
   learner's next train row; the evaluator: its next evaluation), the run's exit status, and what the failure cost
   (train steps trained again, evaluations missed, the collector's own env-step count carried on or not).
@@ -28,7 +29,7 @@ from typing import Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAILURES = ("collector process", "collector worker", "evaluator", "learner", "replay server", "worker node")
 FAILURE_SETS = ["training.checkpoint_interval=1000", "training.log_interval=100", "evaluation.stop_when_solved=false",
-                "training.num_iterations=7000", "video.enabled=false", "evaluation.eval_interval=250"]
+                "training.num_iterations=10000", "video.enabled=false", "evaluation.eval_interval=250"]
 KILL_AT = 2200  # train step: after the checkpoint at 2,000
 
 
@@ -44,25 +45,28 @@ def command(collectors: int, out: str, overrides: list) -> list:
 
 
 class RssSampler:
-    """Peak RSS of a `--topology ray` driver's Ray processes and, apart, of its roles' processes."""
+    """Peak RSS of a `--topology ray` driver's Ray processes and, apart, of its roles' processes (the roles and their
+    warm start-up processes, whose forks they are); and the peak of the roles' PSS (their shared pages counted once:
+    a fork shares the warm process's imported libraries)."""
 
     def __init__(self, driver_pid: int):
-        self.driver_pid, self.ray_peak, self.roles_peak = driver_pid, 0, 0
+        self.driver_pid, self.ray_peak, self.roles_peak, self.roles_pss_peak = driver_pid, 0, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            ray_rss, roles_rss = self.sample()
+            ray_rss, roles_rss, roles_pss = self.sample()
             self.ray_peak, self.roles_peak = max(self.ray_peak, ray_rss), max(self.roles_peak, roles_rss)
+            self.roles_pss_peak = max(self.roles_pss_peak, roles_pss)
 
-    def sample(self) -> tuple[int, int]:
+    def sample(self) -> tuple[int, int, int]:
         import psutil
 
         sessions = glob.glob(f"/tmp/ray/session_*_{self.driver_pid}")
         if not sessions:
-            return 0, 0
+            return 0, 0, 0
         name = os.path.basename(sessions[0])
         ray_procs, roles = set(), set()
         for process in psutil.process_iter(["cmdline"]):
@@ -75,12 +79,12 @@ class RssSampler:
                     (roles if "-m dqn_cartpole" in cmdline else ray_procs).add(child)
             except psutil.Error:
                 continue
-        return _rss(ray_procs), _rss(roles)
+        return _rss(ray_procs), _rss(roles), _pss(roles)
 
-    def stop(self) -> tuple[float, float]:
+    def stop(self) -> tuple[float, float, float]:
         self._stop.set()
         self._thread.join()
-        return self.ray_peak / 2 ** 20, self.roles_peak / 2 ** 20
+        return self.ray_peak / 2 ** 20, self.roles_peak / 2 ** 20, self.roles_pss_peak / 2 ** 20
 
 
 def _rss(processes: set) -> int:
@@ -95,15 +99,27 @@ def _rss(processes: set) -> int:
     return total
 
 
+def _pss(processes: set) -> int:
+    import psutil
+
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_full_info().pss
+        except (psutil.Error, AttributeError):
+            continue
+    return total
+
+
 def ray_solve_run(collectors: int, out: str, overrides: list) -> tuple[dict, float, dict]:
-    """(summary.json, the launch's Unix time, {ray_startup_s, ray_rss_mb, roles_rss_mb}) of one run on a local Ray
-    instance."""
+    """(summary.json, the launch's Unix time, {ray_startup_s, ray_rss_mb, roles_rss_mb, roles_pss_mb}) of one run on
+    a local Ray instance."""
     started = time.time()
     with open(out + ".log", "w") as log:
         process = subprocess.Popen(command(collectors, out, overrides), cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         sampler = RssSampler(process.pid)
         status = process.wait()
-    ray_rss, roles_rss = sampler.stop()
+    ray_rss, roles_rss, roles_pss = sampler.stop()
     text = open(out + ".log").read()
     if status != 0:
         raise SystemExit(f"train --topology ray failed ({status}):\n{text[-2000:]}")
@@ -111,7 +127,7 @@ def ray_solve_run(collectors: int, out: str, overrides: list) -> tuple[dict, flo
     with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
         summary = json.load(handle)
     return summary, started, {"ray_startup_s": float(match.group(1)) if match else float("nan"),
-                              "ray_rss_mb": ray_rss, "roles_rss_mb": roles_rss}
+                              "ray_rss_mb": ray_rss, "roles_rss_mb": roles_rss, "roles_pss_mb": roles_pss}
 
 
 # ---------------------------------------------------------------------------- one failure of one role
@@ -191,11 +207,13 @@ def recovery(kind: str, out: str, process, killed: float, killed_step: int, role
         def wrote_again() -> bool:
             return any(float(r["unix_s"]) > killed for r in rows(path))
 
-        wait(wrote_again, 180, process)
+        watch = NoticeWatch(out + ".log", role, out)
+        wait(lambda: watch() and wrote_again(), 180, process, poll_s=0.05)
         first = next((r for r in rows(path) if float(r["unix_s"]) > killed), None)
         # Its first row comes 5 s after it began collecting; its first window, within milliseconds of that start.
         back = float(first["unix_s"]) - float(first["wall_s"]) if first else None
-        return {"role": role, "back_s": None if back is None else back - killed}
+        return {"role": role, "back_s": None if back is None else back - killed,
+                "phases": restart_phases(out, role, killed, watch)}
     if kind == "evaluator":
         path = os.path.join(out, "eval_metrics.csv")
         before = len(rows(path))
@@ -212,6 +230,71 @@ def recovery(kind: str, out: str, process, killed: float, killed_step: int, role
                 "answers_s": None if answers is None else answers - killed}
     back = wait(lambda: train_step(out) > killed_step and (kind != "learner" or resumed(out)), 180, process)
     return {"role": role, "back_s": None if back is None else back - killed}
+
+
+class NoticeWatch:
+    """Polled while a collector comes back: when the driver's log first said that `role` ended (its `warning: ROLE
+    ...; restarting it` line), and when the processes of its new placement started (its actor's Ray worker, the
+    warm start-up process, the role's own: read while they live)."""
+
+    def __init__(self, log_path: str, role: str, run_dir: str):
+        self.log_path, self.role, self.run_dir, self.seen = log_path, role, run_dir, None
+        self.offset = os.path.getsize(log_path)
+        self.before = placement(run_dir).get(role, {}).get("pid")
+        self.started: dict = {}
+
+    def __call__(self) -> bool:
+        if self.seen is None:
+            with open(self.log_path, errors="replace") as log:
+                log.seek(self.offset)
+                if f"warning: {self.role} " in log.read():
+                    self.seen = time.time()
+        if not self.started:
+            entry = placement(self.run_dir).get(self.role, {})
+            if entry.get("pid") not in (None, self.before):
+                self.started = started_times(entry)
+        return True
+
+
+def started_times(entry: dict) -> dict:
+    """When the processes of a placement started (Unix time): its actor's worker, the role's parent (the warm
+    start-up process), the role's own."""
+    import psutil
+
+    found = {}
+    try:
+        role = psutil.Process(entry["pid"])
+        found["role"], found["warm"] = role.create_time(), psutil.Process(role.ppid()).create_time()
+        found["worker"] = psutil.Process(entry["worker_pid"]).create_time()
+    except (KeyError, TypeError, psutil.Error):
+        pass
+    return found
+
+
+def restart_phases(out: str, role: str, killed: float, watch: NoticeWatch) -> list:
+    """Where a collector's restart seconds went, as (phase, seconds), one after the other from the kill: the driver's
+    notice, a new actor process (Ray's worker; none if the actor kept its process), its warm start-up process (none
+    if it kept it), the role's own process (a fork of the warm one), then the role's own phases (its log's
+    `StartClock` line: config, envs and agent, ..., its first windows written)."""
+    log = open(os.path.join(out, "roles", f"collector-{role.split()[-1]}.log"), errors="replace").read()
+    found = [m for m in re.finditer(r"writing [\d.]+ s after its process started at unix ([\d.]+) \((.*)\)", log)
+             if float(m.group(1)) > killed]
+    started = watch.started
+    points = [("the driver heard of it", watch.seen),
+              ("a new actor process (Ray worker) started", started.get("worker")),
+              ("its warm start-up process started", started.get("warm")),
+              ("the role's process forked (Python and TensorFlow imported)",
+               float(found[0].group(1)) if found else started.get("role"))]
+    phases, at = [], killed
+    for name, when in points:
+        if when is not None and when >= at:
+            phases.append((name, when - at))
+            at = when
+    for part in found[0].group(2).split(", ") if found else []:
+        match = re.fullmatch(r"(.+) ([\d.]+) s", part)
+        if match:
+            phases.append((match.group(1), float(match.group(2))))
+    return phases
 
 
 def resumed(out: str) -> Optional[int]:
@@ -249,11 +332,12 @@ def cost(kind: str, out: str, killed_step: int, result: dict) -> str:
     return "; ".join(parts)
 
 
-def failure_table(workdir: str) -> None:
+def failure_table(workdir: str, kinds: tuple = FAILURES) -> None:
     """Each failure in its own run; a worker node on a three-node cluster on this machine."""
     print("\n| `--topology ray`, 2 collectors, one failure (SIGKILL at train step 2,200) | works again after | exit "
           "status | what it cost |\n| --- | --- | --- | --- |", flush=True)
-    for kind in FAILURES:
+    phases = []
+    for kind in kinds:
         if kind == "worker node":
             try:
                 result = node_failure(workdir)
@@ -264,13 +348,25 @@ def failure_table(workdir: str) -> None:
             result = failure_run(kind, workdir)
         back = "never" if result["back_s"] is None else f"{result['back_s']:.1f} s"
         print(f"| {kind} ({result['role']}) | {back} | {result['status']} | {result['lost']} |", flush=True)
+        if result.get("phases"):
+            phases.append((kind, result["phases"]))
+    for kind, found in phases:  # where a collector's restart seconds went
+        print(f"\n{kind}: " + "; ".join(f"{name} +{seconds:.2f} s" for name, seconds in found)
+              + f" (sum {sum(s for _, s in found):.2f} s)", flush=True)
+
+
+# How soon Ray's GCS declares a silent node dead: a health check every second, 3 missed ones (Ray's defaults, 3 s
+# and 5 after a first 5 s, take 15 s and more). On a real cluster, set on the head node before `ray start --head`:
+# RAY_health_check_period_ms=1000 RAY_health_check_failure_threshold=3 (see docs/scale-out.md).
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
 
 
 def node_failure(workdir: str) -> dict:
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                            "object_store_memory": 100 * 2 ** 20})
+                                                            "object_store_memory": 100 * 2 ** 20,
+                                                            "_system_config": HEALTH_CHECKS})
     try:
         for _ in range(2):
             cluster.add_node(num_cpus=1, object_store_memory=100 * 2 ** 20)
@@ -280,6 +376,31 @@ def node_failure(workdir: str) -> dict:
         cluster.shutdown()
 
 
-if __name__ == "__main__":  # the failure runs alone: python scripts/benchmark_ray.py
+def main(argv: list) -> None:
+    """The failure runs alone, between two runs of the reference loop, with the load average before and after."""
+    import argparse
+
+    from benchmark import DEFAULT_REFERENCE, reference_rate
+
+    parser = argparse.ArgumentParser(description="one --topology ray run per failure (scripts/benchmark_ray.py)")
+    parser.add_argument("--failures", default=",".join(FAILURES), help=f"among: {', '.join(FAILURES)}")
+    parser.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="PATH")
+    parser.add_argument("--iterations", type=int, default=3000, help="the reference loop's iterations")
+    args = parser.parse_args(argv)
+    kinds = tuple(kind.strip() for kind in args.failures.split(","))
+    unknown = [kind for kind in kinds if kind not in FAILURES]
+    if unknown:
+        parser.error(f"--failures: unknown {', '.join(unknown)} (known: {', '.join(FAILURES)})")
+    started, loads = time.time(), ["/".join(f"{v:.1f}" for v in os.getloadavg())]
+    before = reference_rate(args.reference, args.iterations)
+    failure_table(tempfile.mkdtemp(prefix="dqn-bench-ray-"), kinds)
+    after = reference_rate(args.reference, args.iterations)
+    loads.append("/".join(f"{v:.1f}" for v in os.getloadavg()))
+    print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end; load "
+          f"average (1/5/15 min) {loads[0]} at the start, {loads[1]} at the end; {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":  # the failure runs alone: python scripts/benchmark_ray.py [--failures ...]
     sys.path.insert(0, REPO)
-    failure_table(tempfile.mkdtemp(prefix="dqn-bench-ray-"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main(sys.argv[1:])

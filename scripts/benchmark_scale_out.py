@@ -272,7 +272,8 @@ def cell(result: dict) -> str:
         return "**not solved**"
     mean, low = result["score"]
     ray = (f"; Ray's start-up {result['ray_startup_s']:.1f} s, peak RSS Ray {result['ray_rss_mb']:,.0f} MB, roles "
-           f"{result['roles_rss_mb']:,.0f} MB") if "ray_startup_s" in result else ""
+           f"{result['roles_rss_mb']:,.0f} MB (PSS {result['roles_pss_mb']:,.0f} MB)"
+           ) if "ray_startup_s" in result else ""
     return f"{result['time_s']:.1f} s, {result['env_steps']:,} env steps; plain TF {mean:.1f} (min {low:.0f}){ray}"
 
 
@@ -303,7 +304,8 @@ def print_solve_table(seeds: list, collector_counts: list, workdir: str, ray: bo
             print(f"\n{column(name)}: Ray's start-up (the command's `ray.init` of a local instance) median "
                   f"{statistics.median(r['ray_startup_s'] for r in runs):.1f} s; peak RSS of Ray's processes (GCS, "
                   f"raylet, agents, the actors' workers) median {statistics.median(r['ray_rss_mb'] for r in runs):,.0f}"
-                  f" MB, of the roles' processes {statistics.median(r['roles_rss_mb'] for r in runs):,.0f} MB",
+                  f" MB, of the roles' processes {statistics.median(r['roles_rss_mb'] for r in runs):,.0f} MB (PSS, "
+                  f"shared pages once: {statistics.median(r['roles_pss_mb'] for r in runs):,.0f} MB)",
                   flush=True)
 
 

@@ -2,9 +2,10 @@
 `--topology ray` does, `distributed/ray_role.py`). Measured on the collector, interleaved, REPEATS times each:
 
 * start-up: the actor created -> the first window it inserted into a replay server;
-* restart: its process SIGKILLed -> windows inserted again (Ray restarts the actor; in child mode the role's
-  own process is killed too, which the actor turns into a restart);
-* RSS: the actor's process plus its children, once collecting;
+* restart: its actor's worker SIGKILLed -> windows inserted again (Ray restarts the actor and retries `run`; in
+  child mode the role's own process dies with it); in child mode also the role's own process SIGKILLed -> windows
+  inserted again (its actor, alive, forks it again from its warm start-up process, as `--topology ray` does);
+* RSS: the actor's process plus its children (in child mode the warm start-up process too), once collecting;
 * the graceful stop: SIGTERM to the role (child: from its actor; in-process: to the actor's worker process, the
   only way to reach a handler there: the actor answers no call while its role runs) -> how it ended (the
   collector's exit status, or the worker's death).
@@ -104,11 +105,19 @@ def one(ray, mode: str, config_path: str, address: str, client) -> dict:
         actor.run.remote()
     else:
         actor, argv, log = role_host(ray, config_path, address, run_dir)
-        actor.run.remote(argv, log)
+        running = actor.run.remote(argv, log)
     first = wait_inserting(client)
     pid = worker_pid(ray, actor, mode)
     time.sleep(2)
     result = {"startup_s": first - began, "rss_mb": rss_mb(pid)}
+    if mode == "child":  # the role's own process killed: its actor starts it again (as the topology's driver asks)
+        os.kill(ray.get(actor.where.remote())["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        ray.get(running, timeout=30)
+        actor.run.remote(argv, log)
+        time.sleep(0.3)
+        result["process_restart_s"] = wait_inserting(client) - killed
+        time.sleep(2)
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     time.sleep(0.3)
@@ -173,9 +182,13 @@ def main(argv: list) -> int:
                 results[mode].append(one(ray, mode, config_path, address, client))
                 print(mode, json.dumps(results[mode][-1]), flush=True)
         for mode, runs in results.items():
-            print(f"{mode}: start-up median {statistics.median(r['startup_s'] for r in runs):.1f} s, restart median "
-                  f"{statistics.median(r['restart_s'] for r in runs):.1f} s, RSS median "
-                  f"{statistics.median(r['rss_mb'] for r in runs):.0f} MB; stop: {runs[-1]['stop']}")
+            process = (f", its role's process killed: back in median "
+                       f"{statistics.median(r['process_restart_s'] for r in runs):.1f} s" if mode == "child" else "")
+            worker = statistics.median(r['restart_s'] for r in runs)
+            print(f"{mode}: start-up median {statistics.median(r['startup_s'] for r in runs):.1f} s, its actor's "
+                  f"worker killed: back in median {worker:.1f} s{process}, RSS "
+                  f"median {statistics.median(r['rss_mb'] for r in runs):.0f} MB; stop: {runs[-1]['stop']}")
+        print(f"load average {'/'.join(f'{v:.1f}' for v in os.getloadavg())} at the end", flush=True)
     return 0
 
 

@@ -5,6 +5,7 @@ time (a few seconds) and kills every child it started."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.processes import commands, supervisor
 from dqn_cartpole.processes.supervisor import Backoff, Child, ChildSet, stop_all
+from dqn_cartpole.run_folder import lock
 
 # A child that writes one line per SIGTERM it receives (and otherwise ignores it), then says it is ready.
 COUNT_TERMS = textwrap.dedent("""
@@ -164,6 +166,9 @@ def test_a_child_that_leaves_on_sigterm_is_not_killed_and_a_finished_one_gets_no
 def test_the_backoff_doubles_to_its_cap_and_then_gives_up():
     backoff = Backoff(first_s=0.25, max_s=2.0, max_restarts=6, window_s=60.0)
     assert [backoff.delay(n) for n in range(7)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0, None]
+    # The topology's: a single failure is not waited on; a second within the window is.
+    at_once = Backoff(first_s=0.25, max_s=2.0, max_restarts=5, window_s=60.0, at_once=1)
+    assert [at_once.delay(n) for n in range(6)] == [0.0, 0.25, 0.5, 1.0, 2.0, None]
 
 
 def test_a_restart_window_waits_its_backoff_until_the_cap_within_the_window():
@@ -432,3 +437,86 @@ def test_the_local_topology_shares_its_replay_through_reverb_and_checks_what_a_r
     (checkpoint / REVERB_DIR).mkdir()
     assert local_config(server, "run", plan) is server
     assert local_config(reverb, "run", ResumePlan(None)) is reverb and capsys.readouterr().err == ""
+
+
+# A program a warm start-up process forks (`python -m warm_program ARGV`): `exit N`, or `wait` (it says so, then
+# ends with 143 on SIGTERM); it prints whether its parent is the warm process and what it inherited.
+WARM_PROGRAM = textwrap.dedent("""
+    import os, signal, sys, time
+    print("argv", sys.argv[1:], "sigint", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+          "session", os.getsid(0) == os.getpid(), flush=True)
+    if sys.argv[1] == "exit":
+        sys.exit(int(sys.argv[2]))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    print("waiting", flush=True)
+    while True:
+        time.sleep(60)
+""")
+
+
+def test_a_warm_start_forks_each_command_with_its_log_status_signals_and_it_dies_with_the_warm_process(
+        tmp_path, monkeypatch):
+    from dqn_cartpole.processes.warm_start import KILLED, WarmChild, WarmStarter
+
+    (tmp_path / "warm_program.py").write_text(WARM_PROGRAM)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    starter = WarmStarter(signal.SIGKILL, modules=(), program="warm_program")
+    log = str(tmp_path / "role.log")
+
+    forks = []
+
+    def start(*argv):
+        forks.append(WarmChild("role", list(argv), log, starter=starter).start())
+        return forks[-1]
+
+    def waiting(child):
+        deadline = time.monotonic() + 20
+        while "waiting" not in child.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return "waiting" in child.output()
+
+    try:
+        done = start("exit", "3")
+        assert done.process.wait(20) == 3
+        assert done.output().startswith("argv ['exit', '3'] sigint True session True")  # as a fresh Python's
+        polite, killed = start("wait"), start("wait")
+        assert waiting(polite) and waiting(killed)
+        # `ps` and the run folder's lock (`role_of`) see the fork's own command line.
+        with open(f"/proc/{polite.process.pid}/cmdline", "rb") as cmdline:
+            assert cmdline.read().rstrip(b"\0").split(b"\0") == [sys.executable.encode(), b"-m", b"warm_program",
+                                                                   b"wait"]
+        role = start("collect", "--collector-id", "3")
+        assert waiting(role) and lock.role_of(role.process.pid) == "collect --collector-id 3"
+        role.process.kill()
+        polite.send(signal.SIGTERM)
+        killed.process.kill()
+        assert (polite.process.wait(10), killed.process.wait(10)) == (143, -signal.SIGKILL)
+        orphan = start("wait")
+        assert waiting(orphan)
+        starter.close()  # the warm process dies: its forks with it
+        assert orphan.process.wait(10) == KILLED
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{orphan.process.pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{orphan.process.pid}")
+        again = start("exit", "0")  # a new warm process
+        assert again.process.wait(20) == 0
+    finally:
+        starter.close()
+        for fork in forks:  # none is left, even when the code under test is broken
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(fork.process.pid, signal.SIGKILL)
+
+
+def test_a_warm_start_runs_the_real_command_line_with_its_one_line_errors(tmp_path):
+    from dqn_cartpole.processes.warm_start import WarmChild, WarmStarter
+
+    starter = WarmStarter(signal.SIGKILL, modules=())
+    try:
+        child = WarmChild("collector 0", ["collect", "--config", str(tmp_path / "nope.yaml"), "--replay-address",
+                                          "localhost:1", "--run-dir", str(tmp_path / "run")],
+                          str(tmp_path / "collector.log"), starter=starter).start()
+        assert child.process.wait(60) == exit_status.EXIT_USAGE
+        assert child.last_error().startswith(f"error: {tmp_path / 'nope.yaml'}: config file not found")
+    finally:
+        starter.close()

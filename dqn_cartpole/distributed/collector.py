@@ -38,19 +38,23 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str,
             count_from: Optional[tuple[int, int]] = None) -> int:
     """Collects until SIGINT/SIGTERM (exit status 128 + the signal) or the run's stop (0). Its rows count on from
     `count_from` (env steps, episodes), else from the last row of its CSV in `run_dir`."""
+    start = StartClock(f"collector {collector_id}")
     seed = config.training.seed + parts.COLLECTOR_SEED_OFFSET * (collector_id + 1)
     seed_everything(seed)
     os.makedirs(RunLayout(run_dir).roles, exist_ok=True)
     with signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S) as stop, \
             parts.lost_server_ends(f"collector {collector_id}", address, stop), contextlib.ExitStack() as stack:
         env, tf_env, agent = parts.agent_with_envs(config, config.env.num_envs, seed, stack)
+        start.mark("envs and agent")
         check_server(address, config.distributed.connect_timeout_s)  # after the agent: it overlaps the server's start
+        start.mark("the server's answer")
         replay = build.make_stream_writers(config, agent.collect_data_spec, address, stack)
         sync = WeightSync(address, agent)
         driver_class = PyCollectorDriver if config.collection.driver == "py" else CompiledCollectorDriver
         driver = driver_class(env, tf_env, agent.collect_policy, replay.add_batch,
                               config.distributed.weight_refresh_steps)
         driver.prepare()  # while the learner builds: its first weights come after the server's start
+        start.mark("writers and driver")
         csv_path = RunLayout(run_dir).collector_metrics(collector_id)
         before = count_from if count_from is not None else counted_before(read_csv(csv_path))
         csv_log = stack.enter_context(contextlib.closing(CsvLog(csv_path, COLLECTOR_COLUMNS)))
@@ -58,7 +62,9 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str,
         tensorboard = os.path.join(RunLayout(run_dir).tensorboard, f"collector-{collector_id}")
         scalars = stack.enter_context(contextlib.closing(Scalars(tensorboard if config.output.tensorboard else None)))
         if sync.wait_for_first(lambda: stop.requested):
-            run_driver(driver, sync, lambda row: log_row(row, csv_log, scalars), stop, replay, before=before)
+            start.mark("first weights")
+            run_driver(driver, sync, lambda row: log_row(row, csv_log, scalars), stop, replay, before=before,
+                       first_write=start)
     return exit_status.for_signal(stop.signum) if stop.signum else 0
 
 
@@ -127,7 +133,8 @@ class CompiledCollectorDriver:
 
 
 def run_driver(driver: Any, sync: WeightSync, log: Callable[[dict], None], stop: signals.StopRequest, replay: Any,
-               log_every_s: float = 5.0, before: tuple[int, int] = (0, 0)) -> None:
+               log_every_s: float = 5.0, before: tuple[int, int] = (0, 0),
+               first_write: Optional["StartClock"] = None) -> None:
     """Pull weights (and tag the items with their train step), collect `weight_refresh_steps` env steps,
     flush the writers, repeat until a signal or the run's stop (the learner finished, or the evaluator
     confirmed a solve); a metrics row every `log_every_s`, and one when it stops. The rows count on from
@@ -149,6 +156,10 @@ def run_driver(driver: Any, sync: WeightSync, log: Callable[[dict], None], stop:
             replay.tag_items(weights_step)
             time_step = driver.run(time_step)
             replay.flush()  # unconfirmed items pile up in the writers otherwise
+            if first_write is not None:
+                first_write.mark("first windows written")
+                print(first_write.line(), flush=True)
+                first_write = None
             if time.monotonic() - last_log >= log_every_s:
                 last_log = time.monotonic()
                 log(metrics_row(driver.counts(), started, weights_step, pulled_at, before))
@@ -179,3 +190,32 @@ def metrics_row(counts: tuple[int, int], started: float, weights_step: int, pull
             "env_steps_per_s": steps / max(now - started, 1e-9),
             "weights_train_step": weights_step, "weights_age_s": now - pulled_at,
             "unix_s": f"{time.time():.1f}"}  # a string: the CSV writes floats with 6 digits
+
+
+class StartClock:
+    """How long a role's start took, phase by phase, from its process's start (the kernel's record of it): the
+    phases between `mark`s, in one line of its log (`line`), which says where a restarted collector's seconds go."""
+
+    def __init__(self, name: str):
+        self.name, self.started_unix = name, process_started_unix()
+        self.marks = [("imports and config", time.time())]
+
+    def mark(self, phase: str) -> None:
+        self.marks.append((phase, time.time()))
+
+    def line(self) -> str:
+        times = [self.started_unix or self.marks[0][1]] + [t for _, t in self.marks]
+        phases = ", ".join(f"{phase} {b - a:.2f} s" for (phase, _), a, b in zip(self.marks, times, times[1:]))
+        return (f"{self.name}: writing {times[-1] - times[0]:.2f} s after its process started at unix "
+                f"{times[0]:.2f} ({phases})")
+
+
+def process_started_unix() -> Optional[float]:
+    """When this process started (Unix time, to 10 ms), from /proc; None where there is no /proc."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat, open("/proc/uptime", encoding="ascii") as uptime:
+            started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+            up_s = float(uptime.read().split()[0])
+        return time.time() - (up_s - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None

@@ -4,8 +4,9 @@ A placement runs the roles (`launcher.py`: child processes on this machine; `ray
 across a cluster); `supervision.py` applies these rules to any placement. The rules:
 
 * **what each role runs**: the existing role commands (`role_argv`), in-process code untouched;
-* **what is restarted, with which backoff**: a collector or the evaluator that dies is started again after
-  0.25 s, then twice as late each time up to 8 s (`RESTART_BACKOFF`). A placement that can bring a role back
+* **what is restarted, with which backoff**: a collector or the evaluator that dies is started again at once the
+  first time within the window (a single failure waits for nothing), then after 0.25 s, twice as late each time
+  up to 8 s (`RESTART_BACKOFF`). A placement that can bring a role back
   with its state (`Rules.stateful`: Ray pins the learner and the server to the run folder's node, the server
   on its port) restarts the learner (from its last checkpoint, with its buffer: `--resume`) and the server
   too; a restarted learner takes the evaluator with it (`companions`: the evaluator follows the learner's
@@ -32,7 +33,7 @@ from dqn_cartpole.processes.supervisor import Backoff
 
 SERVER, LEARNER, EVALUATOR, COLLECTOR = "replay server", "learner", "evaluator", "collector"
 COMMANDS = {SERVER: "replay-server", LEARNER: "learn", EVALUATOR: "evaluate-live", COLLECTOR: "collect"}
-RESTART_BACKOFF = Backoff(first_s=0.25, max_s=8.0, max_restarts=5, window_s=120.0)
+RESTART_BACKOFF = Backoff(first_s=0.25, max_s=8.0, max_restarts=5, window_s=120.0, at_once=1)
 STOP_ORDER = ((COLLECTOR, EVALUATOR, LEARNER), (SERVER,))
 SERVER_START_S = 120.0  # TensorFlow's import on a loaded machine; the roles wait for the server as long
 ROLE_START_S = 120.0  # a restarted role that no placement could start again within this long ends the run

@@ -54,6 +54,8 @@ class RayPlacement:
         self.restarting: dict = {}  # a restarted actor's first answer: ObjectRef -> (Role, its `run` arguments)
         self.tokens: dict = {}  # Role -> the token of its actor's current process (see `RoleHost.ready`)
         self.lost: set = set()  # roles whose actor died: Ray is starting it again
+        self.idle: set = set()  # roles whose actor process answered their end (alive, running nothing)
+        self.run_ids = 0  # the last `run` call's id (`where` asks for the place of that one)
         self.appender = RunFolderAppender(run_dir)
         self.console = LogTail(os.path.join(self.layout.roles, Role(policy.LEARNER).log_name))
         self.mirrored_at = 0.0
@@ -83,32 +85,56 @@ class RayPlacement:
         return os.path.join(self.layout.roles, role.log_name)
 
     def start(self, role: Role, restart: bool) -> None:
-        """Starts the role; a restart in a new actor process: Ray's own after the actor died, else asked for
-        (`ray.kill(no_restart=False)`: its role ended badly, or its companion restarted). `run` is sent once the
-        new process answers (a call sent before could reach the old one and fail with it)."""
+        """Starts the role. Again in the same actor process when that process answered the role's end (the role's
+        own process ended: it is a fork of the actor's warm start-up process, so it skips Python's and
+        TensorFlow's import); in a new actor process otherwise: Ray's own after the actor died, else asked for
+        (`ray.kill(no_restart=False)`: an actor that did not answer). `run` goes to a new process once it answers
+        (a call sent before could reach the old one and fail with it)."""
         log = os.path.join(NODE_LOCAL, "roles", role.log_name) if role.kind == COLLECTOR else self.log_path(role)
-        run_args = (self.argv(role, restart), log)
+        pending = [ref for ref, other in self.runs.items() if other == role]
         self.runs = {ref: other for ref, other in self.runs.items() if other != role}
         actor = self.actors.get(role)
         if actor is None:
             config_text = self.config_text if role.kind == COLLECTOR else None
             actor = self.actors[role] = self.host.options(**self.options(role)).remote(role.name, self.run_name,
                                                                                       config_text)
-            self.run(role, run_args)
+            self.run(role, (self.argv(role, restart), log))
             return
+        if restart and role not in self.lost and self.answered(role, pending):
+            self.mirror_now([role])  # its last rows, so that it counts on from them
+            self.run(role, (self.argv(role, restart), log))
+            return
+        run_args = (self.argv(role, restart), log)
         if restart and role not in self.lost:
             self.ray.kill(actor, no_restart=False)
         self.lost.discard(role)
         self.ask_ready(role, run_args)
+
+    def answered(self, role: Role, pending: list) -> bool:
+        """Whether the role's actor process answered its last `run` with the role's end (it is alive and idle): the
+        end already reported, or a `run` call done now (a companion just stopped)."""
+        if not pending:
+            return role in self.idle
+        done, _ = self.ray.wait(pending, timeout=0)
+        if not done:
+            return False
+        try:
+            self.ray.get(done[0])
+            return True
+        except self.ray.exceptions.RayError:
+            return False
 
     def ask_ready(self, role: Role, run_args: tuple) -> None:
         """Asks the role's actor for its process's token (retried by Ray until a process of the actor answers)."""
         self.restarting[self.actors[role].ready.options(max_task_retries=-1).remote()] = (role, run_args)
 
     def run(self, role: Role, run_args: tuple) -> None:
+        """Sends the role to its actor, and asks where it runs once that start is under way."""
+        self.idle.discard(role)
+        self.run_ids += 1
         actor = self.actors[role]
-        self.runs[actor.run.remote(*run_args)] = role
-        self.wheres[actor.where.remote()] = role
+        self.runs[actor.run.remote(*run_args, self.run_ids)] = role
+        self.wheres[actor.where.remote(self.run_ids)] = role
 
     # ---------------------------------------------------------------- watching
     def wait(self, timeout_s: float) -> list[Event]:
@@ -133,6 +159,7 @@ class RayPlacement:
     def ended(self, ref: Any, role: Role) -> Ended:
         try:
             result = self.ray.get(ref)
+            self.idle.add(role)
             return Ended(role, result["status"], result["why"])
         except self.ray.exceptions.RayError as exc:  # its actor died: Ray is starting it again
             self.lost.add(role)

@@ -1,11 +1,12 @@
 """The Ray actor of `--topology ray`: one role, run as its own command in a child process of the actor.
 
-A role keeps its code: the actor starts `python -m dqn_cartpole ROLE ...` (`processes.supervisor.Child`)
-and waits for it; the role's signals, its watchdog, its exit statuses and its log are those of
-`--topology local`. The child dies with its actor (SIGKILL as its parent-death signal): when Ray restarts
-an actor (its worker was killed, its node was lost, or the driver asked for a restart with
-`ray.kill(no_restart=False)`), the role's old process is gone and the new actor starts the role afresh.
-A role's SIGTERM (the stop order) goes through `stop`.
+A role keeps its code: the actor starts `python -m dqn_cartpole ROLE ...` and waits for it; the role's signals,
+its watchdog, its exit statuses and its log are those of `--topology local`. The role's process is a fork of the
+actor's warm start-up process (`processes.warm_start`: Python and TensorFlow imported once), so a role started
+again in the same actor (its process ended: `run` is called again) skips their import. Both die with their actor
+(SIGKILL as their parent-death signal): when Ray restarts an actor (its worker was killed, its node was lost, or the
+driver asked for a new process with `ray.kill(no_restart=False)`), the role's old process is gone and the new
+actor starts the role afresh. A role's SIGTERM (the stop order) goes through `stop`.
 
 A role that must not need the run folder's file system (a collector) runs in a folder of its node
 (`node_local`): the actor writes the run's config.yaml there, substitutes the folder for NODE_LOCAL in the
@@ -30,10 +31,14 @@ import uuid
 from typing import Optional
 
 from dqn_cartpole.distributed import mirror
-from dqn_cartpole.processes.commands import child_command
 from dqn_cartpole.processes.supervisor import Child
+from dqn_cartpole.processes.warm_start import WARM_MODULES, WarmChild, WarmStarter
 
 NODE_LOCAL = "{node-local}"  # in a command: the role's folder on its node
+# What a role's warm start-up process imports besides the libraries: the command line and the role's module (about
+# 1 s more), so that its fork imports nothing.
+ROLE_MODULES = {"replay server": "dqn_cartpole.distributed.server", "learner": "dqn_cartpole.distributed.learner",
+                "evaluator": "dqn_cartpole.distributed.evaluator", "collector": "dqn_cartpole.distributed.collector"}
 WHERE_WAIT_S = 60.0  # `where` waits this long for `run` to start the role
 POLL_S = 0.1
 
@@ -44,6 +49,10 @@ class RoleHost:
     def __init__(self, role_name: str, run_name: str, config_text: Optional[str] = None):
         self.role_name, self.token = role_name, uuid.uuid4().hex  # `token`: this process, for the mirror
         self.child: Optional[Child] = None
+        self.run_id: Optional[int] = None  # the driver's id of the current `run`
+        kind = "collector" if role_name.startswith("collector") else role_name
+        self.starter = WarmStarter(signal.SIGKILL, (*WARM_MODULES, "dqn_cartpole.cli.main", ROLE_MODULES[kind]))
+        self.starter.ensure()  # its imports overlap the driver's call (a restarted actor: Ray's own restart)
         self.root: Optional[str] = None
         if config_text is not None:
             self.root = node_local_folder(run_name, role_name)
@@ -51,28 +60,38 @@ class RoleHost:
                 handle.write(config_text)
 
     def command(self, argv: list) -> list:
-        return child_command([arg.replace(NODE_LOCAL, self.root) if self.root else arg for arg in argv])
+        """The role's `python -m dqn_cartpole` arguments, NODE_LOCAL replaced by its folder."""
+        return [arg.replace(NODE_LOCAL, self.root) if self.root else arg for arg in argv]
 
-    async def run(self, argv: list, log_path: str) -> dict:
-        """Runs the role to its end: {"status": its exit status, "why": its last error line}."""
+    async def run(self, argv: list, log_path: str, run_id: Optional[int] = None) -> dict:
+        """Runs the role to its end: {"status": its exit status, "why": its last error line}. A role started
+        again in this actor: its earlier process is killed first if it still runs (the driver gave up on it).
+        `run_id`: what `where(run_id)` waits for (Ray may start a later call's coroutine first)."""
+        previous, self.child, self.run_id = self.child, None, run_id  # `where` waits for this start
         if self.root is not None:
             log_path = log_path.replace(NODE_LOCAL, self.root)
-        self.child = Child(self.role_name, self.command(argv), log_path, parent_death_signal=signal.SIGKILL)
-        self.child.start()
-        while self.child.returncode is None:
+        if previous is not None and previous.returncode is None:
+            previous.process.kill()
+            await asyncio.to_thread(previous.process.wait)
+        self.starter.ensure()  # again if it died (from a thread that lives as long as the actor: see `supervisor`)
+        child = WarmChild(self.role_name, self.command(argv), log_path, starter=self.starter)
+        await asyncio.to_thread(child.start)  # the first one waits for the warm process's imports
+        self.child = child
+        while child.returncode is None:
             await asyncio.sleep(POLL_S)
-        return {"status": self.child.returncode, "why": self.child.last_error()}
+        return {"status": child.returncode, "why": child.last_error()}
 
     async def ready(self) -> str:
         """This actor process's token, once it is up (a restarted actor's first answer)."""
         return self.token
 
-    async def where(self) -> dict:
-        """Where the role runs: its node (IP, id), its pid and its actor's (once `run` started it)."""
+    async def where(self, run_id: Optional[int] = None) -> dict:
+        """Where the role runs: its node (IP, id), its pid and its actor's (once `run`, the one of `run_id` if
+        given, started it)."""
         import ray  # pylint: disable=import-outside-toplevel  # in the actor's process
 
         deadline = time.monotonic() + WHERE_WAIT_S
-        while self.child is None and time.monotonic() < deadline:
+        while (self.child is None or run_id is not None and self.run_id != run_id) and time.monotonic() < deadline:
             await asyncio.sleep(POLL_S)
         return {"node_ip": ray.util.get_node_ip_address(), "node_id": ray.get_runtime_context().get_node_id(),
                 "pid": self.child.process.pid if self.child else None, "worker_pid": os.getpid(),
@@ -101,7 +120,8 @@ class RoleHost:
         return self.token, (mirror.read_new(self.root, taken.get(self.token, {})) if self.root else [])
 
     async def close(self) -> None:
-        """Removes the node-local folder (the role has ended)."""
+        """Ends the warm start-up process and removes the node-local folder (the role has ended)."""
+        self.starter.close()
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -57,19 +57,23 @@ def child_env() -> dict:
 
 @dataclass(frozen=True)
 class Backoff:
-    """When a child that died starts again: `first_s` after its death, each next restart twice as late (up to
-    `max_s`); none after `max_restarts` restarts within the last `window_s` seconds."""
+    """When a child that died starts again: the first `at_once` restarts within the window at once, the next one
+    `first_s` after its death, each next one twice as late (up to `max_s`); none after `max_restarts` restarts
+    within the last `window_s` seconds."""
 
     first_s: float = 0.25
     max_s: float = 8.0
     max_restarts: int = 5
     window_s: float = 120.0
+    at_once: int = 0
 
     def delay(self, recent_restarts: int) -> Optional[float]:
         """The wait before the next restart, after `recent_restarts` within the window; None: give up."""
         if recent_restarts >= self.max_restarts:
             return None
-        return min(self.max_s, self.first_s * 2 ** recent_restarts)
+        if recent_restarts < self.at_once:
+            return 0.0
+        return min(self.max_s, self.first_s * 2 ** (recent_restarts - self.at_once))
 
 
 @dataclass
