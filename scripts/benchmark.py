@@ -343,6 +343,18 @@ def single_process_tables(runs: list[dict], sb3_runs: list[dict], rates: dict, r
     return lines
 
 
+def splice_between(path: str, begin: str, end: str, text: str) -> None:
+    """Writes `text` (which starts with `begin` and ends with `end`) over what lies between those markers in `path`,
+    keeping the rest of the page; appends it to a page without them."""
+    old = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
+    if begin in old and end in old:
+        text = old.split(begin)[0] + text + old.split(end, 1)[1]
+    else:
+        text = old + ("\n" if old else "") + text + "\n"
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
 def write_markdown(path: str, body: list[str], meta: dict) -> None:
     """Writes the tables between BEGIN and END in `path` (the rest of the page is kept), naming the run."""
     head = [BEGIN, f"Measured on {meta['date']} with `{meta['command']}` (took {meta['took_s'] / 60:.0f} min); "
@@ -351,13 +363,7 @@ def write_markdown(path: str, body: list[str], meta: dict) -> None:
                    f"{QUIET_REFERENCE:.0f} on a quiet machine, where the absolute targets hold; on a loaded one "
                    f"seconds are also shown scaled by that rate). {meta['machine']}.", ""]
     text = "\n".join(head + body + ["", END])
-    old = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
-    if BEGIN in old and END in old:
-        text = old.split(BEGIN)[0] + text + old.split(END, 1)[1]
-    else:
-        text = old + ("\n" if old else "") + text + "\n"
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    splice_between(path, BEGIN, END, text)
 
 
 def throughput(args: argparse.Namespace, workdir: str) -> dict:

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from benchmark import DEFAULT_REFERENCE, REPO, reference_rate
+from benchmark import DEFAULT_REFERENCE, REPO, reference_rate, splice_between
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 
@@ -176,13 +176,7 @@ def write_section(path: str, body: list[str], command: str, took_s: float, loads
                    f"{loads[0]:.2f} before and {loads[1]:.2f} after; the tutorial's reference loop ran at "
                    f"{reference:.0f} it/s in the same run.", ""]
     text = "\n".join(head + body + ["", END])
-    old = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
-    if BEGIN in old and END in old:
-        text = old.split(BEGIN)[0] + text + old.split(END, 1)[1]
-    else:
-        text = old + ("\n" if old else "") + text + "\n"
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    splice_between(path, BEGIN, END, text)
 
 
 if __name__ == "__main__":
