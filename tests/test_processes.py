@@ -461,11 +461,11 @@ def test_a_warm_start_forks_each_command_with_its_log_status_signals_and_it_dies
     (tmp_path / "warm_program.py").write_text(WARM_PROGRAM)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     starter = WarmStarter(signal.SIGKILL, modules=(), program="warm_program")
-    log = str(tmp_path / "role.log")
-
     forks = []
 
     def start(*argv):
+        # A log of its own each: in a shared one, a child's "waiting" could be another's line (seen under load).
+        log = str(tmp_path / f"role-{len(forks)}.log")
         forks.append(WarmChild("role", list(argv), log, starter=starter).start())
         return forks[-1]
 
