@@ -27,6 +27,8 @@ import time
 from typing import Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from dqn_cartpole.run_folder.placement import read_placement  # noqa: E402  (light: no TensorFlow)
 FAILURES = ("collector process", "collector worker", "evaluator", "learner", "replay server", "worker node")
 FAILURE_SETS = ["training.checkpoint_interval=1000", "training.log_interval=100", "evaluation.stop_when_solved=false",
                 "training.num_iterations=10000", "video.enabled=false", "evaluation.eval_interval=250"]
@@ -142,11 +144,9 @@ def rows(path: str) -> list:
 
 
 def placement(run_dir: str) -> dict:
-    try:
-        with open(os.path.join(run_dir, "roles", "placement.json")) as handle:
-            return json.load(handle)["roles"]
-    except (OSError, ValueError, KeyError):
-        return {}
+    """The roles of the run's roles/placement.json ({} before it is written)."""
+    found = read_placement(run_dir)
+    return found["roles"] if found else {}
 
 
 def train_step(run_dir: str) -> int:

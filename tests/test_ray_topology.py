@@ -29,6 +29,7 @@ import pytest
 from helpers import cli_env, kill_tree, port_is_free, processes_of, rows, start_cli, wait_for
 
 from dqn_cartpole.run_folder import checkpointing
+from dqn_cartpole.run_folder.placement import read_placement
 
 pytest.importorskip("ray")
 
@@ -87,11 +88,9 @@ def ray_processes(session_dir: str) -> list:
 
 
 def placement(run_dir: str) -> dict:
-    try:
-        with open(os.path.join(run_dir, "roles", "placement.json")) as handle:
-            return json.load(handle)["roles"]
-    except (OSError, ValueError, KeyError):
-        return {}
+    """The roles of the run's roles/placement.json ({} before it is written)."""
+    found = read_placement(run_dir)
+    return found["roles"] if found else {}
 
 
 def running_collectors(run_dir: str) -> dict:
