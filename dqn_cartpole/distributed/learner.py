@@ -45,7 +45,6 @@ from dqn_cartpole.distributed.variables import VARIABLES_TABLE, WeightPusher, We
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.replay import deadlines
-from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.tensorboard import Scalars
@@ -134,7 +133,7 @@ class LearnerSession(TrainingSession):
     def make_train(self) -> Callable:
         """The session's gradient step, on samples that carry their collecting train step (policy lag)."""
         cfg = self.config
-        sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step),
+        sample = self.pipeline.replay.sampler(cfg.training.batch_size, self.pipeline.agent.window_length,
                                               with_tags=True)
         return make_lagged_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
                                       cfg.training.jit_compile)

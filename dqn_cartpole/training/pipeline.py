@@ -48,7 +48,7 @@ def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callab
     """Builds envs, agent, replay and drivers; `stack` closes everything they open."""
     envs = build.make_envs(config, stack)
     agent = build.make_agent(config, envs.tf_env)
-    replay = build.make_replay(config, agent.collect_data_spec, stack, replay_checkpoint_dir, announce)
+    replay = build.make_replay(config, agent, stack, replay_checkpoint_dir, announce)
     env_steps = tf_metrics.EnvironmentSteps()
     # The random fill's driver watches the returns too, so the first collect episode's return is whole.
     collect_returns = EpisodeReturns(config.env.num_envs)

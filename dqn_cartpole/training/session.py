@@ -24,7 +24,6 @@ from dqn_cartpole.core import build
 from dqn_cartpole.core.policies import greedy_policy
 from dqn_cartpole.core.q_probe import QProbe
 from dqn_cartpole.core.seeding import seed_everything
-from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
@@ -286,7 +285,7 @@ class TrainingSession:
     def make_train(self) -> Callable:
         """One iteration's gradient step(s) on batches from the replay's sampler (a hook)."""
         cfg = self.config
-        sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step))
+        sample = self.pipeline.replay.sampler(cfg.training.batch_size, self.pipeline.agent.window_length)
         return make_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
                                cfg.training.jit_compile)
 

@@ -1,4 +1,5 @@
-"""Which module builds which `agent.kind`: a new agent is its module plus a line here (and its config keys)."""
+"""Which module builds which `agent.kind`, and how long a window it trains on: a new agent is its module plus a
+line in each table here (and its config keys)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,27 @@ BUILDERS: dict[str, Callable[..., ValueAgent]] = {
     "double_dqn": dqn.build_dqn_agent,
     "c51": c51.build_c51_agent,
 }
+# Steps per sampled window (`ValueAgent.window_length`), known before the agent is built: what a replay server's
+# tables, a collector's writers and a learner's reader are made for.
+WINDOW_LENGTHS: dict[str, Callable[[AgentConfig], int]] = {
+    "dqn": dqn.dqn_window_length,
+    "double_dqn": dqn.dqn_window_length,
+    "c51": c51.c51_window_length,
+}
+
+
+def window_length_for(agent_config: AgentConfig) -> int:
+    """Steps per sampled window of the configured agent: the `window_length` its built agent has."""
+    if agent_config.kind not in WINDOW_LENGTHS:
+        raise ValueError(f"agent.kind {agent_config.kind} has no entry in core/agents/registry.py's WINDOW_LENGTHS")
+    return WINDOW_LENGTHS[agent_config.kind](agent_config)
 
 
 def build_agent(agent_config: AgentConfig, network_config: NetworkConfig, time_step_spec: ts.TimeStep,
                 action_spec: tensor_spec.BoundedTensorSpec) -> ValueAgent:
     """The configured agent (`agent.kind`), built and initialised, behind the `ValueAgent` interface."""
-    return BUILDERS[agent_config.kind](agent_config, network_config, time_step_spec, action_spec)
+    agent = BUILDERS[agent_config.kind](agent_config, network_config, time_step_spec, action_spec)
+    if agent.window_length != window_length_for(agent_config):  # the replay is built for the table's length
+        raise ValueError(f"agent.kind {agent_config.kind}: its agent trains on windows of {agent.window_length} "
+                         f"steps, its WINDOW_LENGTHS entry says {window_length_for(agent_config)}")
+    return agent
