@@ -26,7 +26,7 @@ def test_py_driver_collects_one_step_per_iteration_writes_every_step_and_trains(
 
     from dqn_cartpole.config import load_config
     from dqn_cartpole.training.loop import ChunkedLoop, make_train_step, python_iterations
-    from dqn_cartpole.training.pipeline import build_pipeline
+    from dqn_cartpole.training.local import build_pipeline
 
     config = load_config(os.path.join(CONFIGS, "smoke.yaml"),
                          ["collection.driver=py", f"replay.backend={backend}", "agent.n_step=2"])

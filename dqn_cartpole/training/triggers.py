@@ -121,7 +121,7 @@ class PolicyExport:
 
     def prepare(self) -> None:
         """Builds the saver and writes one throwaway SavedModel, whose graph later exports reuse (the first export's
-        ~0.3 s of tracing, done ahead: see `session.TrainingSession.fill_replay`)."""
+        ~0.3 s of tracing, done ahead: see `local.LocalCollection.fill`)."""
         import shutil
         import tempfile
 
