@@ -286,10 +286,12 @@ def test_who_owns_the_solve_check_decides_whether_policy_final_is_exported_again
     assert evaluator.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=False))
     assert not evaluator.keeps_solved_policy(fake_session(tmp_path))
     # A learner stopped by a signal ends lightly (its watchdog is counting); a single process never does.
-    assert evaluator.lightly(fake_session(tmp_path, signalled=True)) and not own.lightly(fake_session(tmp_path, signalled=True))
+    signalled = fake_session(tmp_path, signalled=True)
+    assert evaluator.lightly(signalled) and not own.lightly(signalled)
     session = fake_session(tmp_path)
     assert EvaluatorSolveCheck(lambda: "no data").seal(session, {"exit_status": 1})["exit_status"] == EXIT_CRASHED
-    assert session.state.exit_status == EXIT_CRASHED and evaluator.seal(session, {"exit_status": 0}) == {"exit_status": 0}
+    assert session.state.exit_status == EXIT_CRASHED
+    assert evaluator.seal(session, {"exit_status": 0}) == {"exit_status": 0}
 
 
 def test_the_learner_takes_the_evaluators_results_in_and_stops_on_its_confirmed_solve(tmp_path):
@@ -304,7 +306,8 @@ def test_the_learner_takes_the_evaluators_results_in_and_stops_on_its_confirmed_
     assert (state.last_return, state.best_return, state.best_iteration, state.stop) == (120.0, 150.0, 100, False)
     follow(session, Evaluation(train_step=1000, env_steps=2000, average_return=500.0, best_return=500.0,
                                best_iteration=500, solved=True, solved_return=498.5, solved_episodes=100))
-    assert state.stop and (state.solved_at_iteration, state.solved_return, state.solved_env_steps) == (500, 498.5, 2000)
+    assert state.stop
+    assert (state.solved_at_iteration, state.solved_return, state.solved_env_steps) == (500, 498.5, 2000)
     assert "Solved at iteration 500 (the evaluator's check" in session.messages[0]
     kept = fake_session(tmp_path, **{"evaluation.stop_when_solved": "false"})
     follow(kept, Evaluation(1000, 2000, 500.0, 500.0, 500, solved=True, solved_return=498.5, solved_episodes=100))

@@ -96,7 +96,8 @@ class ServerLink:
         self.pusher = WeightPusher(WeightSync(self.address, session.pipeline.agent),
                                    self.config.distributed.weight_push_interval)
         session.stack.callback(self.pusher.close)  # before the replay and the server's clients close
-        self.watch = status.StatusWatch(self.client, lost_after_s=self.config.distributed.rate_limiter_timeout_ms / 1000,
+        lost_after_s = self.config.distributed.rate_limiter_timeout_ms / 1000
+        self.watch = status.StatusWatch(self.client, lost_after_s=lost_after_s,
                                         on_lost=lambda: self.canceller.cancel(SERVER_GONE), on_info=self.repush_if_lost)
         session.stack.callback(self.watch.close)
 

@@ -3,11 +3,16 @@
 A way of running picks one of each, and the session calls them at fixed points of its phases; no way of
 running subclasses the session or overrides another's methods:
 
-| part | single process (`training.local`) | learner role (`distributed.learner`; also under `--topology ray`) |
-| --- | --- | --- |
-| `DataSource`: what the agent trains on | `LocalCollection`: the run's own envs and drivers, the random fill | `LearnerData`: the server's queue (a buffer of its own) or its replay table, fed by collectors |
-| `Evaluation`: where returns come from | `InProcessEvaluation`: in line, or beside the training (`overlap`) | `FollowEvaluator`: the `evaluate-live` role's, read from the server |
-| `FinishPolicy`: the end, and who owns the solve check | `OwnSolveCheck`: this process's check exports policy/final | `EvaluatorSolveCheck`: the evaluator's check does; a signal ends lightly |
+* `DataSource`, what the agent trains on: a single process's `local.LocalCollection` (its own envs and drivers,
+  the random fill); the learner role's `distributed.learner.LearnerData` (the server's queue, read into a buffer of
+  its own, or its replay table, fed by collectors);
+* `Evaluation`, where the returns come from: `local.InProcessEvaluation` (in line, or beside the training:
+  `overlap`); `distributed.following.FollowEvaluator` (the `evaluate-live` role's, read from the server);
+* `FinishPolicy`, the end and who owns the solve check: `local.OwnSolveCheck` (this process's check exports
+  policy/final); `distributed.following.EvaluatorSolveCheck` (the evaluator's does; a signal ends lightly).
+
+The learner under `--topology ray` is the same `learn` command with the same parts
+(`distributed.learner.learner_parts`).
 
 Each part method receives the session (`TrainingSession`): its config, layout, progress, run state, clock,
 phases, ExitStack and, once built, its pipeline, checkpoints, exporter and periodic evaluation.
