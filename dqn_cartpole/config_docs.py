@@ -49,7 +49,7 @@ def keys() -> list[KeyDoc]:
         hints = typing.get_type_hints(cls)
         when_section = "the roles run as processes" if section in cfg.ROLES_ONLY_SECTIONS else ""
         for spec in dataclasses.fields(cls):
-            kind = type_name(hints[spec.name], cfg.CHOICES.get((section, spec.name)))
+            kind = type_name(hints[spec.name], spec.metadata["choices"])
             found.append(KeyDoc(f"{section}.{spec.name}", kind, _plain(spec.default), spec.metadata["doc"],
                                 spec.metadata["when"] or when_section))
     return found

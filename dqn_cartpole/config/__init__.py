@@ -24,15 +24,15 @@ from dqn_cartpole.config.load import (Flagged, Loaded, apply_override, load, loa
                                       override_values, parse_override, read_resolved)
 from dqn_cartpole.config.output import dump_written, dump_yaml, nested, to_dict, value_of
 from dqn_cartpole.config.resolve import c51_values, resolve_auto, sampling_mode
-from dqn_cartpole.config.schema import (AGENT_KINDS, C51_DEFAULTS, CHOICES, KIND_KEYS, MAX_SEED, ROLES_ONLY_SECTIONS,
-                                        SECTIONS, AgentConfig, CollectionConfig, Config, DistributedConfig, EnvConfig,
+from dqn_cartpole.config.schema import (AGENT_KINDS, C51_DEFAULTS, MAX_SEED, ROLES_ONLY_SECTIONS, SECTIONS,
+                                        AgentConfig, CollectionConfig, Config, DistributedConfig, EnvConfig,
                                         EvaluationConfig, NetworkConfig, OutputConfig, ReplayConfig, TrainingConfig,
                                         VideoConfig, applies, fields)
 from dqn_cartpole.config.shortcuts import SHORTCUTS, add_shortcut_args, shortcut_overrides
 from dqn_cartpole.config.validate import blame, validate, validate_env_id
 
 __all__ = [
-    "AGENT_KINDS", "C51_DEFAULTS", "CHOICES", "CONFIGS_PREFIX", "DEFAULT_CONFIG", "KIND_KEYS", "MAX_SEED",
+    "AGENT_KINDS", "C51_DEFAULTS", "CONFIGS_PREFIX", "DEFAULT_CONFIG", "MAX_SEED",
     "NOT_PRESETS", "ROLES_ONLY_SECTIONS", "SECTIONS", "SHORTCUTS", "AgentConfig", "CollectionConfig", "Config",
     "DistributedConfig", "EnvConfig", "EvaluationConfig", "Flagged", "Loaded", "NetworkConfig", "OutputConfig",
     "ReplayConfig", "TrainingConfig", "VideoConfig", "add_shortcut_args", "applies", "apply_override", "blame",

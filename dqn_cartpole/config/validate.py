@@ -1,16 +1,19 @@
-"""The config's constraints: each value's range and choices, the keys of another agent kind, the constraints between
-keys and the env id; every problem is one line naming the key and where its value came from."""
+"""The config's checks: each key's own constraints, as its field declares them (`declare.key`: choices, the
+constraint on its value, the agent kinds it belongs to), then the constraints between keys and the env id. Every
+problem is one line naming the key and where its value came from."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional
 
-import yaml
-
 from dqn_cartpole.config.coerce import suggest
+from dqn_cartpole.config.declare import show
 from dqn_cartpole.config.resolve import c51_values
-from dqn_cartpole.config.schema import CHOICES, KIND_KEYS, MAX_SEED, AgentConfig, Config
+from dqn_cartpole.config.schema import SECTIONS, Config
 from dqn_cartpole.errors import ConfigError
+
+Fail = Callable[..., None]  # fail(key, problem, *other keys involved)
 
 
 def validate(config: Config, source: str, origins: Optional[dict] = None) -> None:
@@ -20,45 +23,35 @@ def validate(config: Config, source: str, origins: Optional[dict] = None) -> Non
     def fail(key: str, problem: str, *others: str) -> None:
         raise ConfigError(f"{blame(origins, source, key, *others)}: {key}: {problem}")
 
-    for (section, key), options in CHOICES.items():
-        value = getattr(getattr(config, section), key)
-        if value not in options:
-            fail(f"{section}.{key}", f"must be one of {', '.join(options)}, got {value!r}{suggest(value, options)}")
-    _validate_kind(config.agent, fail)
-    positive = {
-        "env": ["num_envs", "max_episode_steps"],
-        "agent": ["epsilon_decay_steps", "target_update_period", "n_step", "gradient_clipping", "learning_rate"],
-        "replay": ["capacity", "num_parallel_calls", "prefetch", "reverb_max_cycle_length",
-                   "reverb_dataset_buffer_size"],
-        "training": ["num_iterations", "collect_steps_per_iteration", "train_steps_per_iteration",
-                     "batch_size", "log_interval", "checkpoint_interval", "keep_checkpoints"],
-        "evaluation": ["eval_interval", "num_eval_episodes", "solve_episodes"],
-        "distributed": ["weight_refresh_steps", "weight_push_interval", "server_checkpoint_s", "connect_timeout_s",
-                        "rate_limiter_timeout_ms", "final_evaluation_timeout_s"],
-        "video": ["num_episodes", "random_episodes", "fps"],
-    }
-    for section, keys in positive.items():
-        for key in keys:
-            value = getattr(getattr(config, section), key)
-            if value is not None and not value > 0:
-                fail(f"{section}.{key}", f"must be positive, got {value}")
-    if not 0 <= config.training.seed <= MAX_SEED:  # NumPy takes seeds below 2^32, and the offsets are added to it
-        fail("training.seed", f"must be in [0, {MAX_SEED}], got {config.training.seed}")
-    if not config.evaluation.solve_margin >= 0:
-        fail("evaluation.solve_margin", f"must be 0 or more, got {config.evaluation.solve_margin}")
-    for key in ("gamma", "epsilon_start", "epsilon_end"):
-        value = getattr(config.agent, key)
-        if not 0.0 <= value <= 1.0:
-            fail(f"agent.{key}", f"must be in [0, 1], got {value}")
-    if not 0.0 < config.agent.target_update_tau <= 1.0:
-        fail("agent.target_update_tau", f"must be in (0, 1], got {config.agent.target_update_tau}")
-    if not config.network.fc_layer_params or min(config.network.fc_layer_params) <= 0:
-        fail("network.fc_layer_params",
-             f"must be a non-empty list of positive sizes, got {list(config.network.fc_layer_params)}")
-    _validate_combinations(config, fail)
+    for section in SECTIONS:
+        values = getattr(config, section)
+        for spec in dataclasses.fields(values):
+            check_key(section, spec, values, fail)
+    for rule in BETWEEN_KEYS:
+        rule(config, fail)
     validate_env_id(config.env.id, blame(origins, source, "env.id"))
     _check_solve_return(config, blame(origins, source, "evaluation.stop_when_solved", "evaluation.solve_return",
                                       "env.id"))
+
+
+def check_key(section: str, spec: dataclasses.Field, values: Any, fail: Fail) -> None:
+    """One key's own constraints, as its field declares them: its choices; for an agent kind's own key, that another
+    kind leaves it at its default; the constraint on its value (for a kind's key, when the kind is one of its own)."""
+    dotted, value, meta = f"{section}.{spec.name}", getattr(values, spec.name), spec.metadata
+    choices = meta["choices"]
+    if choices and value not in choices:
+        fail(dotted, f"must be one of {', '.join(choices)}, got {value!r}{suggest(value, choices)}")
+    condition = meta["condition"]
+    if meta["exclusive"] and not condition.holds({condition.key: getattr(values, condition.key)}):
+        if value != spec.default:
+            other = getattr(values, condition.key)
+            fail(dotted, f"applies to {section}.{condition.key} {' or '.join(condition.values)} only, not to "
+                         f"{condition.key} {other}; remove it or give it its default, {show(spec.default)} (got "
+                         f"{show(value)})", f"{section}.{condition.key}")
+        return
+    problem = meta["check"].problem(value) if meta["check"] else None
+    if problem:
+        fail(dotted, problem)
 
 
 def blame(origins: Optional[dict], source: str, *keys: str) -> str:
@@ -69,67 +62,64 @@ def blame(origins: Optional[dict], source: str, *keys: str) -> str:
     return origins[max(given, key=order.index)] if given else source
 
 
-def _validate_kind(agent: AgentConfig, fail: Callable[..., None]) -> None:
-    """A key of another agent kind keeps its default (null for C51's); C51's support is at least 2 atoms, low to
-    high."""
-    defaults = AgentConfig()
-    for key, kinds in KIND_KEYS.items():
-        value = getattr(agent, key)
-        if agent.kind not in kinds and value != getattr(defaults, key):
-            fail(f"agent.{key}", f"applies to agent.kind {' or '.join(kinds)} only, not to kind {agent.kind}; "
-                                 f"remove it or give it its default, {_plain_yaml(getattr(defaults, key))} (got "
-                                 f"{_plain_yaml(value)})", "agent.kind")
-    if agent.kind == "c51":
-        atoms, low, high = c51_values(agent)
-        if atoms < 2:
-            fail("agent.num_atoms", f"must be at least 2, got {atoms}")
+# ---------------------------------------------------------------------------- constraints between keys
+# Each a one-line error naming the key to change; `fail`'s further keys are the others involved, so the error names
+# where the newest of their values came from.
+
+
+def _c51_support(config: Config, fail: Fail) -> None:
+    if config.agent.kind == "c51":
+        _, low, high = c51_values(config.agent)
         if not low < high:
             fail("agent.max_q_value", f"must be above agent.min_q_value ({low:g}), got {high:g}", "agent.min_q_value")
 
 
-def _plain_yaml(value: Any) -> str:
-    """A value as YAML writes it inline: null, huber, 51."""
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-
-
-def _validate_combinations(config: Config, fail: Callable[..., None]) -> None:
-    """The constraints between keys (each a one-line error naming the key to change; `fail`'s further keys are the
-    others involved, so the error names where the newest of their values came from)."""
+def _batch_fits_the_replay(config: Config, fail: Fail) -> None:
     if config.training.batch_size > config.replay.capacity:
         fail("training.batch_size",
              f"{config.training.batch_size} is larger than replay.capacity ({config.replay.capacity})",
              "replay.capacity")
+
+
+def _reverb_reads_a_dataset(config: Config, fail: Fail) -> None:
     if config.replay.backend == "reverb" and config.replay.sampling == "direct":
         fail("replay.sampling", "Reverb is read through a tf.data dataset; use sampling: dataset (or auto) with "
                                 "backend: reverb", "replay.backend")
+
+
+def _first_sample_finds_a_window(config: Config, fail: Fail) -> None:
     window = (config.agent.n_step + 1) * config.env.num_envs
     if config.training.initial_collect_steps < window:
         fail("training.initial_collect_steps",
              f"must be at least (agent.n_step + 1) x env.num_envs = {window}, so the first sample finds a whole "
              f"{config.agent.n_step + 1}-step window in every env's stream; "
              f"got {config.training.initial_collect_steps}", "agent.n_step", "env.num_envs")
-    if config.replay.reverb_port is not None and not 0 < config.replay.reverb_port < 65536:
-        fail("replay.reverb_port", f"must be a port in 1..65535, got {config.replay.reverb_port}")
-    if config.replay.reverb_num_workers_per_iterator == 0 or config.replay.reverb_num_workers_per_iterator < -1:
-        fail("replay.reverb_num_workers_per_iterator",
-             f"must be -1 (Reverb picks) or positive, got {config.replay.reverb_num_workers_per_iterator}")
+
+
+def _collect_steps_split_over_envs(config: Config, fail: Fail) -> None:
     if config.env.num_envs > 1 and config.training.collect_steps_per_iteration % config.env.num_envs:
         fail("training.collect_steps_per_iteration",
              f"must be a multiple of env.num_envs ({config.env.num_envs}), "
              f"got {config.training.collect_steps_per_iteration}", "env.num_envs")
-    if config.output.run_name is not None and (not config.output.run_name or "/" in config.output.run_name):
-        fail("output.run_name", f"must be a plain folder name, got {config.output.run_name!r}")
+
+
+def _ratio_has_an_error_buffer(config: Config, fail: Fail) -> None:
     spi, tolerance = config.distributed.samples_per_insert, config.distributed.samples_per_insert_tolerance
-    if spi is not None and not spi > 0:
-        fail("distributed.samples_per_insert", f"must be positive or null, got {spi}")
     if spi is not None and tolerance < max(1.0, spi):
         # Reverb's SampleToInsertRatio needs max_diff - min_diff = 2 x tolerance >= 2 x max(1, spi).
         fail("distributed.samples_per_insert_tolerance",
              f"must be at least max(1, distributed.samples_per_insert) = {max(1.0, spi):g} (Reverb needs the "
              f"ratio's error buffer to span 2 x that), got {tolerance:g}", "distributed.samples_per_insert")
+
+
+def _py_uniform_holds_one_stream(config: Config, fail: Fail) -> None:
     if config.replay.backend == "py_uniform" and config.env.num_envs != 1:
         fail("replay.backend", f"py_uniform stores a single stream of steps; set env.num_envs: 1 (got "
                                f"{config.env.num_envs}) or use replay.backend: tf_uniform", "env.num_envs")
+
+
+BETWEEN_KEYS = (_c51_support, _batch_fits_the_replay, _reverb_reads_a_dataset, _first_sample_finds_a_window,
+                _collect_steps_split_over_envs, _ratio_has_an_error_buffer, _py_uniform_holds_one_stream)
 
 
 def _check_solve_return(config: Config, source: str) -> None:
