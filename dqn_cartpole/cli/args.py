@@ -8,8 +8,8 @@ import os
 import re
 from typing import Optional
 
-from dqn_cartpole.config import (MAX_SEED, Config, add_shortcut_args, default_config_path, locate_config, preset_for,
-                                 shortcut_overrides)
+from dqn_cartpole.cli.shortcuts import add_shortcut_args, shortcut_overrides
+from dqn_cartpole.config import MAX_SEED, Config, default_config_path, locate_config, preset_for
 from dqn_cartpole.errors import UserError
 
 

@@ -1,11 +1,13 @@
-"""The command line's shortcuts for the keys changed most (`--env`, `--seed`, `-n`), as `--set` overrides."""
+"""The command line's shortcuts for the keys changed most (`--env`, `--seed`, `-n`), as `--set` overrides: `train`,
+`config`, `specs`, `sweep` and `tune` add them with `add_shortcut_args`; the Python API's `load_config(env=, seed=,
+iterations=)` reads `SHORTCUTS` too."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from dqn_cartpole.config.load import Flagged
+from dqn_cartpole.config import Flagged
 
 # argparse dest -> (config key, the flag's name in errors).
 SHORTCUTS = {"env_id": ("env.id", "--env"), "seed": ("training.seed", "--seed"),
