@@ -137,7 +137,8 @@ def warm_socket(run_name: str, role_name: str) -> str:
     process on the same node."""
     import ray  # pylint: disable=import-outside-toplevel  # in the actor's process
 
-    key = f"{ray.get_runtime_context().get_job_id()}/{run_name}/{role_name}"
+    context = ray.get_runtime_context()
+    key = f"{context.get_job_id()}/{context.get_node_id()}/{run_name}/{role_name}"
     return os.path.join(tempfile.gettempdir(), f"dqn_cartpole-warm-{hashlib.sha1(key.encode()).hexdigest()[:16]}.sock")
 
 
