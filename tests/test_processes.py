@@ -523,7 +523,7 @@ WARM_CLIENT = textwrap.dedent("""
 """)
 
 
-def test_a_warm_process_on_a_socket_outlives_a_killed_client_kills_its_forks_and_serves_the_next_then_lingers_out(
+def test_a_warm_process_on_a_socket_outlives_a_killed_client_kills_its_forks_serves_others_then_lingers_out(
         tmp_path, monkeypatch):
     """What a Ray actor's restart in a new worker process relies on (`ray_role`): no import again."""
     from dqn_cartpole.processes.warm_start import WarmChild, WarmStarter
@@ -541,11 +541,19 @@ def test_a_warm_process_on_a_socket_outlives_a_killed_client_kills_its_forks_and
         client.kill()  # the client's worker dies: its fork goes, the warm process stays
         client.wait(10)
         assert wait_gone(fork_pid) and os.path.exists(f"/proc/{warm_pid}")
-        starters.append(WarmStarter(signal.SIGKILL, modules=(), program="warm_program", socket_path=path))
-        again = WarmChild("role", ["exit", "4"], str(tmp_path / "second.log"), starter=starters[-1]).start()
-        assert starters[-1].warm_pid == warm_pid and again.process.wait(20) == 4  # the same warm process
-        starters[-1].close()  # the end of the role: the warm process ends, its socket is removed
-        assert wait_gone(warm_pid) and not os.path.exists(path)
+        # Two clients at once (two roles on one node) share it; one's end leaves the other's forks running.
+        first, second = (WarmStarter(signal.SIGKILL, modules=(), program="warm_program", socket_path=path)
+                         for _ in range(2))
+        starters += [first, second]
+        again = WarmChild("role", ["exit", "4"], str(tmp_path / "second.log"), starter=first).start()
+        beside = WarmChild("other", ["wait"], str(tmp_path / "beside.log"), starter=second).start()
+        assert first.warm_pid == second.warm_pid == warm_pid and again.process.wait(20) == 4  # the same process
+        first.close()
+        time.sleep(0.3)
+        assert beside.returncode is None and os.path.exists(f"/proc/{warm_pid}")
+        second.close()  # the last client's close: the warm process ends at once, its socket is removed
+        assert beside.process.wait(10) == -signal.SIGKILL
+        assert wait_gone(warm_pid) and not os.path.exists(path) and not os.path.exists(path + ".lock")
         starters.append(WarmStarter(signal.SIGKILL, modules=(), program="warm_program", socket_path=path, linger_s=1))
         orphan = WarmChild("role", ["wait"], str(tmp_path / "third.log"), starter=starters[-1]).start()
         lingering = starters[-1].process  # this one started it: its child

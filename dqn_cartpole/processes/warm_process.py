@@ -12,13 +12,15 @@ It talks one JSON object a line: {"argv": [...], "log": PATH} -> {"pid": N}; whe
   finds the libraries imported, instead of importing them again (4.5 s of CPU, 20-26 s on 2 loaded cores). When
   its client goes (its socket closed: the client ended or was killed), the forks it started are SIGKILLed, as they
   would have died with it, and the warm process waits `linger_s` for the next one, then ends and removes its
-  socket. It ends at once when its `lifeline` process ends (its node's raylet: the node was stopped or lost). One
-  client at a time: a second waits until the first has gone.
+  socket. It ends at once when its `lifeline` process ends (its node's raylet: the node was stopped or lost), and
+  when its last client leaves with a close request. It serves several clients at once (every role of a run on
+  one node: the libraries are imported once per node, not once per role).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
@@ -62,28 +64,32 @@ class Client:
 
 
 class WarmServer:
-    """The forks of one warm process and the client they answer to."""
+    """The forks of one warm process and the clients they answer to (on stdin/stdout: one, its parent)."""
 
     def __init__(self, program: str, listener: Optional[socket.socket], linger_s: float,
                  lifeline: Optional[int] = None):
         self.program, self.listener, self.linger_s, self.lifeline = program, listener, linger_s, lifeline
-        self.client: Optional[Client] = None if listener else Client(sys.stdin.fileno(), sys.stdout.fileno())
-        self.running: set = set()
+        self.clients: dict = {} if listener else {sys.stdin.fileno(): Client(sys.stdin.fileno(), sys.stdout.fileno())}
+        self.running: dict = {}  # a fork's pid -> the client that asked for it
         self.idle_since = time.monotonic()
+        self.closed = False  # the last client left with a close request: no lingering
 
     def serve(self) -> None:
-        """Until the client closes (stdin), a close request, `linger_s` without a client (socket), or the end of
-        the `lifeline` process (a Ray node's raylet: the node is gone or stopped)."""
+        """Until: its parent closes its stdin; the last client leaves with a close request, or `linger_s` passes
+        with no client (socket); or the `lifeline` process ends (a Ray node's raylet: the node is gone)."""
         while True:
-            watched = [self.client.read_fd] if self.client else [self.listener]
+            watched = list(self.clients) + ([self.listener] if self.listener else [])
             readable, _, _ = select.select(watched, [], [], POLL_S)
-            if readable and self.client is None:
-                self.accept()
-            elif readable and not self.handle(self.client.requests()):
-                return
+            for ready in readable:
+                if ready is self.listener:
+                    self.accept()
+                else:
+                    self.handle(self.clients[ready])
             self.reap()
-            if self.client is None and time.monotonic() - self.idle_since > self.linger_s or not self.alive():
-                self.drop_client()
+            if self.listener is None and not self.clients or self.closed or not self.alive() or (
+                    not self.clients and time.monotonic() - self.idle_since > self.linger_s):
+                for client in list(self.clients.values()):
+                    self.drop(client)
                 return
 
     def alive(self) -> bool:
@@ -100,50 +106,48 @@ class WarmServer:
 
     def accept(self) -> None:
         sock, _ = self.listener.accept()
-        self.client = Client(sock.fileno(), sock.fileno(), sock)
-        self.client.answer({"warm": os.getpid()})
+        client = Client(sock.fileno(), sock.fileno(), sock)
+        self.clients[client.read_fd] = client
+        client.answer({"warm": os.getpid()})
 
-    def handle(self, requests: Optional[list]) -> bool:
-        """Serves `requests`; False when the warm process must end."""
-        if requests is None:  # the client has gone
-            self.drop_client()
-            return self.listener is not None  # on a socket: the next one may come
-        for request in requests:
+    def handle(self, client: Client) -> None:
+        """Serves what `client` asked; drops it when it has gone or asked to close."""
+        requests = client.requests()
+        for request in requests or []:
             if request.get("close"):
-                self.drop_client()
-                return False
-            self.running.add(self.fork(request))
-        return True
-
-    def fork(self, request: dict) -> int:
-        pid = fork_role(self.program, request["argv"], request["log"], self.inherited_sockets())
-        self.client.answer({"pid": pid})
-        return pid
+                self.drop(client)
+                self.closed = not self.clients
+                return
+            pid = fork_role(self.program, request["argv"], request["log"], self.inherited_sockets())
+            self.running[pid] = client
+            client.answer({"pid": pid})
+        if requests is None:  # it has gone
+            self.drop(client)
 
     def inherited_sockets(self) -> list:
-        """What a fork must not keep: the listening socket and the client's."""
-        return [sock for sock in (self.listener, self.client and self.client.sock) if sock is not None]
+        """What a fork must not keep: the listening socket and the clients'."""
+        socks = [self.listener] + [client.sock for client in self.clients.values()]
+        return [sock for sock in socks if sock is not None]
 
-    def drop_client(self) -> None:
-        """The client has gone: its forks die, as they would have with it."""
-        for pid in list(self.running):
+    def drop(self, client: Client) -> None:
+        """`client` has gone: its forks die, as they would have with it."""
+        for pid in [pid for pid, owner in self.running.items() if owner is client]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             os.waitpid(pid, 0)
-        self.running.clear()
-        if self.client is not None:
-            self.client.close()
-        self.client, self.idle_since = None, time.monotonic()
+            del self.running[pid]
+        client.close()
+        del self.clients[client.read_fd]
+        self.idle_since = time.monotonic()
 
     def reap(self) -> None:
         for pid in list(self.running):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                self.running.discard(pid)
-                if self.client is not None:
-                    self.client.answer({"pid": pid, "status": os.waitstatus_to_exitcode(status)})
+                client = self.running.pop(pid)
+                client.answer({"pid": pid, "status": os.waitstatus_to_exitcode(status)})
 
 
 def listen(path: str) -> socket.socket:
@@ -239,8 +243,9 @@ def main(argv: Optional[list] = None) -> None:
     finally:
         if listener is not None and os.getpid() == warm_pid:  # not in a fork ending (its SystemExit passes here)
             listener.close()
-            if os.path.exists(args.socket):
-                os.unlink(args.socket)
+            for path in (args.socket, args.socket + ".lock"):  # the lock: `warm_start.WarmStarter.connect_or_launch`
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
 
 if __name__ == "__main__":

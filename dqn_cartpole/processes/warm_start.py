@@ -25,6 +25,7 @@ killed) is back in the seconds its own build takes.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -143,20 +144,22 @@ class WarmStarter:
             self.attach(self.process.stdin, self.process.stdout, None)
 
     def connect_or_launch(self) -> None:
-        """Connects to the warm process on `socket_path`, or starts one there (one no process listens on is a dead
-        one's: removed first)."""
-        if self.connect():
-            return
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
-        lifeline = ("--lifeline", str(self.lifeline)) if self.lifeline else ()
-        self.launch("--socket", self.socket_path, "--linger", str(self.linger_s), *lifeline)
-        deadline = time.monotonic() + CONNECT_WAIT_S
-        while not self.connect():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise OSError(f"the warm start-up process on {self.socket_path} did not answer "
-                              f"(status {self.process.poll()})")
-            time.sleep(0.02)
+        """Connects to the warm process on `socket_path`, or starts one there (a socket no process listens on is a
+        dead one's: removed first). Its lock file makes the clients that come together start one, not one each."""
+        with open(self.socket_path + ".lock", "a", encoding="utf-8") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.connect():
+                return
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+            lifeline = ("--lifeline", str(self.lifeline)) if self.lifeline else ()
+            self.launch("--socket", self.socket_path, "--linger", str(self.linger_s), *lifeline)
+            deadline = time.monotonic() + CONNECT_WAIT_S
+            while not self.connect():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise OSError(f"the warm start-up process on {self.socket_path} did not answer "
+                                  f"(status {self.process.poll()})")
+                time.sleep(0.02)
 
     def connect(self) -> bool:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
