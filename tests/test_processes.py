@@ -550,7 +550,8 @@ def test_a_warm_process_on_a_socket_outlives_a_killed_client_kills_its_forks_ser
         assert first.warm_pid == second.warm_pid == warm_pid and again.process.wait(20) == 4  # the same process
         first.close()
         time.sleep(0.3)
-        assert beside.returncode is None and os.path.exists(f"/proc/{warm_pid}")
+        assert beside.returncode is None and os.path.exists(f"/proc/{beside.process.pid}")
+        assert os.path.exists(f"/proc/{warm_pid}")
         second.close()  # the last client's close: the warm process ends at once, its socket is removed
         assert beside.process.wait(10) == -signal.SIGKILL
         assert wait_gone(warm_pid) and not os.path.exists(path) and not os.path.exists(path + ".lock")
@@ -561,6 +562,14 @@ def test_a_warm_process_on_a_socket_outlives_a_killed_client_kills_its_forks_ser
         starters[-1].channel[1].shutdown(socket.SHUT_RDWR)  # its client gone, and no next one within linger_s
         assert orphan.process.wait(10) == -signal.SIGKILL
         assert lingering.wait(10) == 0 and not os.path.exists(path)
+        # Its lifeline (a Ray node's raylet) ends: so does it, and the forks, at once, though a client is there.
+        raylet = subprocess.Popen(["sleep", "60"])
+        starters.append(WarmStarter(signal.SIGKILL, modules=(), program="warm_program", socket_path=path,
+                                    lifeline=raylet.pid))
+        served = WarmChild("role", ["wait"], str(tmp_path / "fourth.log"), starter=starters[-1]).start()
+        raylet.kill()
+        raylet.wait()
+        assert served.process.wait(10) == -signal.SIGKILL and starters[-1].process.wait(10) == 0
     finally:
         client.kill()
         for starter in starters:
