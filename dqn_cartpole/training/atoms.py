@@ -25,11 +25,11 @@ def write_policy_atoms(agent: Any, config: Config, layout: RunLayout) -> dict[st
     states = QProbe.states_of(config.env.id, config.training.seed, config.env.max_episode_steps)[indices]
     if agent.return_distribution(states) is None:  # the live weights: only to ask whether it has atoms
         return {}
-    which = next((name for name, path in (("final", layout.final_policy), ("best", layout.best_policy))
-                  if os.path.isdir(path)), None)
-    if which is None:
+    saved = [(name, path) for name, path in (("final", layout.final_policy), ("best", layout.best_policy))
+             if os.path.isdir(path)]
+    if not saved:
         return {}
-    path = layout.final_policy if which == "final" else layout.best_policy
+    which, path = saved[0]
     weights = export.saved_weights(path)
     variables = agent.policy.variables()
     if [tuple(v.shape) for v in variables] != [np.shape(w) for w in weights]:
