@@ -456,6 +456,13 @@ CHOICES = {("agent", "kind"): AGENT_KINDS, ("agent", "td_loss"): ("squared", "hu
            ("replay", "sampling"): ("auto", "dataset", "direct"), ("collection", "driver"): ("compiled", "py"),
            ("distributed", "replay"): ("learner", "server"), ("evaluation", "overlap"): ("process", "thread", "inline")}
 MAX_SEED = 2**31 - 1
+
+
+def register_agent_kind(kind: str, registered: bool = True) -> None:
+    """Lets `agent.kind` take `kind` (or, with `registered=False`, no longer): the hook behind
+    `core.agents.registry.register`, for an agent module that lives outside this package."""
+    kinds = tuple(k for k in CHOICES[("agent", "kind")] if k != kind)
+    CHOICES[("agent", "kind")] = kinds + ((kind,) if registered else ())
 ROLES_ONLY_SECTIONS = ("distributed",)  # read only when the roles run as processes
 _UNKNOWN_DEFAULT_SECTIONS = sorted(set(_default_values()) - set(SECTIONS))
 if _UNKNOWN_DEFAULT_SECTIONS:  # the sections' own keys are checked as each section takes its defaults
