@@ -190,7 +190,8 @@ def check_c51_run(run_dir: str) -> None:
     with open(os.path.join(run_dir, "atoms.json")) as handle:
         atoms = json.load(handle)
     probabilities = np.asarray(atoms["probabilities"])
-    assert probabilities.shape == (4, 2, support[0]) and atoms["policy"] == "final", (probabilities.shape, atoms["policy"])
+    assert probabilities.shape == (4, 2, support[0]) and atoms["policy"] == "final", \
+        (probabilities.shape, atoms["policy"])
     np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, rtol=1e-5)
     probe_states = QProbe.states_of(env["id"], record.config["training"]["seed"], env["max_episode_steps"])
     np.testing.assert_allclose(atoms["states"], probe_states[atoms["state_indices"]])
