@@ -167,8 +167,9 @@ def test_compare_groups_by_learning_rate_with_confidence_intervals(sweep, tmp_pa
     assert sorted(os.listdir(out)) == ["report.html", "returns.png", "table.csv", "table.md"]
     rows = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| agent.")]
     assert [r.split(" | ")[0] for r in rows] == ["| agent.learning_rate=0.001", "| agent.learning_rate=0.002"]
-    assert all(read_run(os.path.join(folder, name)).config["agent"]["kind"] == "c51"
-               for name in os.listdir(folder) if name.startswith("learning_rate="))
+    for name in [n for n in os.listdir(folder) if n.startswith("learning_rate=")]:  # C51 runs, with their atoms
+        assert read_run(os.path.join(folder, name)).config["agent"]["kind"] == "c51"
+        assert os.path.getsize(os.path.join(folder, name, "plots", "atoms.png")) > 0, name
     for row in rows:
         cells = row.strip("| ").split(" | ")
         assert cells[1] == "2" and cells[2].endswith("/2 (" + cells[2].split("(")[1])

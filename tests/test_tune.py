@@ -6,6 +6,7 @@ path against a real PostgreSQL server on loopback, started (and stopped) by the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -205,6 +206,9 @@ def test_a_trial_trains_every_seed_and_scores_their_mean(tmp_path):
     assert [run.config["training"]["seed"] for run in runs] == [3, 4]
     assert all(run.config["agent"]["kind"] == "c51" for run in runs)
     assert [run.config["agent"]["num_atoms"] for run in runs] == [trial.params["agent.num_atoms"]] * 2
+    for seed in (3, 4):  # the trial's atoms reached each run's network: its atoms.json has that many
+        atoms = json.loads((folder / f"s{seed}" / "atoms.json").read_text())
+        assert len(atoms["support"]) == trial.params["agent.num_atoms"], (seed, len(atoms["support"]))
     assert all(run.get("exit_status") == 0 for run in runs)
     assert all(run.get("solved_cpu_s") is None and run.get("cpu_s") > 0 for run in runs)  # smoke never solves
     assert trial.value == pytest.approx((score(runs[0], "cpu_s") + score(runs[1], "cpu_s")) / 2)
