@@ -23,7 +23,9 @@ SHIPPED = tuple(BUILDERS)
 def register(kind: str, builder: Callable[..., ValueAgent]) -> None:
     """Adds an agent kind from outside this package (a plugin's module, a test's agent): `agent.kind: KIND` then
     loads and builds it like a shipped kind. The builder takes (agent config, network config, time_step_spec,
-    action_spec) and returns a `ValueAgent`. A kind's own config keys are not added: it reads the shared ones."""
+    action_spec) and returns a `ValueAgent`. A kind's own config keys are not added: it reads the shared ones.
+    Registration holds in this process: runs trained here (`dqn_cartpole.train`) can use the kind; a command's own
+    child processes (`sweep`, `--topology local`) do not know it."""
     if not kind.isidentifier():
         raise ValueError(f"agent kind {kind!r}: must be a name (letters, digits, _)")
     if kind in BUILDERS and BUILDERS[kind] is not builder:
