@@ -49,7 +49,7 @@ def keys() -> list[KeyDoc]:
         hints = typing.get_type_hints(cls)
         when_section = "the roles run as processes" if section in cfg.ROLES_ONLY_SECTIONS else ""
         for spec in dataclasses.fields(cls):
-            kind = type_name(hints[spec.name], cfg.CHOICES.get((section, spec.name)))
+            kind = type_name(hints[spec.name], spec.metadata["choices"])
             found.append(KeyDoc(f"{section}.{spec.name}", kind, _plain(spec.default), spec.metadata["doc"],
                                 spec.metadata["when"] or when_section))
     return found
@@ -90,7 +90,7 @@ def annotated_yaml(config: cfg.Config, written: Optional[dict] = None) -> str:
 def reference_markdown() -> str:
     """docs/configuration-reference.md: one table per section."""
     lines = ["# Configuration reference", "",
-             f"Generated from the config's fields (`dqn_cartpole/config.py`) by `{REGENERATE}`; a test checks it "
+             f"Generated from the config's fields (`dqn_cartpole/config/schema.py`) by `{REGENERATE}`; a test checks it "
              "is current. Defaults are `configs/default.yaml`'s: a config file or `--set` changes only the keys it "
              "names. `python -m dqn_cartpole config [--config C.yaml] [--set ...]` prints the resolved config with "
              "these descriptions.", ""]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dqn_cartpole.config import C51_DEFAULTS, Config, load, load_config, read_resolved, to_dict, written_differs
+from dqn_cartpole.config import C51_DEFAULTS, Config, load, load_config, read_resolved, to_dict
+from dqn_cartpole.report.changed_keys import written_differs
 from dqn_cartpole.errors import ConfigError
 
 

@@ -215,7 +215,8 @@ def check_the_learners_replay_and_the_collectors_files(run_dir: str, first_launc
     launcher's rows (up to the first kill that ended the run), the learner-side replay read exactly what the ratio
     asks: one window per train step after the fill (batch_size / samples_per_insert), in whole reads of
     LEARNER_READ_BATCH windows, so at most that many less one beyond it; its sampled items are its own count."""
-    from dqn_cartpole.config import load_config, samples_per_insert
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.core.build import samples_per_insert
     from dqn_cartpole.replay.learner_side import LEARNER_READ_BATCH
 
     config = load_config(os.path.join(run_dir, "config.yaml"))

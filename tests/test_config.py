@@ -11,9 +11,11 @@ import yaml
 
 from dqn_cartpole import config as config_module
 from dqn_cartpole import config_docs
+from dqn_cartpole.config import declare, files
 from dqn_cartpole.cli.main import main
 from dqn_cartpole.config import Config, dump_yaml, load_config, locate_config, read_resolved, to_dict
 from dqn_cartpole.errors import ConfigError
+from dqn_cartpole.report import changed_keys
 
 from helpers import CONFIGS, REPO
 
@@ -58,21 +60,21 @@ def test_the_code_defaults_are_default_yaml():
 def test_a_default_file_without_a_key_or_with_an_unknown_one_is_one_line(tmp_path, monkeypatch):
     def section():
         class Section:  # as the config's sections, before @dataclass turns it into one
-            a: int = config_module._f("a")
-            b: int = config_module._f("b")
+            a: int = declare.key("a")
+            b: int = declare.key("b")
         return Section
 
     source = tmp_path / "default.yaml"
-    monkeypatch.setattr(config_module, "default_config_path", lambda: str(source))
-    monkeypatch.setattr(config_module, "_default_values", lambda: config_module._read_yaml(str(source)))
+    monkeypatch.setattr(files, "default_config_path", lambda: str(source))
+    monkeypatch.setattr(declare, "default_values", lambda: files.read_yaml(str(source)))
     source.write_text("s:\n  a: 1\n  b: 2\n")
-    assert dataclasses.dataclass(config_module._section_defaults("s")(section()))().b == 2
+    assert dataclasses.dataclass(declare.section_defaults("s")(section()))().b == 2
     source.write_text("s:\n  a: 1\n")
     with pytest.raises(ConfigError, match=r"s.b is missing; default.yaml gives every key's default"):
-        config_module._section_defaults("s")(section())
+        declare.section_defaults("s")(section())
     source.write_text("s:\n  a: 1\n  b: 2\n  c: 3\n")
     with pytest.raises(ConfigError, match=r"unknown key 's.c'"):
-        config_module._section_defaults("s")(section())
+        declare.section_defaults("s")(section())
 
 
 def test_shipped_configs_are_found_by_name_from_any_folder(tmp_path, monkeypatch):
@@ -138,12 +140,12 @@ def test_an_auto_value_resolved_as_auto_means_is_not_a_difference():
     default = read_resolved(os.path.join(CONFIGS, "default.yaml"))
     run = to_dict(load_config(None))
     assert run["replay"]["sampling"] == "direct" and default["replay"]["sampling"] == "auto"
-    assert not config_module.written_differs(run, default, "replay.sampling")
+    assert not changed_keys.written_differs(run, default, "replay.sampling")
     reverb = to_dict(load_config(None, ["replay.backend=reverb"]))
-    assert not config_module.written_differs(reverb, default, "replay.sampling")  # auto means dataset for Reverb
-    assert config_module.written_differs(reverb, default, "replay.backend")
+    assert not changed_keys.written_differs(reverb, default, "replay.sampling")  # auto means dataset for Reverb
+    assert changed_keys.written_differs(reverb, default, "replay.backend")
     direct_on_purpose = to_dict(load_config(None, ["replay.sampling=dataset"]))
-    assert config_module.written_differs(direct_on_purpose, default, "replay.sampling")
+    assert changed_keys.written_differs(direct_on_purpose, default, "replay.sampling")
 
 
 def test_solve_return_comes_from_the_registry_or_the_config():
@@ -352,7 +354,7 @@ def test_what_was_written_is_kept_apart_from_what_resolved(tmp_path):
     assert loaded.written["replay.sampling"] == "direct" and loaded.written["agent.gamma"] == 0.9
     assert loaded.origins["env.id"] == "--env CartPole-v0" and loaded.origins["agent.gamma"] == "--set agent.gamma=0.9"
     assert list(loaded.origins)[-1] == "agent.gamma"  # the newest value last
-    assert "replay.sampling" in config_module.changes(loaded.written)
+    assert "replay.sampling" in changed_keys.changes(loaded.written)
     assert "evaluation.solve_episodes" not in loaded.written  # smoke.yaml does not name it
     default = config_module.load(None, ["agent.learning_rate=1e-3"])
     assert default.written == {"agent.learning_rate": 1e-3}  # default.yaml's own keys are not the user's

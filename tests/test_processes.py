@@ -8,9 +8,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -506,6 +509,83 @@ def test_a_warm_start_forks_each_command_with_its_log_status_signals_and_it_dies
         for fork in forks:  # none is left, even when the code under test is broken
             with contextlib.suppress(ProcessLookupError):
                 os.kill(fork.process.pid, signal.SIGKILL)
+
+
+# A client of a warm process on a socket, in a process of its own (killed by the test, as Ray kills an actor's
+# worker): it forks `warm_program wait` and prints the warm process's pid and the fork's, then waits.
+WARM_CLIENT = textwrap.dedent("""
+    import signal, sys, time
+    from dqn_cartpole.processes.warm_start import WarmChild, WarmStarter
+    starter = WarmStarter(signal.SIGKILL, modules=(), program="warm_program", socket_path=sys.argv[1], linger_s=30)
+    child = WarmChild("role", ["wait"], sys.argv[2], starter=starter).start()
+    print(starter.warm_pid, child.process.pid, flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_warm_process_on_a_socket_outlives_a_killed_client_kills_its_forks_serves_others_then_lingers_out(
+        tmp_path, monkeypatch):
+    """What a Ray actor's restart in a new worker process relies on (`ray_role`): no import again."""
+    from dqn_cartpole.processes.warm_start import WarmChild, WarmStarter
+
+    (tmp_path / "warm_program.py").write_text(WARM_PROGRAM)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    folder = tempfile.mkdtemp(prefix="warm-")  # a short path: a Unix socket's is at most 107 bytes
+    path = os.path.join(folder, "role.sock")
+    client = subprocess.Popen([sys.executable, "-c", WARM_CLIENT, path, str(tmp_path / "first.log")],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    warm_pid = fork_pid = None
+    starters = []
+    try:
+        warm_pid, fork_pid = map(int, client.stdout.readline().split())
+        client.kill()  # the client's worker dies: its fork goes, the warm process stays
+        client.wait(10)
+        assert wait_gone(fork_pid) and os.path.exists(f"/proc/{warm_pid}")
+        # Two clients at once (two roles on one node) share it; one's end leaves the other's forks running.
+        first, second = (WarmStarter(signal.SIGKILL, modules=(), program="warm_program", socket_path=path)
+                         for _ in range(2))
+        starters += [first, second]
+        again = WarmChild("role", ["exit", "4"], str(tmp_path / "second.log"), starter=first).start()
+        beside = WarmChild("other", ["wait"], str(tmp_path / "beside.log"), starter=second).start()
+        assert first.warm_pid == second.warm_pid == warm_pid and again.process.wait(20) == 4  # the same process
+        first.close()
+        time.sleep(0.3)
+        assert beside.returncode is None and os.path.exists(f"/proc/{beside.process.pid}")
+        assert os.path.exists(f"/proc/{warm_pid}")
+        second.close()  # the last client's close: the warm process ends at once, its socket is removed
+        assert beside.process.wait(10) == -signal.SIGKILL
+        assert wait_gone(warm_pid) and not os.path.exists(path) and not os.path.exists(path + ".lock")
+        starters.append(WarmStarter(signal.SIGKILL, modules=(), program="warm_program", socket_path=path, linger_s=1))
+        orphan = WarmChild("role", ["wait"], str(tmp_path / "third.log"), starter=starters[-1]).start()
+        lingering = starters[-1].process  # this one started it: its child
+        assert lingering.pid == starters[-1].warm_pid != warm_pid
+        starters[-1].channel[1].shutdown(socket.SHUT_RDWR)  # its client gone, and no next one within linger_s
+        assert orphan.process.wait(10) == -signal.SIGKILL
+        assert lingering.wait(10) == 0 and not os.path.exists(path)
+        # Its lifeline (a Ray node's raylet) ends: so does it, and the forks, at once, though a client is there.
+        raylet = subprocess.Popen(["sleep", "60"])
+        starters.append(WarmStarter(signal.SIGKILL, modules=(), program="warm_program", socket_path=path,
+                                    lifeline=raylet.pid))
+        served = WarmChild("role", ["wait"], str(tmp_path / "fourth.log"), starter=starters[-1]).start()
+        raylet.kill()
+        raylet.wait()
+        assert served.process.wait(10) == -signal.SIGKILL and starters[-1].process.wait(10) == 0
+    finally:
+        client.kill()
+        for starter in starters:
+            starter.close()
+        for pid in (warm_pid, fork_pid):
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def wait_gone(pid: int, timeout_s: float = 10) -> bool:
+    """Whether process `pid` is gone (reaped: not even a zombie) within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not os.path.exists(f"/proc/{pid}")
 
 
 def test_a_warm_start_runs_the_real_command_line_with_its_one_line_errors(tmp_path):

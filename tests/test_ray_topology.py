@@ -161,8 +161,9 @@ def test_a_ray_run_spreads_its_collectors_survives_its_learners_sigkill_and_a_lo
         assert resumed.group(1) == newest, (resumed.group(1), newest)
         # At most the interval since that checkpoint is lost, and the one being written at the kill (if any).
         assert killed_at - int(resumed.group(2)) <= 2 * CHECKPOINT_INTERVAL + 50, (killed_at, resumed.group(2))
-        restarted = placement(run_dir)["learner"]
-        assert restarted["restarts"] == 1 and restarted["pid"] != learner["pid"]
+        # roles/placement.json follows once the command hears where the new process runs (after its first lines).
+        wait_for(lambda: going() or placement(run_dir)["learner"]["restarts"] == 1, 30, "the learner's restart placed")
+        assert placement(run_dir)["learner"]["pid"] != learner["pid"]
         wait_for(lambda: going() or all(
             name in running_collectors(run_dir) and running_collectors(run_dir)[name]["node_id"] != victim.node_id
             and float(collector_rows(run_dir, name)[-1]["unix_s"]) > removed + 1 for name in moved),

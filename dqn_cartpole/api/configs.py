@@ -15,7 +15,8 @@ import os
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from dqn_cartpole import config as config_module
-from dqn_cartpole.config import SHORTCUTS, Config, Flagged
+from dqn_cartpole.cli.shortcuts import SHORTCUTS
+from dqn_cartpole.config import Config, Flagged
 from dqn_cartpole.errors import ConfigError
 
 Overrides = Union[Mapping[str, Any], Iterable[str], None]

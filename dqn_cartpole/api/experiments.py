@@ -83,7 +83,7 @@ def sweep(config: "str | os.PathLike[str] | None" = None, *, seeds: Union[str, I
     folder. Returns the members' Runs; raises RunFailed (with every member) when one failed."""
     import argparse
 
-    from dqn_cartpole.experiments import commands
+    from dqn_cartpole.cli import experiments as commands
     from dqn_cartpole.experiments import sweep as sweep_module
 
     if address is not None and not ray:

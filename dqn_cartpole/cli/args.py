@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 from typing import Optional
 
-from dqn_cartpole.config import MAX_SEED, add_shortcut_args, locate_config, shortcut_overrides
+from dqn_cartpole.cli.shortcuts import add_shortcut_args, shortcut_overrides
+from dqn_cartpole.config import MAX_SEED, Config, default_config_path, locate_config, preset_for
 from dqn_cartpole.errors import UserError
 
 
@@ -52,6 +54,18 @@ def config_overrides(args: argparse.Namespace) -> list:
 def config_path(given: Optional[str]) -> str:
     """The config file `--config` means (a path, or a shipped config's name); configs/default.yaml without it."""
     return locate_config(given)
+
+
+def preset_note(config_file: str, config: Config) -> Optional[str]:
+    """One line when the default config (CartPole's hyperparameters) is about to train an env that has a shipped
+    preset: which one, and how to use it. None otherwise (another config file was given, or no preset fits)."""
+    if os.path.realpath(config_file) != os.path.realpath(default_config_path()):
+        return None
+    name = preset_for(config.env.id)
+    if name is None:
+        return None
+    return (f"note: {config.env.id} has a preset tuned for it: add --config {name} (configs/{name}.yaml) to use it; "
+            f"without it, configs/default.yaml's hyperparameters, tuned for {Config().env.id}, are used")
 
 
 def check_positive(label: str, value: Optional[int]) -> None:

@@ -11,7 +11,7 @@ import io
 import sys
 from typing import Any
 
-from dqn_cartpole.cli.args import add_config_args, config_overrides, config_path
+from dqn_cartpole.cli.args import add_config_args, config_overrides, config_path, preset_note
 
 
 def add_parsers(sub: Any) -> None:
@@ -30,7 +30,7 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from dqn_cartpole import config_docs
-    from dqn_cartpole.config import dump_yaml, load, preset_note
+    from dqn_cartpole.config import dump_yaml, load
 
     if args.reference:
         print(config_docs.reference_markdown(), end="")

@@ -12,8 +12,7 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from dqn_cartpole.cli import config_command, roles, single_process
-from dqn_cartpole.experiments import commands as experiments
+from dqn_cartpole.cli import config_command, experiments, roles, single_process
 from dqn_cartpole.cli.args import ArgParser
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_USAGE, for_signal
 from dqn_cartpole.errors import UserError

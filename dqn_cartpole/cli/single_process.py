@@ -14,8 +14,9 @@ import shutil
 import sys
 from typing import Any, Callable, Optional
 
-from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, config_path
-from dqn_cartpole.config import (Config, dump_written, load, load_config, override_values, preset_note, to_dict,
+from dqn_cartpole.cli.args import (add_config_args, check_positive, check_seed, config_overrides, config_path,
+                                   preset_note)
+from dqn_cartpole.config import (Config, dump_written, load, load_config, override_values, to_dict,
                                  validate_env_id)
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.console.quiet import NativeStderrFilter

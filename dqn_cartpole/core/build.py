@@ -19,7 +19,7 @@ from tf_agents.drivers import dynamic_step_driver, py_driver
 from tf_agents.environments import tf_py_environment
 from tf_agents.policies import random_tf_policy
 
-from dqn_cartpole.config import Config, ReplayConfig, queue_size, samples_per_insert
+from dqn_cartpole.config import Config, ReplayConfig
 from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.core import envs
 from dqn_cartpole.core.agents import ValueAgent, build_agent
@@ -70,6 +70,20 @@ def make_replay_tables(replay_config: ReplayConfig, data_spec: Any, n_step: int,
     """Reverb's server side: the tables of (n_step + 1)-step windows of `data_spec` items (`ratio`: see
     `sample_ratio`)."""
     return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, sequence_length_for(n_step), ratio)
+
+
+def samples_per_insert(config: Config) -> Optional[float]:
+    """The ratio a distributed run keeps: the configured one, or (replay on the learner) a single process's."""
+    spi = config.distributed.samples_per_insert
+    if spi is None and config.distributed.replay == "learner":
+        training = config.training
+        return training.batch_size * training.train_steps_per_iteration / training.collect_steps_per_iteration
+    return spi
+
+
+def queue_size(config: Config) -> int:
+    """Items the learner's queue holds before the collectors wait: the tolerance, in inserted items."""
+    return max(1, round(config.distributed.samples_per_insert_tolerance / samples_per_insert(config)))
 
 
 def sample_ratio(config: Config) -> Optional[reverb_tables.SampleRatio]:

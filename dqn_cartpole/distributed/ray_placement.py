@@ -226,8 +226,9 @@ class RayPlacement:
         self.console.copy_to(sys.stdout)
 
     def close(self) -> None:
-        """Removes the collectors' node-local folders and ends every actor (no restart)."""
-        refs = [actor.close.remote() for role, actor in self.actors.items() if role.kind == COLLECTOR]
+        """Ends every actor's warm start-up process, removes the collectors' node-local folders, and ends every
+        actor (no restart)."""
+        refs = [actor.close.remote() for actor in self.actors.values()]
         if refs:
             self.ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
         for actor in self.actors.values():

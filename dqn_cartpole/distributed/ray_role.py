@@ -2,11 +2,14 @@
 
 A role keeps its code: the actor starts `python -m dqn_cartpole ROLE ...` and waits for it; the role's signals,
 its watchdog, its exit statuses and its log are those of `--topology local`. The role's process is a fork of the
-actor's warm start-up process (`processes.warm_start`: Python and TensorFlow imported once), so a role started
-again in the same actor (its process ended: `run` is called again) skips their import. Both die with their actor
-(SIGKILL as their parent-death signal): when Ray restarts an actor (its worker was killed, its node was lost, or the
-driver asked for a new process with `ray.kill(no_restart=False)`), the role's old process is gone and the new
-actor starts the role afresh. A role's SIGTERM (the stop order) goes through `stop`.
+run's warm start-up process on its node (`processes.warm_start`: Python and TensorFlow imported once per node, not
+once per role), so neither a role's start nor its restart imports them. The warm process listens on a Unix socket
+of its node (`warm_socket`), serves every actor of the run there, and outlives them: when Ray restarts an actor in
+a new process on the same node (its worker was killed, or the driver asked for a new process with
+`ray.kill(no_restart=False)`), the role's old process is gone (the warm process kills the forks of a client that
+went) and the new actor connects to the same warm process. A warm process with no client ends after
+`warm_start.LINGER_S`, at once when its node's raylet (the actors' parent) ends, and when the last actor's `close`
+asks it to. A role's SIGTERM (the stop order) goes through `stop`.
 
 A role that must not need the run folder's file system (a collector) runs in a folder of its node
 (`node_local`): the actor writes the run's config.yaml there, substitutes the folder for NODE_LOCAL in the
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import hashlib
 import os
 import shutil
 import signal
@@ -35,10 +39,10 @@ from dqn_cartpole.processes.supervisor import Child
 from dqn_cartpole.processes.warm_start import WARM_MODULES, WarmChild, WarmStarter
 
 NODE_LOCAL = "{node-local}"  # in a command: the role's folder on its node
-# What a role's warm start-up process imports besides the libraries: the command line and the role's module (about
-# 1 s more), so that its fork imports nothing.
-ROLE_MODULES = {"replay server": "dqn_cartpole.distributed.server", "learner": "dqn_cartpole.distributed.learner",
-                "evaluator": "dqn_cartpole.distributed.evaluator", "collector": "dqn_cartpole.distributed.collector"}
+# What a node's warm start-up process imports besides the libraries: the command line and the roles' modules (about
+# 1 s more), so that a fork imports nothing.
+ROLE_MODULES = ("dqn_cartpole.distributed.server", "dqn_cartpole.distributed.learner",
+                "dqn_cartpole.distributed.evaluator", "dqn_cartpole.distributed.collector")
 WHERE_WAIT_S = 60.0  # `where` waits this long for `run` to start the role
 POLL_S = 0.1
 
@@ -50,8 +54,8 @@ class RoleHost:
         self.role_name, self.token = role_name, uuid.uuid4().hex  # `token`: this process, for the mirror
         self.child: Optional[Child] = None
         self.run_id: Optional[int] = None  # the driver's id of the current `run`
-        kind = "collector" if role_name.startswith("collector") else role_name
-        self.starter = WarmStarter(signal.SIGKILL, (*WARM_MODULES, "dqn_cartpole.cli.main", ROLE_MODULES[kind]))
+        self.starter = WarmStarter(signal.SIGKILL, (*WARM_MODULES, "dqn_cartpole.cli.main", *ROLE_MODULES),
+                                   socket_path=warm_socket(run_name), lifeline=os.getppid())
         self.starter.ensure()  # its imports overlap the driver's call (a restarted actor: Ray's own restart)
         self.root: Optional[str] = None
         if config_text is not None:
@@ -124,6 +128,17 @@ class RoleHost:
         self.starter.close()
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def warm_socket(run_name: str) -> str:
+    """Where the run's warm start-up process on this node listens: one per run (its Ray job: a resumed run's
+    actors import the code afresh) and node, shared by the roles the node runs, and found again by a role's actor
+    when Ray restarts it in a new process on the same node."""
+    import ray  # pylint: disable=import-outside-toplevel  # in the actor's process
+
+    context = ray.get_runtime_context()
+    key = f"{context.get_job_id()}/{context.get_node_id()}/{run_name}"
+    return os.path.join(tempfile.gettempdir(), f"dqn_cartpole-warm-{hashlib.sha1(key.encode()).hexdigest()[:16]}.sock")
 
 
 def node_local_folder(run_name: str, role_name: str) -> str:

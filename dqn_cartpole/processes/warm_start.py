@@ -2,7 +2,7 @@
 
 A role's process spends most of its start in Python's and TensorFlow's import (measured under `--topology ray` on
 2 loaded cores: 9-20 s of a collector's 11-24 s to its first write). A `WarmStarter` keeps one process that has
-imported them (`python -m dqn_cartpole.processes.warm_start`, its parent's child, dying with it) and starts each
+imported them (`python -m dqn_cartpole.processes.warm_process`, its parent's child, dying with it) and starts each
 command as a fork of it, which runs `python -m dqn_cartpole ARGV` in-process (`runpy`): the same code, arguments,
 log and exit status as a fresh `python -m dqn_cartpole ARGV`, without the import. A restarted role (its process
 killed) is back in the seconds its own build takes.
@@ -10,8 +10,11 @@ killed) is back in the seconds its own build takes.
 * The warm process imports with `heavy_imports` (the collector paused, then the heap frozen: its pages stay shared
   with the forks) and stays single-threaded (OPENBLAS_NUM_THREADS=1: numpy's and scipy's OpenBLAS start no pool;
   TensorFlow starts its threads at its first op, in the fork), so a fork inherits no lock held by another thread.
-* Protocol on its stdin and stdout, one JSON object a line: {"argv": [...], "log": PATH} -> {"pid": N}; when a
-  fork ends, {"pid": N, "status": S} (S as `subprocess.Popen.returncode`: negative for a signal).
+* Protocol (`warm_process`) on its stdin and stdout, one JSON object a line: {"argv": [...], "log": PATH} ->
+  {"pid": N}; when a fork ends, {"pid": N, "status": S} (S as `subprocess.Popen.returncode`: negative for a
+  signal). Or on a Unix socket, where it outlives its client (a Ray actor restarted in a new process finds its
+  role's warm process still warm): the client's forks die when it goes, and the warm process waits `linger_s`
+  for the next client.
 * A fork starts a new session, dies with the warm process (SIGKILL as its parent-death signal), has no signal
   blocked or ignored, and appends its output to its log. The role's exit runs its `atexit` handlers and joins its
   threads as an interpreter's exit would.
@@ -21,10 +24,12 @@ killed) is back in the seconds its own build takes.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +42,11 @@ from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
 COMMAND_ROOM = 4096  # bytes of a fork's command line (`ps`, /proc/PID/cmdline)
 WARM_ENV = {"OPENBLAS_NUM_THREADS": "1"}  # one thread at the fork (see the module docstring)
 KILLED = -signal.SIGKILL  # the status of a fork whose warm process is gone
+LINGER_S = 60.0  # a warm process on a socket, without a client: how long it waits for the next one
+CONNECT_WAIT_S = 30.0  # a warm process just started on a socket: how long it may take to listen
+# What it imports: the libraries every role imports (the project's own modules, 0.5 s, are each role's).
+WARM_MODULES = ("tensorflow", "tf_agents.agents", "tf_agents.drivers", "tf_agents.environments", "tf_agents.policies",
+                "reverb", "gymnasium")
 
 
 class WarmProcess:
@@ -72,15 +82,23 @@ class WarmProcess:
 
 
 class WarmStarter:
-    """The warm process of one parent (started at the first `start`, again if it died) and its forks' statuses."""
+    """The warm process of one parent (started at the first `start`, again if it died) and its forks' statuses.
+
+    With `socket_path`, the warm process outlives this one (see `warm_process`): `ensure` connects to the one
+    listening there (a process of the same role before this one started it: it is still warm) or starts one."""
 
     def __init__(self, parent_death_signal: int = signal.SIGKILL, modules: Optional[tuple] = None,
-                 program: str = "dqn_cartpole"):
+                 program: str = "dqn_cartpole", socket_path: Optional[str] = None, linger_s: float = LINGER_S,
+                 lifeline: Optional[int] = None):
         """`modules`: what the warm process imports (None: WARM_MODULES); `program`: the module each fork runs as
-        `python -m PROGRAM ARGV`."""
+        `python -m PROGRAM ARGV`; `linger_s`: how long a warm process on `socket_path` waits for a new client;
+        `lifeline`: a pid whose end ends it."""
         self.parent_death_signal, self.program = parent_death_signal, program
         self.modules = WARM_MODULES if modules is None else modules
-        self.process: Optional[subprocess.Popen] = None
+        self.socket_path, self.linger_s, self.lifeline = socket_path, linger_s, lifeline
+        self.process: Optional[subprocess.Popen] = None  # the warm process, if this one started it
+        self.channel: Optional[tuple] = None  # (the requests' writer, the socket or None) while connected
+        self.warm_pid: Optional[int] = None  # the warm process's pid, once it answered on a socket
         self.statuses: dict = {}  # pid -> its exit status (None while it runs)
         self.pending: Optional[int] = None  # the pid of the fork just started
         self.lock = threading.RLock()  # one request at a time
@@ -91,48 +109,104 @@ class WarmStarter:
         with self.lock:
             self.ensure()
             with self.started:
-                self.process.stdin.write(json.dumps({"argv": argv, "log": log_path}) + "\n")
-                self.process.stdin.flush()
-                self.started.wait_for(lambda: self.pending is not None or self.process.poll() is not None)
+                channel = self.channel
+                channel[0].write(json.dumps({"argv": argv, "log": log_path}) + "\n")
+                channel[0].flush()
+                self.started.wait_for(lambda: self.pending is not None or self.channel is not channel)
                 pid, self.pending = self.pending, None
             if pid is None:
-                raise OSError(f"the warm start-up process ended (status {self.process.poll()})")
+                raise OSError("the warm start-up process ended")
             return WarmProcess(pid, self)
 
     def ensure(self) -> None:
-        """Starts the warm process unless it runs (from the thread that must outlive it: see `supervisor`)."""
+        """Starts the warm process, or connects to it, unless connected (from the thread that must outlive it: see
+        `supervisor`)."""
         with self.lock:
-            if self.process is None or self.process.poll() is not None:
-                self.launch()
-
-    def launch(self) -> None:
-        # The last argument reserves room in the argv area for each fork's own command line (`show_command`).
-        command = [sys.executable, "-m", __name__, self.program, ",".join(self.modules), " " * COMMAND_ROOM]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                        env={**child_env(), **WARM_ENV}, start_new_session=True,
-                                        preexec_fn=lambda: die_with_parent(self.parent_death_signal))
-        self.pending = None
-        threading.Thread(target=self.read, args=(self.process,), daemon=True).start()
-
-    def read(self, process: subprocess.Popen) -> None:
-        """The warm process's answers, until it ends; then every fork still running is gone with it."""
-        for line in process.stdout:
-            try:
-                answer = json.loads(line)
-            except ValueError:
-                continue  # not an answer (a library's note on its stdout)
-            with self.started:
-                if "status" in answer:
-                    self.statuses[answer["pid"]] = answer["status"]
+            if self.channel is not None and self.socket_path is None and self.process.poll() is not None:
+                self.channel = None  # it died: its reader may not have seen the end yet
+            if self.channel is None:
+                if self.socket_path is None:
+                    self.launch()
                 else:
-                    self.statuses[answer["pid"]] = None
-                    self.pending = answer["pid"]
-                self.started.notify_all()
-        process.wait()
+                    self.connect_or_launch()
+
+    def launch(self, *extra: str) -> None:
+        # The room argument reserves space in the argv area for each fork's own command line (`show_command`).
+        command = [sys.executable, "-m", "dqn_cartpole.processes.warm_process", self.program, ",".join(self.modules),
+                   " " * COMMAND_ROOM, *extra]
+        on_socket = bool(extra)
+        self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+            command, stdin=subprocess.DEVNULL if on_socket else subprocess.PIPE,
+            stdout=subprocess.DEVNULL if on_socket else subprocess.PIPE, text=True,
+            env={**child_env(), **WARM_ENV}, start_new_session=True,
+            preexec_fn=None if on_socket else lambda: die_with_parent(self.parent_death_signal))
+        if not on_socket:
+            self.attach(self.process.stdin, self.process.stdout, None)
+
+    def connect_or_launch(self) -> None:
+        """Connects to the warm process on `socket_path`, or starts one there (a socket no process listens on is a
+        dead one's: removed first). Its lock file makes the clients that come together start one, not one each."""
+        with open(self.socket_path + ".lock", "a", encoding="utf-8") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.connect():
+                return
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+            lifeline = ("--lifeline", str(self.lifeline)) if self.lifeline else ()
+            self.launch("--socket", self.socket_path, "--linger", str(self.linger_s), *lifeline)
+            deadline = time.monotonic() + CONNECT_WAIT_S
+            while not self.connect():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise OSError(f"the warm start-up process on {self.socket_path} did not answer "
+                                  f"(status {self.process.poll()})")
+                time.sleep(0.02)
+
+    def connect(self) -> bool:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.socket_path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            return False
+        self.attach(sock.makefile("w", encoding="utf-8"), sock.makefile("r", encoding="utf-8"), sock)
+        return True
+
+    def attach(self, writer, reader, sock: Optional[socket.socket]) -> None:
         with self.started:
-            for pid, status in self.statuses.items():
-                if status is None:
+            self.channel, self.pending = (writer, sock), None
+        threading.Thread(target=self.read, args=(reader, self.channel), daemon=True).start()
+
+    def read(self, reader, channel: tuple) -> None:
+        """The warm process's answers, until it ends (or the socket does); then every fork it started that still
+        ran is gone."""
+        mine: set = set()
+        with contextlib.suppress(OSError):  # a socket reset: the warm process died
+            for line in reader:
+                self.take(line, mine)
+        if channel[1] is None:
+            self.process.wait()
+        with self.started:
+            for pid in mine:
+                if self.statuses[pid] is None:
                     self.statuses[pid] = KILLED
+            if self.channel is channel:
+                self.channel = None
+            self.started.notify_all()
+
+    def take(self, line: str, mine: set) -> None:
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            return  # not an answer (a library's note on its stdout)
+        with self.started:
+            if "warm" in answer:
+                self.warm_pid = answer["warm"]
+            elif "status" in answer:
+                self.statuses[answer["pid"]] = answer["status"]
+            else:
+                self.statuses[answer["pid"]] = None
+                self.pending = answer["pid"]
+                mine.add(answer["pid"])
             self.started.notify_all()
 
     def status(self, pid: int) -> Optional[int]:
@@ -140,9 +214,20 @@ class WarmStarter:
             return self.statuses.get(pid)
 
     def close(self) -> None:
+        """Ends the warm process (on a socket: asks it to end) and its forks."""
+        channel, self.channel = self.channel, None
+        if channel is not None and channel[1] is not None:
+            with contextlib.suppress(OSError):
+                channel[0].write(json.dumps({"close": True}) + "\n")
+                channel[0].flush()
+            with contextlib.suppress(OSError):
+                channel[1].shutdown(socket.SHUT_RDWR)
+            channel[1].close()
         if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+            if channel is None or channel[1] is None:
+                self.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(CONNECT_WAIT_S)
 
 
 @dataclass(eq=False)
@@ -158,100 +243,3 @@ class WarmChild(Child):
             self._log_offset = log.tell()
         self.process = self.starter.start(self.command, self.log_path)  # type: ignore[union-attr,assignment]
         return self
-
-
-# ---------------------------------------------------------------------------- the warm process itself
-
-# What it imports: the libraries every role imports (the project's own modules, 0.5 s, are each role's).
-WARM_MODULES = ("tensorflow", "tf_agents.agents", "tf_agents.drivers", "tf_agents.environments", "tf_agents.policies",
-                "reverb", "gymnasium")
-
-
-def serve(program: str, modules: list) -> None:
-    """The warm process: imports `modules`, then forks one process per request (each runs `python -m PROGRAM
-    ARGV`) until its stdin closes."""
-    import importlib  # pylint: disable=import-outside-toplevel
-
-    from dqn_cartpole.console.imports import heavy_imports  # pylint: disable=import-outside-toplevel
-
-    if modules:
-        with heavy_imports():
-            for module in modules:
-                importlib.import_module(module)
-    requests, buffered, running = sys.stdin.buffer.raw, b"", set()
-    while True:
-        readable, _, _ = select.select([requests], [], [], 0.05)
-        if readable:
-            data = os.read(requests.fileno(), 65536)
-            if not data:
-                return  # the parent closed it: the forks die with this process
-            buffered += data
-            while b"\n" in buffered:
-                line, buffered = buffered.split(b"\n", 1)
-                request = json.loads(line)
-                pid = fork_role(program, request["argv"], request["log"])
-                running.add(pid)
-                answer({"pid": pid})
-        for pid in list(running):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                running.discard(pid)
-                answer({"pid": pid, "status": os.waitstatus_to_exitcode(status)})
-
-
-def answer(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-def fork_role(program: str, argv: list, log_path: str) -> int:
-    """Forks; the fork runs `python -m PROGRAM ARGV` to its exit (a SystemExit that ends this interpreter as
-    it would a fresh one: atexit handlers, threads joined). In the warm process: the fork's pid."""
-    import runpy  # pylint: disable=import-outside-toplevel
-
-    warm_pid = os.getpid()
-    pid = os.fork()
-    if pid:
-        return pid
-    try:
-        become_role(warm_pid, log_path)
-    except BaseException:  # pylint: disable=broad-except  # nowhere to report it: the status says it
-        os._exit(1)  # pylint: disable=protected-access
-    show_command([sys.executable, "-m", program, *argv])
-    sys.argv = [program, *argv]
-    runpy.run_module(program, run_name="__main__", alter_sys=True)
-    raise SystemExit(0)
-
-
-def show_command(words: list) -> None:
-    """Makes /proc/self/cmdline (what `ps`, psutil and `lock.role_of` read) say `words`: written over the argv area
-    the kernel reads it from (the warm process's, with COMMAND_ROOM to spare), as setproctitle does. Python keeps its
-    own copy of its arguments, so nothing else reads that memory."""
-    import ctypes  # pylint: disable=import-outside-toplevel
-
-    with open("/proc/self/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end (fields 48 and 49)
-    data = b"\0".join(word.encode() for word in words)[:end - start - 1]
-    ctypes.memmove(start, data.ljust(end - start, b"\0"), end - start)
-
-
-def become_role(warm_pid: int, log_path: str) -> None:
-    """In the fork: a new session, dying with the warm process, signals as in a fresh Python, output to the log."""
-    os.setsid()
-    die_with_parent(signal.SIGKILL)
-    if os.getppid() != warm_pid:  # the warm process died before the parent-death signal was set
-        os._exit(1)  # pylint: disable=protected-access
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    for target, source in ((0, null), (1, log), (2, log)):
-        os.dup2(source, target)
-    os.close(log)
-    os.close(null)
-    sys.stdout = open(1, "w", encoding="utf-8", closefd=False, buffering=1)  # pylint: disable=consider-using-with
-    sys.stderr = open(2, "w", encoding="utf-8", closefd=False, buffering=1)  # pylint: disable=consider-using-with
-
-
-if __name__ == "__main__":  # python -m dqn_cartpole.processes.warm_start PROGRAM MODULE,MODULE,... ROOM
-    serve(sys.argv[1], [module for module in sys.argv[2].split(",") if module])

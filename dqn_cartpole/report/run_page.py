@@ -148,7 +148,8 @@ def config_section(record: RunRecord) -> str:
     default, so an `auto` the run resolved is no change; such a value shows what it was written as. A run folder
     without that file (an older version's, a distributed run's) is compared by `written_differs`.
     """
-    from dqn_cartpole.config import applies, changes, written_differs
+    from dqn_cartpole.config import applies
+    from dqn_cartpole.report.changed_keys import changes, written_differs
 
     defaults, source = default_config()
     distributed = os.path.isdir(record.layout.roles)

@@ -1,6 +1,6 @@
 """The `sweep`, `compare` and `tune` commands: their argparse definitions and handlers.
 
-`cli.py` registers them with `add_parsers(subparsers)` and dispatches through `COMMANDS`. None of
+`cli/main.py` registers them with `add_parsers(subparsers)` and dispatches through `COMMANDS`. None of
 these handlers imports TensorFlow: training happens in child processes.
 """
 
@@ -11,7 +11,8 @@ import contextlib
 import dataclasses
 import time
 
-from dqn_cartpole.config import add_shortcut_args, locate_config, locate_space, shortcut_overrides
+from dqn_cartpole.cli.shortcuts import add_shortcut_args, shortcut_overrides
+from dqn_cartpole.config import locate_config, locate_space
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, for_signal
 
 
