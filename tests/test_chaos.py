@@ -34,8 +34,9 @@ EVAL_INTERVAL = 500  # pinned (the default's is 250): the kills are spaced for i
 TOPOLOGY = ("--topology", "local", "--collectors", "2")
 # No solve may end the run before its last kill (a local run is not reproducible, and one solved at train step
 # 1,000, between two kills): the run looks for one only from the resume after the last kill on.
-# C51 (the agent of configs/c51.yaml on the default's settings: 51 atoms on [0, 100]), whose every path the local
-# topology carries like DQN's: its weights to the collectors and the evaluator, its expected-Q solve check, its atoms.
+# C51 on the default's settings (51 atoms on [0, 100]: the first C51 preset, before configs/c51.yaml was tuned),
+# whose every path the local topology carries like DQN's: its weights to the collectors and the evaluator, its
+# expected-Q solve check, its atoms.
 C51 = ("--set", "agent.kind=c51", "--set", "agent.min_q_value=0", "--set", "agent.max_q_value=100")
 FRESH = (*TOPOLOGY, "--seed", str(SEED), *C51, "--set", "training.log_interval=50",
          "--set", f"training.checkpoint_interval={CHECKPOINT_INTERVAL}",
