@@ -148,3 +148,62 @@ def write_checkpoint(root: str, iteration: int, finished: bool = False, num_iter
         with open(os.path.join(path, checkpointing.STATE_FILE), "a") as handle:
             handle.write(" ")
     return path
+
+
+# ---------------------------------------------------------------------------- a C51 run, checked by hand
+
+C51_SETS = ("agent.kind=c51", "agent.td_loss=huber")  # on configs/smoke.yaml (a DQN config: td_loss squared)
+
+
+def c51_atoms_by_hand(policy_dir: str, states, num_atoms: int, min_q: float, max_q: float):
+    """(probabilities [B, actions, atoms], expected Q [B, actions]) of a saved C51 policy at `states`, computed in
+    NumPy from its SavedModel's variables alone (Dense ReLU layers, then every action's atom logits)."""
+    import numpy as np
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(os.path.join(policy_dir, "variables", "variables"))
+    count = sum(1 for name in reader.get_variable_to_shape_map() if name.startswith("model_variables/"))
+    weights = [reader.get_tensor(f"model_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE") for i in range(count)]
+    x = np.asarray(states, np.float64)
+    for i in range(0, len(weights) - 2, 2):
+        x = np.maximum(x @ weights[i] + weights[i + 1], 0.0)
+    logits = (x @ weights[-2] + weights[-1]).reshape(len(x), -1, num_atoms)
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probabilities = z / z.sum(axis=-1, keepdims=True)
+    return probabilities, probabilities @ np.linspace(min_q, max_q, num_atoms)
+
+
+def check_c51_run(run_dir: str) -> None:
+    """A finished C51 run's diagnostics are its network's: atoms.json (each action's probabilities sum to 1, equal
+    to policy/final's by hand at the Q probe's states), plots/atoms.png shown in report.html with its caption, and
+    the last train row's Q probe (mean max Q over its 500 states) the expected Q-values of policy/final by hand."""
+    import json
+
+    import numpy as np
+
+    from dqn_cartpole.core.q_probe import QProbe
+    from dqn_cartpole.run_folder import read_run
+
+    record = read_run(run_dir)
+    agent, env = record.config["agent"], record.config["env"]
+    support = (agent["num_atoms"], agent["min_q_value"], agent["max_q_value"])
+    with open(os.path.join(run_dir, "atoms.json")) as handle:
+        atoms = json.load(handle)
+    probabilities = np.asarray(atoms["probabilities"])
+    assert probabilities.shape == (4, 2, support[0]) and atoms["policy"] == "final", \
+        (probabilities.shape, atoms["policy"])
+    np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, rtol=1e-5)
+    probe_states = QProbe.states_of(env["id"], record.config["training"]["seed"], env["max_episode_steps"])
+    np.testing.assert_allclose(atoms["states"], probe_states[atoms["state_indices"]])
+    by_hand, _ = c51_atoms_by_hand(os.path.join(run_dir, "policy", "final"), atoms["states"], *support)
+    np.testing.assert_allclose(probabilities, by_hand, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(atoms["support"], np.linspace(support[1], support[2], support[0]), atol=1e-5)
+    assert os.path.getsize(os.path.join(run_dir, "plots", "atoms.png")) > 0
+    page = open(os.path.join(run_dir, "report.html"), encoding="utf-8").read()
+    assert 'src="plots/atoms.png"' in page and "probability over a fixed set of returns (the atoms)" in page, \
+        "report.html shows no atoms figure with its caption"
+    _, expected_q = c51_atoms_by_hand(os.path.join(run_dir, "policy", "final"), probe_states, *support)
+    last = record.train_rows[-1]
+    probe = expected_q.max(axis=1).mean()
+    assert abs(float(last["mean_max_q"]) - probe) <= 1e-4 * max(1.0, abs(probe)), \
+        f"the Q probe logged {last['mean_max_q']}, policy/final's expected Q by hand gives {probe}"

@@ -50,6 +50,7 @@ def test_dqn_and_double_dqn_hold_the_interface(double):
     assert isinstance(greedy, NumpyGreedy)
     states = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     np.testing.assert_allclose(greedy.q_network.snapshot()(states), agent.q_values(states)[0].numpy(), rtol=1e-5)
+    assert agent.return_distribution(states) is None  # the expectation only: no atoms to draw
 
 
 def test_a_checkpoint_restores_into_a_fresh_agent_at_once_and_a_new_learning_rate_stays(tmp_path):

@@ -89,6 +89,18 @@ def test_every_reader_of_q_sees_the_expected_q_values_and_the_same_greedy_action
     assert probe() == pytest.approx(expected_q_by_hand(agent, probe.states).max(axis=1).mean(), rel=1e-5)
 
 
+def test_the_return_distribution_is_the_networks_softmax_over_the_atoms():
+    agent = build()
+    spread_out(agent)
+    distribution = agent.return_distribution(STATES)
+    logits = agent.q_network(STATES)[0].numpy()  # [B, actions, atoms]
+    by_hand = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(distribution.support, np.linspace(-3, 3, 11), rtol=1e-6)
+    np.testing.assert_allclose(distribution.probabilities, by_hand, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(distribution.probabilities.sum(axis=-1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(distribution.expected_q(), agent.q_values(STATES)[0].numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_a_categorical_head_is_never_argmaxed_as_q_values():
     agent = build()
     assert NumpyQNetwork.of(agent.q_network, 2) is None and NumpyGreedy.of(agent.q_network, ACTION_SPEC) is None

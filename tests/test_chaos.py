@@ -1,11 +1,12 @@
 """The chaos test: one `train --topology local` run survives a SIGKILL of each of its processes in turn.
 
-In one run (the default config on CartPole-v1, two collectors) it SIGKILLs, at train steps drawn from a
-seeded generator: a collector (the launcher restarts it), the evaluator (restarted too), the replay server
+In one run (C51 on the default config's settings on CartPole-v1, two collectors) it SIGKILLs, at train steps drawn
+from a seeded generator: a collector (the launcher restarts it), the evaluator (restarted too), the replay server
 (the run stops; `--resume`) and the launcher itself (its children follow it; `--resume`). (The learner's
 SIGKILL ends a local run as the server's does, by the same rule, `distributed.policy`; its checkpoint and buffer
 after a SIGKILL are checked in tests/test_ray_topology.py, where Ray restarts it.) Then the run must finish on its own and its `policy/final` must score >= 475 over 100
-episodes in plain TensorFlow; its metrics must be continuous across every kill; after each kill that ends the
+episodes in plain TensorFlow, and its atoms (atoms.json, the report's figure) be that policy's network's; its metrics
+must be continuous across every kill; after each kill that ends the
 run nothing of it may be left 10 s later, no port open; and every error it printed is one line.
 """
 
@@ -24,7 +25,8 @@ from typing import Optional
 import psutil
 import pytest
 
-from helpers import kill_tree, port_is_free, processes_of, rows, run_python, server_port, start_cli, wait_for
+from helpers import (c51_atoms_by_hand, kill_tree, port_is_free, processes_of, rows, run_python, server_port, start_cli,
+                     wait_for)
 
 SEED = 3
 CHECKPOINT_INTERVAL = 200
@@ -32,7 +34,11 @@ EVAL_INTERVAL = 500  # pinned (the default's is 250): the kills are spaced for i
 TOPOLOGY = ("--topology", "local", "--collectors", "2")
 # No solve may end the run before its last kill (a local run is not reproducible, and one solved at train step
 # 1,000, between two kills): the run looks for one only from the resume after the last kill on.
-FRESH = (*TOPOLOGY, "--seed", str(SEED), "--set", "training.log_interval=50",
+# C51 on the default's settings (51 atoms on [0, 100]: the first C51 preset, before configs/c51.yaml was tuned),
+# whose every path the local topology carries like DQN's: its weights to the collectors and the evaluator, its
+# expected-Q solve check, its atoms.
+C51 = ("--set", "agent.kind=c51", "--set", "agent.min_q_value=0", "--set", "agent.max_q_value=100")
+FRESH = (*TOPOLOGY, "--seed", str(SEED), *C51, "--set", "training.log_interval=50",
          "--set", f"training.checkpoint_interval={CHECKPOINT_INTERVAL}",
          "--set", f"evaluation.eval_interval={EVAL_INTERVAL}", "--set", "video.enabled=false",
          "--set", "evaluation.stop_when_solved=false", "--quiet")
@@ -256,6 +262,23 @@ def assert_errors_are_one_line(text: str, where: str) -> None:
             assert len(line) < 400, (where, line)
 
 
+def check_the_atoms(run_dir: str) -> None:
+    """The learner's finish drew C51's atoms from the policy/final the evaluator's solve check exported: each
+    action's probabilities sum to 1 and are that policy's network's, by hand; the report shows them."""
+    import numpy as np
+
+    with open(os.path.join(run_dir, "atoms.json")) as handle:
+        atoms = json.load(handle)
+    final = os.path.join(run_dir, "policy", "final")
+    assert atoms["policy"] == "final" and atoms["train_step"] == json.load(
+        open(os.path.join(final, "policy_info.json")))["train_step"], atoms["train_step"]
+    probabilities = np.asarray(atoms["probabilities"])
+    np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, rtol=1e-5)
+    by_hand, _ = c51_atoms_by_hand(final, atoms["states"], 51, 0.0, 100.0)
+    np.testing.assert_allclose(probabilities, by_hand, rtol=1e-4, atol=1e-6)
+    assert 'src="plots/atoms.png"' in open(os.path.join(run_dir, "report.html"), encoding="utf-8").read()
+
+
 def test_a_local_run_survives_a_sigkill_of_each_of_its_processes_in_turn(tmp_path):
     rng = random.Random(SEED)
     chaos = Chaos(tmp_path, str(tmp_path / "run"), rng, time.monotonic() + BUDGET_S)
@@ -297,6 +320,7 @@ def test_a_local_run_survives_a_sigkill_of_each_of_its_processes_in_turn(tmp_pat
     assert final["episodes"] == 100, final  # the policy the evaluator's solve check confirmed
     assert "Solved at iteration" in open(os.path.join(roles_dir, "evaluator.log")).read()
     check_the_learners_replay_and_the_collectors_files(chaos.run_dir, chaos.first_kill_ending_the_run)
+    check_the_atoms(chaos.run_dir)
     score = score_in_plain_tensorflow(os.path.join(chaos.run_dir, "policy", "final"), str(tmp_path))
     print(f"chaos: policy/final scores {score:.1f} over 100 episodes")
     assert score >= 475, score

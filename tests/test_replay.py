@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import CONFIGS, run_cli
+from helpers import C51_SETS, CONFIGS, check_c51_run
 
 from dqn_cartpole.config import ReplayConfig
 from dqn_cartpole.errors import UserError
@@ -276,12 +276,15 @@ def test_clear_leaves_the_buffer_empty(open_replays, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_smoke_training_completes(tmp_path, backend):
+    """C51 on each backend (its windows, loss, evaluation, exports and diagnostics through the replay; DQN's
+    runs on each backend: test_learning.py, test_py_driver.py, test_targets.py, the smoke run)."""
     # In this process, through the Python API (the command line's run in a process of its own is tested elsewhere).
     import dqn_cartpole as dq
 
     sampling = "dataset" if backend == "reverb" else "direct"  # Reverb is only read through tf.data
     run = dq.train(os.path.join(CONFIGS, "smoke.yaml"), tmp_path / "run", progress=False, overrides={
-        "replay.backend": backend, "replay.sampling": sampling, "video.enabled": False})
+        "replay.backend": backend, "replay.sampling": sampling, "video.enabled": False,
+        **dict(s.split("=") for s in C51_SETS)})
     run_dir = run.path
     assert run.summary["exit_status"] == 0
     with open(os.path.join(run_dir, "train_metrics.csv"), newline="") as handle:
@@ -297,15 +300,20 @@ def test_smoke_training_completes(tmp_path, backend):
     assert last["policy_lag"] == "" and rows[0]["train_steps_per_s"] == ""  # one process: no lag; no rate yet
     assert float(last["train_steps_per_s"]) > 0
     assert float(last["samples_per_insert"]) == pytest.approx(samples / inserts, rel=1e-4)
+    assert run.config.agent.kind == "c51"
+    check_c51_run(run_dir)
 
 
 # ---------------------------------------------------------------------------- the specs command
 
 
-def test_specs_command_walks_through_the_data(tmp_path):
-    result = run_cli("specs", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--set", "replay.backend=tf_uniform")
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
+def test_specs_command_walks_through_the_data(capsys):
+    # In this process (the command line's parsing and dispatch, without a second TensorFlow import).
+    from dqn_cartpole.cli.main import main
+
+    status = main(["specs", "--config", os.path.join(CONFIGS, "smoke.yaml"), "--set", "replay.backend=tf_uniform"])
+    out, err = capsys.readouterr()
+    assert status == 0, err[-3000:]
     for heading in ("time_step_spec", "action_spec", "collect_data_spec", "get_next(sample_batch_size=10, num_steps=1)",
                     "as_dataset(sample_batch_size=4, num_steps=2)", "single pass"):
         assert heading in out

@@ -11,7 +11,9 @@ which saves each one TensorFlow's import in a new process.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import os
 import re
@@ -23,7 +25,8 @@ import time
 
 import pytest
 
-from helpers import CONFIGS, KILL_ENV, REPO, cli_env, run_cli, run_python, start_cli
+from helpers import (C51_SETS, CONFIGS, KILL_ENV, REPO, c51_atoms_by_hand, check_c51_run, cli_env, run_cli, run_python,
+                     start_cli)
 
 import dqn_cartpole as dq
 
@@ -156,20 +159,33 @@ def test_sigkill_during_a_checkpoint_write_then_resume_matches_the_uninterrupted
         [r[k] for k in same] for r in rows(os.path.join(reference, "train_metrics.csv"))[:2]]
 
 
-def test_external_sigkill_py_uniform_then_resume(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def c51_killed(tmp_path_factory) -> dict:
+    """A C51 run on py_uniform, SIGKILLed from outside once it has a checkpoint, then resumed in this process."""
+    tmp_path = tmp_path_factory.mktemp("c51")
     run_dir = str(tmp_path / "run")
-    proc = start(*train_args(run_dir, "replay.backend=py_uniform"), log_dir=tmp_path)
+    proc = start(*train_args(run_dir, "replay.backend=py_uniform", *C51_SETS), log_dir=tmp_path)
     try:
         wait_for_checkpoint(run_dir, proc)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, (tmp_path / "stderr").read_text()[-3000:]
-    resume_here(run_dir)
-    assert "Resumed from ckpt-" in capsys.readouterr().err
+    printed = io.StringIO()
+    with contextlib.redirect_stderr(printed):  # the resume's Progress writes to sys.stderr
+        resume_here(run_dir)
+    return {"run_dir": run_dir, "status": proc.returncode, "stderr": (tmp_path / "stderr").read_text(),
+            "resumed": printed.getvalue()}
+
+
+def test_external_sigkill_py_uniform_then_resume_c51(c51_killed):
+    run_dir = c51_killed["run_dir"]
+    assert c51_killed["status"] == -signal.SIGKILL, c51_killed["stderr"][-3000:]
+    assert "Resumed from ckpt-" in c51_killed["resumed"]
     assert_complete(run_dir)
     with open(os.path.join(run_dir, "config.yaml")) as handle:
-        assert "backend: py_uniform" in handle.read()
+        written = handle.read()
+    assert "backend: py_uniform" in written and "kind: c51" in written
+    check_c51_run(run_dir)  # its atoms and Q probe: policy/final's network's, by hand
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):
@@ -300,12 +316,36 @@ print('isolated')
 """
 
 
-def test_readme_snippet_loads_a_policy_in_a_fresh_process_with_only_tf_agents(reference, tmp_path):
+# And a C51 policy/final (the killed and resumed run's) acts greedily on its expected Q-values (by hand from its
+# weights: both actions are greedy at some of the states; an argmax over the atom logits would differ).
+C51_GREEDY = """
+c51 = tf.saved_model.load("{c51}")
+states = np.load("{states}")
+actions = c51.action(ts.restart(tf.constant(states), batch_size=len(states))).action.numpy()
+assert (actions == np.load("{greedy}")).all(), actions
+print('c51 greedy')
+"""
+
+
+def test_readme_snippet_loads_a_policy_in_a_fresh_process_with_only_tf_agents(reference, c51_killed, tmp_path):
+    import numpy as np
+
+    from dqn_cartpole.core.q_probe import QProbe
+
+    c51_final = os.path.join(c51_killed["run_dir"], "policy", "final")
+    states = QProbe.states_of("CartPole-v1", 0)
+    _, expected_q = c51_atoms_by_hand(c51_final, states, 51, -10.0, 10.0)  # smoke + kind c51: C51's defaults
+    assert set(expected_q.argmax(axis=1)) == {0, 1}
+    np.save(tmp_path / "states.npy", states)
+    np.save(tmp_path / "greedy.npy", expected_q.argmax(axis=1))
     code = README_SNIPPET.replace("{policy}", os.path.join(reference, "policy", "best")) + \
-        FINAL_AND_ISOLATION.replace("{final}", os.path.join(reference, "policy", "final"))
+        FINAL_AND_ISOLATION.replace("{final}", os.path.join(reference, "policy", "final")) + \
+        C51_GREEDY.replace("{c51}", c51_final).replace("{states}", str(tmp_path / "states.npy")).replace(
+            "{greedy}", str(tmp_path / "greedy.npy"))
     result = run_python(code, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "trained for" in result.stdout and "return" in result.stdout and "isolated" in result.stdout
+    assert "c51 greedy" in result.stdout
 
 
 @pytest.mark.parametrize("jit_compile", [True, False])

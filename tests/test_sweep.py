@@ -1,5 +1,5 @@
-"""`sweep` and `compare` end to end, as a user runs them: 2 seeds x 2 learning rates of the smoke config, two runs
-at a time, stopped by Ctrl-C while the first two train, then continued by the same command with `--ray` on a Ray
+"""`sweep` and `compare` end to end, as a user runs them: 2 seeds x 2 learning rates of C51 on the smoke config, two
+runs at a time, stopped by Ctrl-C while the first two train, then continued by the same command with `--ray` on a Ray
 instance it starts here (the stopped runs resume on Ray's workers, the others start there; their folders come back
 into the sweep's). One sweep serves every test; then the same command again, locally (nothing re-runs: the folder
 is a local sweep's), compare's table and plot, and the sweep's page.
@@ -28,9 +28,11 @@ LRS = (0.001, 0.002)
 
 
 def sweep_args(root, name="s", seeds="0-1", extra=()):
+    """The sweep trains C51 (smoke's settings otherwise; its td_loss is DQN's squared): sweep, its Ray continuation
+    and compare carry C51's runs as they do DQN's (test_experiments_ray.py's and test_experiments_reuse.py's)."""
     return ["sweep", "--config", SMOKE, "--seeds", seeds, "--grid", "agent.learning_rate=[1e-3,2e-3]",
             "--jobs", "2", "--name", name, "--set", f"output.root={root}", "--set", "video.enabled=false",
-            "--quiet", *extra]
+            "--set", "agent.kind=c51", "--set", "agent.td_loss=huber", "--quiet", *extra]
 
 
 FIRST = ("learning_rate=1e-3__s0", "learning_rate=1e-3__s1")  # the two runs --jobs 2 starts first
@@ -165,6 +167,9 @@ def test_compare_groups_by_learning_rate_with_confidence_intervals(sweep, tmp_pa
     assert sorted(os.listdir(out)) == ["report.html", "returns.png", "table.csv", "table.md"]
     rows = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| agent.")]
     assert [r.split(" | ")[0] for r in rows] == ["| agent.learning_rate=0.001", "| agent.learning_rate=0.002"]
+    for name in [n for n in os.listdir(folder) if n.startswith("learning_rate=")]:  # C51 runs, with their atoms
+        assert read_run(os.path.join(folder, name)).config["agent"]["kind"] == "c51"
+        assert os.path.getsize(os.path.join(folder, name, "plots", "atoms.png")) > 0, name
     for row in rows:
         cells = row.strip("| ").split(" | ")
         assert cells[1] == "2" and cells[2].endswith("/2 (" + cells[2].split("(")[1])

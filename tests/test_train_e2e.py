@@ -75,6 +75,11 @@ def test_plots_open(smoke_run):
     for name in ("returns.png", "loss.png", "epsilon.png", "q_values.png"):
         image = mpimg.imread(os.path.join(run_dir, "plots", name))
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    # DQN learns only the expected return: no atoms figure (C51's: test_replay.py), and the page says nothing of it.
+    assert not os.path.exists(os.path.join(run_dir, "atoms.json"))
+    assert not os.path.exists(os.path.join(run_dir, "plots", "atoms.png"))
+    page = open(os.path.join(run_dir, "report.html"), encoding="utf-8").read()
+    assert "atoms" not in page and "No plots yet" not in page
 
 
 def test_videos_decode_with_rendered_frame_size(smoke_run):

@@ -6,6 +6,7 @@ path against a real PostgreSQL server on loopback, started (and stopped) by the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -23,11 +24,12 @@ from dqn_cartpole.run_folder import read_run
 SMOKE = os.path.join(CONFIGS, "smoke.yaml")
 SPACE = "agent.learning_rate: {low: 5e-4, high: 5e-3, log: true}\ntraining.batch_size: {choices: [16, 32]}\n"
 ENV = dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy")
+C51 = ("--set", "agent.kind=c51", "--set", "agent.td_loss=huber")  # smoke's td_loss is DQN's squared
 
 
-def tune_argv(tmp_path, trials, *extra):
+def tune_argv(tmp_path, trials, *extra, space_text=SPACE):
     space = tmp_path / "space.yaml"
-    space.write_text(SPACE)
+    space.write_text(space_text)
     return ["tune", "--config", SMOKE, "--space", str(space), "--trials", str(trials), "--study", "t",
             "--set", f"output.root={tmp_path}", "--set", "video.enabled=false",
             "--set", "evaluation.stop_when_solved=true", *extra]  # a study needs runs that can solve (smoke's never do)
@@ -191,15 +193,23 @@ def test_seeds_and_objective_are_checked_and_kept_for_the_continue_command(tmp_p
 
 
 def test_a_trial_trains_every_seed_and_scores_their_mean(tmp_path):
+    """On C51, over one of its own keys (its atoms): tune drives a C51 study as it does a DQN one."""
     from dqn_cartpole.experiments.tune import score
 
     proc = run_cli(*tune_argv(tmp_path, 1, "--seeds", "3,4", "--objective", "cpu_s", "--seed", "0",
-                              "--set", "training.num_iterations=100"), timeout=300)
+                              "--set", "training.num_iterations=100", *C51,
+                              space_text=SPACE + "agent.num_atoms: {choices: [11, 21]}\n"), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (trial,) = load(journal(tmp_path)).trials
     folder = tmp_path / "tune" / "t" / "trials" / "0000"
     runs = [read_run(str(folder / f"s{seed}")) for seed in (3, 4)]
     assert [run.config["training"]["seed"] for run in runs] == [3, 4]
+    assert all(run.config["agent"]["kind"] == "c51" for run in runs)
+    assert [run.config["agent"]["num_atoms"] for run in runs] == [trial.params["agent.num_atoms"]] * 2
+    for seed in (3, 4):  # the trial's atoms reached each run's network: its atoms.json has that many
+        atoms = json.loads((folder / f"s{seed}" / "atoms.json").read_text())
+        assert len(atoms["support"]) == trial.params["agent.num_atoms"], (seed, len(atoms["support"]))
+    assert all(run.get("exit_status") == 0 for run in runs)
     assert all(run.get("solved_cpu_s") is None and run.get("cpu_s") > 0 for run in runs)  # smoke never solves
     assert trial.value == pytest.approx((score(runs[0], "cpu_s") + score(runs[1], "cpu_s")) / 2)
     assert [row["seed"] for row in trial.user_attrs["seeds"]] == [3, 4]

@@ -14,6 +14,14 @@ from dqn_cartpole.config.schema import SECTIONS, Config
 from dqn_cartpole.errors import ConfigError
 
 Fail = Callable[..., None]  # fail(key, problem, *other keys involved)
+REGISTERED_CHOICES: dict[str, tuple] = {}  # section.key -> values added from outside (`register_agent_kind`)
+
+
+def register_agent_kind(kind: str, registered: bool = True) -> None:
+    """Lets `agent.kind` take `kind` (or, with `registered=False`, no longer), beside the ones its field declares:
+    the hook behind `core.agents.registry.register`, for an agent module that lives outside this package."""
+    kinds = tuple(k for k in REGISTERED_CHOICES.get("agent.kind", ()) if k != kind)
+    REGISTERED_CHOICES["agent.kind"] = kinds + ((kind,) if registered else ())
 
 
 def validate(config: Config, source: str, origins: Optional[dict] = None) -> None:
@@ -38,7 +46,7 @@ def check_key(section: str, spec: dataclasses.Field, values: Any, fail: Fail) ->
     """One key's own constraints, as its field declares them: its choices; for an agent kind's own key, that another
     kind leaves it at its default; the constraint on its value (for a kind's key, when the kind is one of its own)."""
     dotted, value, meta = f"{section}.{spec.name}", getattr(values, spec.name), spec.metadata
-    choices = meta["choices"]
+    choices = meta["choices"] + REGISTERED_CHOICES.get(dotted, ()) if meta["choices"] else ()
     if choices and value not in choices:
         fail(dotted, f"must be one of {', '.join(choices)}, got {value!r}{suggest(value, choices)}")
     condition = meta["condition"]

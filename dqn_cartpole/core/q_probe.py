@@ -24,6 +24,7 @@ import tensorflow as tf
 from dqn_cartpole.core.agents.protocol import ValueAgent
 NUM_STATES = 500  # enough for a steady mean; one batched forward pass costs well under a millisecond
 SEED_OFFSET = 40_000  # a random stream of its own (see the offsets in training.py)
+NUM_ATOM_STATES = 4  # the probe's states at which the report draws a distributional agent's atoms
 
 
 def random_policy_states(env_id: str, num_states: int, seed: int,
@@ -76,6 +77,16 @@ class MaxQ:
 class QProbe:
     """`probe()` -> mean over the fixed states of max_a Q(s, a), in one compiled call."""
 
+    @staticmethod
+    def states_of(env_id: str, seed: int, max_episode_steps: Optional[int] = None) -> np.ndarray:
+        """The probe's fixed states for a run of `env_id` with seed `seed` (the same after a resume)."""
+        return random_policy_states(env_id, NUM_STATES, seed + SEED_OFFSET, max_episode_steps)
+
+    @staticmethod
+    def atom_state_indices() -> np.ndarray:
+        """Which of the probe's states the report's atoms figure shows: evenly spread over the random episodes."""
+        return np.linspace(0, NUM_STATES - 1, NUM_ATOM_STATES).astype(int)
+
     def __init__(self, q_values, states: np.ndarray, max_q: Optional[MaxQ] = None):
         self.states = np.asarray(states, dtype=np.float32)
         self.num_states = len(states)
@@ -87,5 +98,4 @@ class QProbe:
     @classmethod
     def for_agent(cls, agent: ValueAgent, env_id: str, seed: int, max_episode_steps: Optional[int] = None) -> "QProbe":
         """A probe of `agent`'s online (expected) Q-values on NUM_STATES random-policy states of `env_id`."""
-        states = random_policy_states(env_id, NUM_STATES, seed + SEED_OFFSET, max_episode_steps)
-        return cls(agent.q_values, states, MaxQ.of_agent(agent))
+        return cls(agent.q_values, cls.states_of(env_id, seed, max_episode_steps), MaxQ.of_agent(agent))

@@ -7,6 +7,8 @@
 - epsilon.png: the exploration rate of the collect policy;
 - q_values.png: max_a Q(s0, a) at the states the evaluation's greedy episodes start from, against
   the discounted return those episodes get (over-estimation shows as the first line above the second);
+- atoms.png (a distributional agent, C51, when atoms.json exists): at a few of the Q probe's fixed states, the
+  probability over the atoms of each action's return under the saved policy's weights, its expectation marked;
 - collectors.png (a distributed run, when roles/collector-I.csv exist): each collector's env
   steps/s and the age of its weights over time, and the learner's policy lag when logged.
 
@@ -25,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dqn_cartpole.report.facts import RunFacts, best_eval_row, run_facts  # noqa: E402
 from dqn_cartpole.run_folder import RunLayout, RunRecord, read_run  # noqa: E402
+from dqn_cartpole.run_folder.atoms import Atoms, read_atoms  # noqa: E402
 from dqn_cartpole.run_folder.atomic import replacing  # noqa: E402
 
 BAND_COLOR, LINE_COLOR, BEST_COLOR, COLLECT_COLOR = "tab:blue", "tab:blue", "tab:orange", "tab:gray"
@@ -213,6 +216,38 @@ def plot_collectors(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     _save(fig, out_path)
 
 
+ACTION_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:olive")
+
+
+def state_text(state) -> str:
+    """A state's numbers, short (CartPole's: cart position, cart velocity, pole angle, pole angular velocity)."""
+    return "[" + ", ".join(f"{x:+.2f}" for x in state) + "]"
+
+
+def plot_atoms(atoms: Atoms, facts: RunFacts, out_path: str) -> None:
+    """One panel per state: each action's probability over the atoms (a step line), its expected return dashed."""
+    num_states, num_actions, _ = atoms.probabilities.shape
+    fig, axes = plt.subplots(1, num_states, figsize=(3.6 * num_states, 3.4), sharey=True, squeeze=False)
+    width = (atoms.support[-1] - atoms.support[0]) / max(len(atoms.support) - 1, 1)
+    expected = atoms.expected_q()
+    for s, ax in enumerate(axes[0]):
+        for a in range(num_actions):
+            color = ACTION_COLORS[a % len(ACTION_COLORS)]
+            greedy = " (greedy)" if a == int(expected[s].argmax()) else ""
+            ax.bar(atoms.support, atoms.probabilities[s, a], width=width, color=color, alpha=0.45,
+                   label=f"action {a}: E = {expected[s, a]:.1f}{greedy}")
+            ax.axvline(expected[s, a], color=color, linestyle="--", linewidth=1)
+        ax.set_title(f"state {atoms.state_indices[s]}: {state_text(atoms.states[s])}", fontsize=8)
+        ax.set_xlabel(f"return (gamma = {facts.gamma:g})")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=7)
+    axes[0][0].set_ylabel("probability")
+    step = "" if atoms.train_step is None else f", train step {atoms.train_step:,}"
+    fig.suptitle(f"{facts.env_id}: the return distribution per action at {num_states} of the Q probe's states "
+                 f"(policy/{atoms.policy}{step})", fontsize=10)
+    _save(fig, out_path)
+
+
 def _save(fig, out_path: str, layout: bool = True) -> None:
     if layout:
         fig.tight_layout()
@@ -235,4 +270,8 @@ def plot_run(layout: RunLayout, record: Optional[RunRecord] = None) -> list[str]
     if record.collector_rows:
         plot_collectors(record, facts, layout.collectors_plot)
         drawn.append(layout.collectors_plot)
+    atoms = read_atoms(layout.atoms)
+    if atoms is not None:
+        plot_atoms(atoms, facts, layout.atoms_plot)
+        drawn.append(layout.atoms_plot)
     return drawn

@@ -38,6 +38,11 @@ PLOT_CAPTIONS = {
                 "states is (red, max over actions of Q) against what the greedy policy then gets from those same "
                 "states (blue), both with the agent's gamma. Red above blue is over-estimation, below it "
                 "under-estimation.",
+    "atoms": "A distributional agent (C51) learns, for each action, a probability over a fixed set of returns (the "
+             "atoms); its Q-value is that distribution's expectation (dashed), and the greedy action has the "
+             "highest. Shown at a few of the fixed random-policy states the Q probe watches, under the weights of "
+             "the saved policy named in the title. A narrow peak is a confident estimate; a spread or two-humped "
+             "one, an uncertain return (near a fall, the next steps decide).",
     "collectors": "A distributed run: each collector's env steps/s and how long ago it pulled its weights; right, "
                   "the policy lag, how many train steps older than the learner the weights that collected its "
                   "sampled items were.",
@@ -96,7 +101,9 @@ def plots_section(record: RunRecord, page_dir: str) -> str:
                          [PLOT_CAPTIONS["loss"], PLOT_CAPTIONS["epsilon"], PLOT_CAPTIONS["q_values"]])
     collectors = html.images([layout.collectors_plot], page_dir, [PLOT_CAPTIONS["collectors"]], wide=True) \
         if os.path.exists(layout.collectors_plot) else ""
-    return wide + others + collectors
+    atoms = html.images([layout.atoms_plot], page_dir, [PLOT_CAPTIONS["atoms"]], wide=True) \
+        if os.path.exists(layout.atoms) and os.path.exists(layout.atoms_plot) else ""
+    return wide + others + atoms + collectors
 
 
 def videos_section(record: RunRecord, page_dir: str) -> str:

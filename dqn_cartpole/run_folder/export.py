@@ -77,6 +77,18 @@ def save_policy(saver, path: str, info: Optional[dict] = None, keep_solved: bool
     return path
 
 
+def saved_weights(path: str) -> list:
+    """A saved policy's weights, as NumPy arrays in the order of its policy's `variables()` (PolicySaver's
+    `model_variables`), read from its checkpoint files under the policy's lock (no graph loaded: milliseconds)."""
+    with writing(path):
+        recover_dir(path)
+        reader = tf.train.load_checkpoint(os.path.join(path, tf.saved_model.VARIABLES_DIRECTORY,
+                                                       tf.saved_model.VARIABLES_FILENAME))
+        names = reader.get_variable_to_shape_map()
+        count = sum(1 for name in names if name.startswith("model_variables/"))
+        return [reader.get_tensor(f"model_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE") for i in range(count)]
+
+
 def load_policy(path: str):
     """Loads a policy saved by `save_policy` (plain TensorFlow; no project code needed)."""
     return tf.saved_model.load(path)

@@ -15,6 +15,8 @@ LOSS_PLOT = "loss.png"
 EPSILON_PLOT = "epsilon.png"
 Q_VALUES_PLOT = "q_values.png"
 COLLECTORS_PLOT = "collectors.png"  # a distributed run: the collectors' speed and weights, the policy lag
+ATOMS_PLOT = "atoms.png"  # a distributional agent (C51): its return distribution at a few fixed states
+ATOMS_FILE = "atoms.json"  # the numbers that plot draws (run_folder.atoms)
 REPORT_FILE = "report.html"
 VIDEOS_DIR = "videos"
 TRAINED_VIDEO = "trained-agent.mp4"
@@ -80,6 +82,14 @@ class RunLayout:
     @property
     def collectors_plot(self) -> str:
         return self.path(PLOTS_DIR, COLLECTORS_PLOT)
+
+    @property
+    def atoms_plot(self) -> str:
+        return self.path(PLOTS_DIR, ATOMS_PLOT)
+
+    @property
+    def atoms(self) -> str:
+        return self.path(ATOMS_FILE)
 
     @property
     def report(self) -> str:

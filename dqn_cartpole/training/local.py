@@ -183,8 +183,8 @@ class InProcessEvaluation:
             self.evaluate = evaluate
             return evaluate
         s.stack.callback(beside.close)
-        # A solve taken in: its video and the plots start at once, while this process writes its final checkpoint.
-        beside.on_solved = lambda policy: s.workers.start_final(policy) if not s.ending.lightly(s) else None
+        # A solve taken in: its atoms, video and plots start at once, while this process writes its final checkpoint.
+        beside.on_solved = s.on_solved
         self.evaluate = beside
         return beside
 

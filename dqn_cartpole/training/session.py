@@ -27,7 +27,7 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.metrics import TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import checkpoints as run_checkpoints, local, phases as phase, triggers
+from dqn_cartpole.training import atoms, checkpoints as run_checkpoints, local, phases as phase, triggers
 from dqn_cartpole.training.artifacts import ArtifactWorkers
 from dqn_cartpole.training.host import Host, own_process
 from dqn_cartpole.training.loop import ChunkedLoop, make_iterations, run_ops_on_one_thread
@@ -211,6 +211,8 @@ class TrainingSession:
         summary_inputs = (self.pipeline.train_step_count(), self.pipeline.env_step_count())
         # The logs are closed (complete, to be plotted) and the envs and servers released in there.
         light = ending.lightly(self)
+        if trained and not light:
+            artifacts.update(self.policy_atoms())
         artifacts.update(self.workers.make(self.final_greedy_policy(), trained and not light,
                                            close_logs=self.stack.close, with_plots=not light))
         if self.config.output.tensorboard:
@@ -219,6 +221,21 @@ class TrainingSession:
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last, self.clock.cpu())
         return ending.seal(self, {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb,
                                   "evaluator_peak_rss_mb": getattr(self.evaluate, "peak_rss_mb", None)})
+
+    def on_solved(self, policy: Any) -> None:
+        """A solve taken in beside the training: policy/final is written, its video and the plots start at once."""
+        if not self.ending.lightly(self):
+            self.policy_atoms()  # the plotter draws them from policy/final's weights
+            self.workers.start_final(policy)
+
+    def policy_atoms(self) -> dict:
+        """A distributional agent's atoms at the Q probe's states under the saved policy's weights (`atoms`), for
+        the report's figure; a failure there is a warning, never the run's end."""
+        try:
+            return atoms.write_policy_atoms(self.pipeline.agent, self.config, self.layout)
+        except Exception as exc:  # pylint: disable=broad-except
+            self.progress.message(f"warning: the atoms' distribution was not written: {exc}")
+            return {}
 
     def final_greedy_policy(self) -> Any:
         """policy/final's greedy policy, for the video: the weights that passed the solve check beside the training

@@ -30,6 +30,7 @@ from tf_agents.utils import common
 from dqn_cartpole.config import AgentConfig, NetworkConfig, c51_values
 from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
 from dqn_cartpole.core.agents.n_step import valid_mask, window_length
+from dqn_cartpole.core.agents.protocol import ReturnDistribution
 from dqn_cartpole.core.policies import NumpyQNetwork
 
 
@@ -88,6 +89,11 @@ class C51ValueAgent(TfAgentAdapter):
         num_actions = int(agent.action_spec.maximum - agent.action_spec.minimum + 1)
         super().__init__(agent, q_values, numpy_twin(network, q_values, support.numpy(), num_actions))
         self.support = support.numpy()
+
+    def return_distribution(self, states) -> ReturnDistribution:
+        """The online network's probabilities over the atoms, per action: the softmax of its atom logits."""
+        logits, _ = self.q_network(tf.constant(states, dtype=tf.float32), training=False)
+        return ReturnDistribution(self.support.copy(), tf.nn.softmax(logits, axis=-1).numpy())
 
 
 def numpy_twin(network: categorical_q_network.CategoricalQNetwork, q_values: ExpectedQ, support: np.ndarray,

@@ -15,6 +15,7 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 
 from dqn_cartpole.config import AgentConfig
 from dqn_cartpole.core.agents.n_step import n_step_transition, window_length
+from dqn_cartpole.core.agents.protocol import ReturnDistribution
 from dqn_cartpole.core.policies import NumpyGreedy, NumpyQNetwork
 
 
@@ -89,6 +90,11 @@ class TfAgentAdapter:
         if self._numpy_q is None or tf.nest.is_nested(self.action_spec) or self.action_spec.shape.rank != 0:
             return None
         return NumpyGreedy(self._numpy_q, int(self.action_spec.minimum))
+
+    def return_distribution(self, states: Any) -> Optional[ReturnDistribution]:
+        """None: an agent that learns only the expected return (an agent module with atoms overrides this)."""
+        del states
+        return None
 
     def epsilon(self) -> float:
         """The collect policy's epsilon now (it follows the train-step counter)."""

@@ -9,7 +9,22 @@ networks or their private names: the greedy action, the Q-values and the window 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Optional, Protocol, runtime_checkable
+
+import numpy as np
+
+
+class ReturnDistribution(NamedTuple):
+    """A distributional agent's belief about the return at some states: `probabilities[b, a, i]` is the probability
+    that taking action a at state b returns `support[i]`; each action's row sums to 1, and its expectation is the
+    action's (expected) Q-value."""
+
+    support: np.ndarray  # [atoms], increasing
+    probabilities: np.ndarray  # [B, actions, atoms]
+
+    def expected_q(self) -> np.ndarray:
+        """[B, actions]: each action's expected return."""
+        return self.probabilities @ self.support
 
 
 @runtime_checkable
@@ -30,6 +45,10 @@ class ValueAgent(Protocol):
     def numpy_greedy(self) -> Optional[Any]:
         """The greedy action in NumPy (`core.policies.NumpyGreedy`, over the same expected Q-values as `policy`,
         reading the live weights at each `snapshot`), or None: then only `policy` computes it."""
+
+    def return_distribution(self, states: Any) -> Optional[ReturnDistribution]:
+        """The online network's distribution over returns at `states` [B, obs], per action, for a distributional
+        agent (what the report draws at the Q probe's states); None for one that learns only the expectation."""
 
     def train(self, experience: Any) -> Any:
         """One gradient step on a [B, window_length] batch of windows; returns TF-Agents' LossInfo (`.loss`)."""

@@ -1,5 +1,5 @@
 """Which module builds which `agent.kind`, and how long a window it trains on: a new agent is its module plus a
-line in each table here (and its config keys)."""
+line in each table here (and its config keys), or, from outside this package, its module and a call to `register`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Callable
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from dqn_cartpole.config import AgentConfig, NetworkConfig
-from dqn_cartpole.core.agents import c51, dqn
+from dqn_cartpole.config import AgentConfig, NetworkConfig, register_agent_kind
+from dqn_cartpole.core.agents import c51, dqn, n_step
 from dqn_cartpole.core.agents.protocol import ValueAgent
 
 BUILDERS: dict[str, Callable[..., ValueAgent]] = {
@@ -24,6 +24,37 @@ WINDOW_LENGTHS: dict[str, Callable[[AgentConfig], int]] = {
     "double_dqn": dqn.dqn_window_length,
     "c51": c51.c51_window_length,
 }
+SHIPPED = tuple(BUILDERS)
+
+
+def n_step_window_length(agent_config: AgentConfig) -> int:
+    """The n-step family's window, n_step + 1: a registered kind's unless it says otherwise."""
+    return n_step.window_length(agent_config.n_step)
+
+
+def register(kind: str, builder: Callable[..., ValueAgent],
+             window_length: Callable[[AgentConfig], int] = n_step_window_length) -> None:
+    """Adds an agent kind from outside this package (a plugin's module, a test's agent): `agent.kind: KIND` then
+    loads and builds it like a shipped kind. The builder takes (agent config, network config, time_step_spec,
+    action_spec) and returns a `ValueAgent`; `window_length(agent config)` is the window it trains on (n_step + 1
+    unless given). A kind's own config keys are not added: it reads the shared ones. Registration holds in this
+    process: runs trained here (`dqn_cartpole.train`) can use the kind; a command's own child processes (`sweep`,
+    `--topology local`) do not know it."""
+    if not kind.isidentifier():
+        raise ValueError(f"agent kind {kind!r}: must be a name (letters, digits, _)")
+    if kind in BUILDERS and BUILDERS[kind] is not builder:
+        raise ValueError(f"agent kind {kind!r} is registered already")
+    BUILDERS[kind], WINDOW_LENGTHS[kind] = builder, window_length
+    register_agent_kind(kind)
+
+
+def unregister(kind: str) -> None:
+    """Removes a kind `register` added (a shipped kind stays)."""
+    if kind in SHIPPED:
+        raise ValueError(f"agent kind {kind!r} is one of the shipped kinds")
+    BUILDERS.pop(kind, None)
+    WINDOW_LENGTHS.pop(kind, None)
+    register_agent_kind(kind, registered=False)
 
 
 def window_length_for(agent_config: AgentConfig) -> int:
