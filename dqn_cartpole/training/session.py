@@ -212,7 +212,8 @@ class TrainingSession:
         # The logs are closed (complete, to be plotted) and the envs and servers released in there.
         light = ending.lightly(self)
         if trained and not light:
-            artifacts.update(self.policy_atoms())
+            with self.phases(phase.EXPORT):  # (it reads the exported policy; for DQN it only asks the agent)
+                artifacts.update(self.policy_atoms())
         artifacts.update(self.workers.make(self.final_greedy_policy(), trained and not light,
                                            close_logs=self.stack.close, with_plots=not light))
         if self.config.output.tensorboard:
