@@ -108,7 +108,7 @@ def variants(sweep: bool) -> list[Variant]:
 def make_replay(variant: Variant, data_spec: Any, capacity: int, stack: contextlib.ExitStack) -> Replay:
     config = dataclasses.replace(ReplayConfig(), backend=variant.backend, sampling=variant.sampling,
                                  capacity=capacity, **variant.settings)
-    return build.make_replay_buffer(config, data_spec, 1, N_STEP, stack)
+    return build.make_replay_buffer(config, data_spec, 1, N_STEP + 1, stack)  # windows of N_STEP + 1 steps
 
 
 def library_py_dataset(replay: Replay) -> tf.data.Dataset:

@@ -140,7 +140,6 @@ def learner_child(mode: str, steps: int) -> None:
 
     from dqn_cartpole.config import load_config
     from dqn_cartpole.core import build
-    from dqn_cartpole.replay.base import sequence_length_for
     from dqn_cartpole.distributed.policy_lag import make_lagged_train_step
     from dqn_cartpole.training.loop import compile_iterations, make_train_step
 
@@ -151,19 +150,18 @@ def learner_child(mode: str, steps: int) -> None:
         overrides += [f"distributed.replay={mode}", "distributed.samples_per_insert=null",  # the fill writes alone
                       f"distributed.samples_per_insert_tolerance={256 * 2 * fill_steps}"]  # padded windows too
     config = load_config(default, overrides)
-    n_step, length = config.agent.n_step, sequence_length_for(config.agent.n_step)
     with contextlib.ExitStack() as stack:
         envs = build.make_envs(config, stack)
         agent = build.make_agent(config, envs.tf_env)
-        spec = agent.collect_data_spec
+        spec, length = agent.collect_data_spec, agent.window_length
         if mode == "tf_uniform":
-            replay = writer = build.make_replay_buffer(config.replay, spec, config.env.num_envs, n_step, stack)
+            replay = writer = build.make_replay_buffer(config.replay, spec, config.env.num_envs, length, stack)
         else:
             address = start_server(default, overrides, stack)
             writer = build.make_stream_writers(config, spec, address, stack)
             config = load_config(default, overrides[:2])  # the learner keeps the default samples per insert
             replay = build.make_learner_replay(config, spec, address, agent.train_step_counter, stack, 60_000) \
-                if mode == "learner" else build.make_replay_client(config.replay, spec, 1, n_step, address, stack,
+                if mode == "learner" else build.make_replay_client(config.replay, spec, 1, length, address, stack,
                                                                    rate_limiter_timeout_ms=60_000)
         fill = tf.function(build.make_random_driver(envs.tf_env, [writer.add_batch], fill_steps).run, autograph=False)
         started = time.perf_counter()

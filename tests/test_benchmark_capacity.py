@@ -73,11 +73,10 @@ def test_synthetic_collectors_write_windows_a_learner_side_buffer_takes():
     overrides = benchmark_capacity.phase_overrides(benchmark_capacity.PHASES[0])
     config = load_config(os.path.join(CONFIGS, "default.yaml"), [
         *overrides, "distributed.samples_per_insert_tolerance=64000", "training.initial_collect_steps=64"])
-    length = config.agent.n_step + 1
     with contextlib.ExitStack() as stack:
         _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
-        spec = agent.collect_data_spec
-        server = build.start_replay_server(config.replay, spec, config.agent.n_step, stack,
+        spec, length = agent.collect_data_spec, agent.window_length
+        server = build.start_replay_server(config.replay, spec, length, stack,
                                            extra_tables=[make_variables_table(agent)],
                                            replay_tables=build.distributed_replay_tables(config, spec))
         agent.train_step_counter.assign(7)

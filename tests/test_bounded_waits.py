@@ -158,7 +158,7 @@ def serve_a_learners_tables(stack, windows: int, queue_size: int = 0):
     config = load_config(SMOKE, ["replay.backend=reverb"])
     _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
     spec = agent.collect_data_spec
-    server = build.start_replay_server(config.replay, spec, config.agent.n_step, stack,
+    server = build.start_replay_server(config.replay, spec, agent.window_length, stack,
                                        extra_tables=[make_variables_table(agent), *status.make_tables()],
                                        replay_tables=[reverb_tables.make_queue_table(spec, 2, queue_size or windows)])
     writers = build.make_stream_writers(config, spec, server.address, stack)

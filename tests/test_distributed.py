@@ -108,7 +108,7 @@ def queue_and_writers(stack, max_size: int) -> tuple:
 
     _, agent = cartpole_agent(stack)
     spec, config = agent.collect_data_spec, ReplayConfig(backend="reverb", capacity=100)
-    server = build.start_replay_server(config, spec, 1, stack, replay_tables=[
+    server = build.start_replay_server(config, spec, 2, stack, replay_tables=[
         reverb_tables.make_queue_table(spec, 2, max_size=max_size)])
     writers = StreamWriters(reverb.Client(server.address), spec, 1, 2, (reverb_tables.QUEUE_TABLE_NAME,))
     stack.callback(writers.close)
@@ -372,13 +372,12 @@ def serving_roles(stack, config, agent, queue_size: int = 100_000) -> str:
     from dqn_cartpole.distributed import status
     from dqn_cartpole.distributed.variables import make_variables_table
     from dqn_cartpole.replay import reverb_tables
-    from dqn_cartpole.replay.base import sequence_length_for
 
     spec = agent.collect_data_spec
-    server = build.start_replay_server(config.replay, spec, config.agent.n_step, stack,
+    server = build.start_replay_server(config.replay, spec, agent.window_length, stack,
                                        extra_tables=[make_variables_table(agent), *status.make_tables()],
                                        replay_tables=[reverb_tables.make_queue_table(
-                                           spec, sequence_length_for(config.agent.n_step), queue_size)])
+                                           spec, agent.window_length, queue_size)])
     return server.address
 
 

@@ -25,9 +25,8 @@ def test_py_driver_collects_one_step_per_iteration_writes_every_step_and_trains(
     import tensorflow as tf
 
     from dqn_cartpole.config import load_config
-    from dqn_cartpole.replay.base import sequence_length_for
     from dqn_cartpole.training.loop import ChunkedLoop, make_train_step, python_iterations
-    from dqn_cartpole.training.pipeline import build_pipeline
+    from dqn_cartpole.training.local import build_pipeline
 
     config = load_config(os.path.join(CONFIGS, "smoke.yaml"),
                          ["collection.driver=py", f"replay.backend={backend}", "agent.n_step=2"])
@@ -38,7 +37,7 @@ def test_py_driver_collects_one_step_per_iteration_writes_every_step_and_trains(
         assert pipeline.env_step_count() == 64
         written = []  # every trajectory the driver hands its observers, boundaries included
         pipeline.collect_driver.driver.observers.append(written.append)
-        sample = pipeline.replay.sampler(config.training.batch_size, sequence_length_for(2))
+        sample = pipeline.replay.sampler(config.training.batch_size, pipeline.agent.window_length)
         train = make_train_step(pipeline.agent, sample, 1, config.training.jit_compile)
         loop = ChunkedLoop(python_iterations(train, pipeline.collect_driver), [100])
         time_step = pipeline.envs.collect.current_time_step()

@@ -54,7 +54,7 @@ def steps_of(num_envs: int, step: int):
 def make(stack: contextlib.ExitStack, backend: str, num_envs: int, capacity: int, sequence_length: int = 2) -> Replay:
     """A replay as training builds it (through the builder); `stack` closes it and stops its server."""
     config = ReplayConfig(backend=backend, capacity=capacity)
-    return build.make_replay_buffer(config, TUTORIAL_SPEC, num_envs, sequence_length - 1, stack)
+    return build.make_replay_buffer(config, TUTORIAL_SPEC, num_envs, sequence_length, stack)
 
 
 @pytest.fixture
@@ -145,9 +145,9 @@ def test_a_buffer_sampled_in_program_order_writes_without_the_librarys_lock():
 
     with contextlib.ExitStack() as stack:
         direct = build.make_replay_buffer(ReplayConfig(backend="tf_uniform", capacity=8, sampling="direct"),
-                                          TUTORIAL_SPEC, 2, 1, stack)
+                                          TUTORIAL_SPEC, 2, 2, stack)
         dataset = build.make_replay_buffer(ReplayConfig(backend="tf_uniform", capacity=8, sampling="dataset"),
-                                           TUTORIAL_SPEC, 2, 1, stack)
+                                           TUTORIAL_SPEC, 2, 2, stack)
     assert isinstance(direct, TFUniformReplay) and type(direct.buffer) is ProgramOrderUniformReplayBuffer
     assert type(dataset.buffer) is tf_uniform_replay_buffer.TFUniformReplayBuffer
 
@@ -212,7 +212,7 @@ def cartpole_replay(stack: contextlib.ExitStack, capacity: int = 100) -> Replay:
     observation = ts.time_step_spec(tf.TensorSpec([4], tf.float32))
     action = policy_step.PolicyStep(action=tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1), state=(), info=())
     spec = trajectory_lib.from_transition(observation, action, observation)
-    return build.make_replay_buffer(ReplayConfig(backend="reverb", capacity=capacity), spec, 1, 1, stack)
+    return build.make_replay_buffer(ReplayConfig(backend="reverb", capacity=capacity), spec, 1, 2, stack)
 
 
 def test_reverb_items_carry_the_collecting_train_step_to_the_learners_sampler():
@@ -337,8 +337,8 @@ def test_a_write_held_back_by_the_ratio_is_given_up_on_when_asked():
     spec = trajectory_lib.from_transition(observation, action, observation)
     config = ReplayConfig(backend="reverb", capacity=1000)
     with contextlib.ExitStack() as stack:
-        server = build.start_replay_server(config, spec, 1, stack, ratio=SampleRatio(4.0, 2, 4.0))
-        replay = build.make_replay_client(config, spec, 1, 1, f"localhost:{server.port}", stack)
+        server = build.start_replay_server(config, spec, 2, stack, ratio=SampleRatio(4.0, 2, 4.0))
+        replay = build.make_replay_client(config, spec, 1, 2, f"localhost:{server.port}", stack)
         asked = threading.Event()
         replay.give_up_waiting_when(asked.is_set)
         threading.Timer(1.0, asked.set).start()

@@ -31,7 +31,8 @@ from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
 from dqn_cartpole.config import ReplayConfig
 from dqn_cartpole.core import agents, build
 from dqn_cartpole.replay import reverb_tables
-from dqn_cartpole.replay.base import Replay, sequence_length_for
+from dqn_cartpole.core.agents import window_length
+from dqn_cartpole.replay.base import Replay
 from dqn_cartpole.replay.learner_side import LearnerRatio, LearnerSideReplay, QueueReader
 from dqn_cartpole.replay.reverb_writers import StreamWriters
 
@@ -148,8 +149,8 @@ class Fed:
 def distributed_path(n: int, data_spec: Any, stack: contextlib.ExitStack) -> Fed:
     """A collector's writers -> a Reverb queue (an embedded server) -> the learner-side replay's own buffer."""
     config = ReplayConfig(backend="reverb", capacity=1000)
-    length = sequence_length_for(n)
-    server = build.start_replay_server(config, data_spec, n, stack, replay_tables=[
+    length = window_length(n)
+    server = build.start_replay_server(config, data_spec, length, stack, replay_tables=[
         reverb_tables.make_queue_table(data_spec, length, max_size=1000)])
     import reverb
 
@@ -178,7 +179,7 @@ def replays():
         def make(backend: str, n: int, data_spec: Any) -> Fed:
             if backend == "learner":
                 return distributed_path(n, data_spec, stack)
-            replay = build.make_replay_buffer(ReplayConfig(backend=backend, capacity=1000), data_spec, 1, n, stack)
+            replay = build.make_replay_buffer(ReplayConfig(backend=backend, capacity=1000), data_spec, 1, window_length(n), stack)
             return Fed(replay, replay.add_batch)
 
         yield make

@@ -229,3 +229,86 @@ def test_the_standard_error_of_an_evaluation():
     returns = np.array([10.0, 20.0, 30.0, 40.0])
     assert EvalResult(returns=returns, lengths=np.ones(4)).standard_error == pytest.approx(np.std(returns, ddof=1) / 2)
     assert EvalResult(returns=np.array([7.0]), lengths=np.ones(1)).standard_error == 0.0
+
+
+# ---------------------------------------------------------------------------- the session's parts
+
+
+def fake_session(tmp_path, solved_at=None, stop=False, trained=True, signalled=False, **config_overrides):
+    """What a part reads of a session: its config, layout, run state, stop request, clock and progress."""
+    from types import SimpleNamespace
+
+    from dqn_cartpole.run_folder.layout import RunLayout
+
+    config = load_config(None, [f"{key}={value}" for key, value in config_overrides.items()])
+    messages = []
+    return SimpleNamespace(
+        config=config, layout=RunLayout(str(tmp_path)), trained=trained,
+        state=RunState(solved_at_iteration=solved_at, stop=stop), clock=triggers.Clock(0.0),
+        stop_request=SimpleNamespace(requested=signalled), progress=SimpleNamespace(message=messages.append),
+        messages=messages)
+
+
+def test_the_single_process_and_the_learner_are_one_session_class_built_from_their_own_parts():
+    from dqn_cartpole.console import signals
+    from dqn_cartpole.distributed import following, learner
+    from dqn_cartpole.training import local, session
+
+    single = local.single_process_parts()
+    assert (type(single.data), type(single.evaluation), type(single.finish)) == \
+        (local.LocalCollection, local.InProcessEvaluation, local.OwnSolveCheck)
+    assert single.stop_request.give_up_after_s is None and not single.finish.solved_elsewhere
+    role = learner.learner_parts(load_config(), "localhost:1")
+    assert (type(role.data), type(role.evaluation), type(role.finish)) == \
+        (learner.LearnerData, following.FollowEvaluator, following.EvaluatorSolveCheck)
+    assert role.stop_request.give_up_after_s == signals.ROLE_GIVE_UP_S and role.finish.solved_elsewhere
+    assert role.data.link is role.evaluation.link  # one pusher and status watch for both
+    subclasses = [value for module in (learner, following, local) for value in vars(module).values()
+                  if isinstance(value, type) and issubclass(value, session.TrainingSession)
+                  and value is not session.TrainingSession]
+    assert subclasses == []
+
+
+def test_who_owns_the_solve_check_decides_whether_policy_final_is_exported_again(tmp_path):
+    from dqn_cartpole.console.exit_status import EXIT_CRASHED
+    from dqn_cartpole.distributed.following import EvaluatorSolveCheck
+    from dqn_cartpole.training.local import OwnSolveCheck
+
+    final = tmp_path / "policy" / "final"
+    own, evaluator = OwnSolveCheck(), EvaluatorSolveCheck(lambda: None)
+    assert not own.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=True))  # nothing on disk yet
+    final.mkdir(parents=True)
+    # This process's check: its solve stopped the run, or a resumed run had nothing left to train.
+    assert own.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=True))
+    assert own.keeps_solved_policy(fake_session(tmp_path, solved_at=100, trained=False))
+    assert not own.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=False))  # trained on past it
+    # The evaluator's: a solve it confirmed is final, whatever the learner trained after the word came.
+    assert evaluator.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=False))
+    assert not evaluator.keeps_solved_policy(fake_session(tmp_path))
+    # A learner stopped by a signal ends lightly (its watchdog is counting); a single process never does.
+    signalled = fake_session(tmp_path, signalled=True)
+    assert evaluator.lightly(signalled) and not own.lightly(signalled)
+    session = fake_session(tmp_path)
+    assert EvaluatorSolveCheck(lambda: "no data").seal(session, {"exit_status": 1})["exit_status"] == EXIT_CRASHED
+    assert session.state.exit_status == EXIT_CRASHED
+    assert evaluator.seal(session, {"exit_status": 0}) == {"exit_status": 0}
+
+
+def test_the_learner_takes_the_evaluators_results_in_and_stops_on_its_confirmed_solve(tmp_path):
+    from dqn_cartpole.distributed.following import follow
+    from dqn_cartpole.distributed.status import Evaluation
+
+    session = fake_session(tmp_path, **{"training.train_steps_per_iteration": 2})
+    assert follow(session, None) is None and session.state.last_return is None
+    follow(session, Evaluation(train_step=400, env_steps=900, average_return=120.0, best_return=150.0,
+                               best_iteration=100))
+    state = session.state
+    assert (state.last_return, state.best_return, state.best_iteration, state.stop) == (120.0, 150.0, 100, False)
+    follow(session, Evaluation(train_step=1000, env_steps=2000, average_return=500.0, best_return=500.0,
+                               best_iteration=500, solved=True, solved_return=498.5, solved_episodes=100))
+    assert state.stop
+    assert (state.solved_at_iteration, state.solved_return, state.solved_env_steps) == (500, 498.5, 2000)
+    assert "Solved at iteration 500 (the evaluator's check" in session.messages[0]
+    kept = fake_session(tmp_path, **{"evaluation.stop_when_solved": "false"})
+    follow(kept, Evaluation(1000, 2000, 500.0, 500.0, 500, solved=True, solved_return=498.5, solved_episodes=100))
+    assert not kept.state.stop and kept.state.solved_at_iteration is None

@@ -22,10 +22,10 @@ from tf_agents.policies import random_tf_policy
 from dqn_cartpole.config import Config, ReplayConfig
 from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.core import envs
-from dqn_cartpole.core.agents import ValueAgent, build_agent
+from dqn_cartpole.core.agents import ValueAgent, build_agent, window_length_for
 from dqn_cartpole.core.py_collect import CompiledPyPolicy, StepCounter, StepStash
 from dqn_cartpole.replay import reverb_tables
-from dqn_cartpole.replay.base import Replay, sequence_length_for
+from dqn_cartpole.replay.base import Replay
 from dqn_cartpole.replay.uniform import PyUniformReplay, TFUniformReplay
 
 # Offsets keep the collect, eval, solve-check and video envs on different random streams.
@@ -65,11 +65,11 @@ def make_agent(config: Config, tf_env: tf_py_environment.TFPyEnvironment) -> Val
 # ---------------------------------------------------------------------------- replay
 
 
-def make_replay_tables(replay_config: ReplayConfig, data_spec: Any, n_step: int,
+def make_replay_tables(replay_config: ReplayConfig, data_spec: Any, window_length: int,
                        ratio: Optional[reverb_tables.SampleRatio] = None) -> list:
-    """Reverb's server side: the tables of (n_step + 1)-step windows of `data_spec` items (`ratio`: see
+    """Reverb's server side: the tables of `window_length`-step windows of `data_spec` items (`ratio`: see
     `sample_ratio`)."""
-    return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, sequence_length_for(n_step), ratio)
+    return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, window_length, ratio)
 
 
 def samples_per_insert(config: Config) -> Optional[float]:
@@ -99,9 +99,8 @@ def distributed_replay_tables(config: Config, data_spec: Any) -> list:
     """A standalone server's replay tables: the queue to a learner that keeps the replay (`distributed.replay:
     learner`), or the shared replay tables with the run's ratio (`server`)."""
     if config.distributed.replay == "learner":
-        return [reverb_tables.make_queue_table(data_spec, sequence_length_for(config.agent.n_step),
-                                               queue_size(config))]
-    return make_replay_tables(config.replay, data_spec, config.agent.n_step, sample_ratio(config))
+        return [reverb_tables.make_queue_table(data_spec, window_length_for(config.agent), queue_size(config))]
+    return make_replay_tables(config.replay, data_spec, window_length_for(config.agent), sample_ratio(config))
 
 
 def distributed_writer_tables(config: Config) -> tuple:
@@ -111,7 +110,7 @@ def distributed_writer_tables(config: Config) -> tuple:
     return (reverb_tables.TABLE_NAME, reverb_tables.PASS_TABLE_NAME)
 
 
-def start_replay_server(replay_config: ReplayConfig, data_spec: Any, n_step: int, stack: contextlib.ExitStack,
+def start_replay_server(replay_config: ReplayConfig, data_spec: Any, window_length: int, stack: contextlib.ExitStack,
                         checkpoint_dir: Optional[str] = None,
                         announce: Callable[[str], None] = lambda line: None,
                         extra_tables: Sequence[Any] = (), port: Optional[int] = None,
@@ -123,7 +122,7 @@ def start_replay_server(replay_config: ReplayConfig, data_spec: Any, n_step: int
     learner's `variables` table (`extra_tables`) and listens on `port` (else `replay.reverb_port`).
     """
     if replay_tables is None:
-        replay_tables = make_replay_tables(replay_config, data_spec, n_step, ratio)
+        replay_tables = make_replay_tables(replay_config, data_spec, window_length, ratio)
     server = reverb_tables.ReplayServer(replay_tables + list(extra_tables), port=port or replay_config.reverb_port,
                                         checkpoint_dir=checkpoint_dir)
     stack.callback(server.stop)
@@ -131,7 +130,7 @@ def start_replay_server(replay_config: ReplayConfig, data_spec: Any, n_step: int
     return server
 
 
-def make_replay_client(replay_config: ReplayConfig, data_spec: Any, num_envs: int, n_step: int, address: str,
+def make_replay_client(replay_config: ReplayConfig, data_spec: Any, num_envs: int, window_length: int, address: str,
                        stack: contextlib.ExitStack, rate_limiter_timeout_ms: int = -1) -> Replay:
     """A Reverb client (reader and one writer per env) of the server at `address`.
 
@@ -139,7 +138,7 @@ def make_replay_client(replay_config: ReplayConfig, data_spec: Any, num_envs: in
     """
     from dqn_cartpole.replay.reverb_client import ReverbReplay  # imports Reverb: only this backend pays
 
-    replay = ReverbReplay(data_spec, num_envs, replay_config, sequence_length_for(n_step), address,
+    replay = ReverbReplay(data_spec, num_envs, replay_config, window_length, address,
                           rate_limiter_timeout_ms)
     stack.callback(replay.close)
     return replay
@@ -153,7 +152,7 @@ def make_stream_writers(config: Config, data_spec: Any, address: str, stack: con
     from dqn_cartpole.replay.reverb_writers import StreamWriters  # imports Reverb: only this backend pays
 
     writers = StreamWriters(reverb.Client(address), data_spec, config.env.num_envs,
-                            sequence_length_for(config.agent.n_step), distributed_writer_tables(config))
+                            window_length_for(config.agent), distributed_writer_tables(config))
     stack.callback(writers.close)
     return writers
 
@@ -164,7 +163,7 @@ def make_learner_replay(config: Config, data_spec: Any, address: str, train_step
     `address` at the run's samples per insert."""
     from dqn_cartpole.replay.learner_side import LEARNER_READ_BATCH, LearnerRatio, LearnerSideReplay, QueueReader
 
-    length = sequence_length_for(config.agent.n_step)
+    length = window_length_for(config.agent)
     reader = QueueReader(address, data_spec, length, rate_limiter_timeout_ms, read_batch=LEARNER_READ_BATCH)
     ratio = LearnerRatio(samples_per_insert(config), config.training.initial_collect_steps, config.training.batch_size)
     replay = LearnerSideReplay(data_spec, config.replay, length, reader, ratio, train_step)
@@ -172,24 +171,24 @@ def make_learner_replay(config: Config, data_spec: Any, address: str, train_step
     return replay
 
 
-def make_replay_buffer(replay_config: ReplayConfig, data_spec: Any, num_envs: int, n_step: int,
+def make_replay_buffer(replay_config: ReplayConfig, data_spec: Any, num_envs: int, window_length: int,
                        stack: contextlib.ExitStack, checkpoint_dir: Optional[str] = None,
                        announce: Callable[[str], None] = lambda line: None) -> Replay:
     """A replay for one process: a uniform buffer, or an embedded Reverb server and its client."""
     if replay_config.backend == "reverb":
         stack.enter_context(NativeStderrFilter())  # Reverb's info lines, while its server lives here
-        server = start_replay_server(replay_config, data_spec, n_step, stack, checkpoint_dir, announce)
-        return make_replay_client(replay_config, data_spec, num_envs, n_step, server.address, stack)
+        server = start_replay_server(replay_config, data_spec, window_length, stack, checkpoint_dir, announce)
+        return make_replay_client(replay_config, data_spec, num_envs, window_length, server.address, stack)
     buffer_class = TFUniformReplay if replay_config.backend == "tf_uniform" else PyUniformReplay
     replay = buffer_class(data_spec, num_envs, replay_config)
     stack.callback(replay.close)
     return replay
 
 
-def make_replay(config: Config, data_spec: Any, stack: contextlib.ExitStack, checkpoint_dir: Optional[str] = None,
+def make_replay(config: Config, agent: ValueAgent, stack: contextlib.ExitStack, checkpoint_dir: Optional[str] = None,
                 announce: Callable[[str], None] = lambda line: None) -> Replay:
-    """The configured replay of a single-process run."""
-    return make_replay_buffer(config.replay, data_spec, config.env.num_envs, config.agent.n_step, stack,
+    """The configured replay of a single-process run, for `agent`'s steps and windows."""
+    return make_replay_buffer(config.replay, agent.collect_data_spec, config.env.num_envs, agent.window_length, stack,
                               checkpoint_dir, announce)
 
 

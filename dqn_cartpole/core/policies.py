@@ -132,6 +132,10 @@ class NumpyGreedy:
         numpy_q = NumpyQNetwork.of(q_network, num_actions)
         return None if numpy_q is None else cls(numpy_q, int(np.asarray(action_spec.minimum)))
 
+    def layers(self) -> list[DenseLayer]:
+        """The weights as they are now, as arrays (what a snapshot of this policy hands a worker)."""
+        return self.q_network.layers()
+
     def snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
         """act(observations [B, d]) -> actions [B] (int64), with the weights as they are now."""
         return greedy_act(self.q_network.layers(), self.minimum_action)

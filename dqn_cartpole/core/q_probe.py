@@ -22,10 +22,6 @@ import numpy as np
 import tensorflow as tf
 
 from dqn_cartpole.core.agents.protocol import ValueAgent
-from dqn_cartpole.core.policies import NumpyQNetwork
-
-_FROM_NETWORK = object()  # MaxQ's default: the NumPy twin found from the network itself
-
 NUM_STATES = 500  # enough for a steady mean; one batched forward pass costs well under a millisecond
 SEED_OFFSET = 40_000  # a random stream of its own (see the offsets in training.py)
 NUM_ATOM_STATES = 4  # the probe's states at which the report draws a distributional agent's atoms
@@ -51,17 +47,17 @@ def random_policy_states(env_id: str, num_states: int, seed: int,
 
 
 class MaxQ:
-    """`max_q(states)` -> mean over `states` of max_a Q(s, a) under `q_network`'s current weights: in NumPy for a
-    stack of Dense layers (`policies.NumpyQNetwork`: ~0.1 ms, where a compiled call costs ~2.5 ms), else compiled
-    once. `numpy_q`: the network's NumPy twin as its agent gives it (None: none), else found from the network."""
+    """`max_q(states)` -> mean over `states` of max_a Q(s, a), the Q-values `q_values(states)` gives now (an agent's
+    `ValueAgent.q_values`: the expected ones for a distributional agent): in NumPy when the agent has a NumPy twin
+    (`numpy_q`, see `of_agent`: ~0.1 ms, where a compiled call costs ~2.5 ms), else compiled once."""
 
-    def __init__(self, q_network, numpy_q: Any = _FROM_NETWORK):
-        self._numpy = NumpyQNetwork.of(q_network) if numpy_q is _FROM_NETWORK else numpy_q
+    def __init__(self, q_values, numpy_q: Any = None):
+        self._numpy = numpy_q
 
         @tf.function(autograph=False, reduce_retracing=True)
         def mean_max_q(states: tf.Tensor) -> tf.Tensor:
-            q_values, _ = q_network(states, training=False)
-            return tf.reduce_mean(tf.reduce_max(q_values, axis=-1))
+            q_values_now, _ = q_values(states, training=False)
+            return tf.reduce_mean(tf.reduce_max(q_values_now, axis=-1))
 
         self._mean_max_q = mean_max_q
 
@@ -91,10 +87,10 @@ class QProbe:
         """Which of the probe's states the report's atoms figure shows: evenly spread over the random episodes."""
         return np.linspace(0, NUM_STATES - 1, NUM_ATOM_STATES).astype(int)
 
-    def __init__(self, q_network, states: np.ndarray, max_q: Optional[MaxQ] = None):
+    def __init__(self, q_values, states: np.ndarray, max_q: Optional[MaxQ] = None):
         self.states = np.asarray(states, dtype=np.float32)
         self.num_states = len(states)
-        self.max_q = max_q or MaxQ(q_network)
+        self.max_q = max_q or MaxQ(q_values)
 
     def __call__(self) -> float:
         return self.max_q(self.states)

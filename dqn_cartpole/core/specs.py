@@ -17,7 +17,7 @@ from tf_agents.specs import tensor_spec
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.core import build
-from dqn_cartpole.replay.base import Replay, sequence_length_for
+from dqn_cartpole.replay.base import Replay
 
 # The tutorial's reads: get_next(10, 1), as_dataset(4, 2), then everything.
 GET_NEXT = dict(sample_batch_size=10, num_steps=1)
@@ -98,7 +98,7 @@ def specs_report(config: Config, steps: int, announce: Callable[[str], None]) ->
         lines += ["action_spec:"] + describe_spec(tf_env.action_spec())
         lines += ["collect_data_spec (the agent's Trajectory: what one env step adds to replay):"]
         lines += describe_spec(agent.collect_data_spec)
-        lines += [f"The learner samples windows of n_step + 1 = {sequence_length_for(config.agent.n_step)} steps."]
-        replay = build.make_replay(config, agent.collect_data_spec, stack, announce=announce)
+        lines += [f"The learner samples windows of {agent.window_length} steps (the agent's window: n_step + 1)."]
+        replay = build.make_replay(config, agent, stack, announce=announce)
         collect(tf_env, replay, steps)
         return lines + replay_lines(replay, steps)

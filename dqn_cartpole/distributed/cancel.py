@@ -9,7 +9,7 @@ stop request is not answered) makes the blocked read, and so the chunk's call, r
 
 A chunk is cancelled only while it waits on a read: everything it read before is in the learner's
 variables, its last gradient step complete (the read for a step comes before the step; see
-`LearnerSession.cut_short`). The manager is one-shot: once cancelled, every later chunk fails at once.
+`learner.LearnerData.cut_short`). The manager is one-shot: once cancelled, every later chunk fails at once.
 """
 
 from __future__ import annotations

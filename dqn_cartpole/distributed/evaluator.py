@@ -33,7 +33,7 @@ from dqn_cartpole.run_folder.metrics import column
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import checkpoints as run_checkpoints, triggers
 from dqn_cartpole.training.pipeline import Pipeline
-from dqn_cartpole.training.session import make_evaluation
+from dqn_cartpole.training.local import make_evaluation
 from dqn_cartpole.training.state import RunState
 
 POLL_S = 0.25  # between looks at the newest weights while no evaluation is due

@@ -1,6 +1,7 @@
 """The `learn` role: the single-process training session, minus collection and evaluation, fed by collectors.
 
-It is `training.session.TrainingSession` with its parts swapped:
+It is `training.session.TrainingSession` built from other parts (`learner_parts`; the same under `--topology
+local` and `--topology ray`, where the role runs in a Ray actor's child process: `ray_role`):
 
 * the replay: with `distributed.replay: learner` (the default) its own in-graph buffer, which its
   compiled chunk fills from the server's queue at the run's samples per insert and samples like a
@@ -10,7 +11,8 @@ It is `training.session.TrainingSession` with its parts swapped:
 * the weights: a background thread pushes them every `distributed.weight_push_interval` train
   steps, and at every `evaluation.eval_interval` (`WeightPusher`);
 * the evaluation: the `evaluate-live` role evaluates the pushed weights, and a background thread
-  reads its published results (`StatusWatch`); a confirmed solve stops the run.
+  reads its published results (`StatusWatch`); a confirmed solve stops the run (`following.FollowEvaluator`);
+* the finish: the evaluator's solve check owns policy/final (`following.EvaluatorSolveCheck`).
 
 So the boundary between two compiled chunks makes no call that waits on the server, and the reads inside a
 chunk can be cancelled (`distributed.cancel`): when the server has not answered for
@@ -27,11 +29,12 @@ The compiled gradient step, checkpoints, exports, metrics and plots are the same
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import tensorflow as tf
 
@@ -40,17 +43,17 @@ from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.cancel import ChunkCanceller
+from dqn_cartpole.distributed.following import EvaluatorSolveCheck, FollowEvaluator
 from dqn_cartpole.distributed.policy_lag import IntervalLag, make_lagged_train_step
 from dqn_cartpole.distributed.variables import VARIABLES_TABLE, WeightPusher, WeightSync
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.replay import deadlines
-from dqn_cartpole.replay.base import sequence_length_for
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training.loop import Chunk
+from dqn_cartpole.training.loop import Chunk, ChunkedLoop
 from dqn_cartpole.training.outcome import RunEnd
+from dqn_cartpole.training.parts import Parts
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.session import TrainingSession
 
@@ -61,66 +64,42 @@ SERVER_QUIET_S = 2.0  # a server that has not answered the status watch for this
 NO_DATA, SERVER_GONE = "no data", "a lost replay server"  # why a learner left early (its summary's stopped_by)
 
 
-class LearnerSession(TrainingSession):
-    """A training session whose data comes from collectors, and whose returns from an evaluator, in other processes."""
+def learner_parts(config: Config, address: str) -> Parts:
+    """The learner's parts: data from the server at `address`, returns from the evaluator, the evaluator's solve
+    check; a stop signal cancels a chunk blocked on a read, and ends the process ROLE_GIVE_UP_S later."""
+    link = ServerLink(config, address)
+    data = LearnerData(config, link)
+    stop_request = signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S)
+    stop_request.when_signalled(lambda signum: link.canceller.cancel_if_still_running(
+        CANCEL_AFTER_S, signals.signal_name(signum)))
+    return Parts(data, FollowEvaluator(link), EvaluatorSolveCheck(lambda: data.crash), stop_request)
 
-    solved_elsewhere = True  # the evaluator's solve check exports policy/final (see TrainingSession)
 
-    def __init__(self, config: Config, layout: RunLayout, progress: Progress,
-                 plan: Optional[checkpointing.ResumePlan], address: str):
-        super().__init__(config, layout, progress, plan)
-        self.address = address
+class ServerLink:
+    """The learner's calls to the server besides its replay: the weights it pushes (`WeightPusher`), the run's
+    status it watches (`status.StatusWatch`), and the canceller of a chunk blocked on a read."""
+
+    def __init__(self, config: Config, address: str):
+        self.config, self.address = config, address
+        self.client: Any = None
         self.pusher: Optional[WeightPusher] = None
         self.watch: Optional[status.StatusWatch] = None
-        self.client: Any = None
-        self.lag = IntervalLag(config.training.log_interval)
-        self.crash: Optional[str] = None  # why it left early: NO_DATA, SERVER_GONE
         self.canceller = ChunkCanceller()
-        self.stop_request = signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S)
-        self.stop_request.when_signalled(lambda signum: self.canceller.cancel_if_still_running(
-            CANCEL_AFTER_S, signals.signal_name(signum)))
 
-    @property
-    def replay_on_learner(self) -> bool:
-        return self.config.distributed.replay == "learner"
-
-    def make_pipeline(self, found: Optional[checkpointing.Found]) -> Pipeline:
-        import reverb
-
-        # A learner-side buffer is in the agent's checkpoint; a server loaded its table itself.
-        make_replay = parts.learner_replay(self.config, self.address, self.stack,
-                                           self.config.distributed.rate_limiter_timeout_ms)
-        pipeline = parts.remote_pipeline(self.config, self.address, self.stack, make_replay)
-        self.client = reverb.Client(self.address)
-        return pipeline
-
-    def make_evaluation(self, scalars: Scalars) -> Callable[[], None]:
-        # At every eval_interval: the evaluator evaluates the newest weights once the interval has passed.
-        return lambda: self.pusher.request()
-
-    def iterate(self, time_step: Any, policy_state: Any) -> None:
-        self.checkpoints.time_step = None  # no env stream here (a restore set one): checkpoints keep no seam
-        # A learner that (re)starts owns the run's stop and results: a restarted learner (`--topology ray`) must
-        # not stop on its previous process's stop, nor take an evaluation of steps it has not trained yet.
+    def open(self, session: Any) -> None:
+        """Starts pushing and watching. A learner that (re)starts owns the run's stop and results: a restarted
+        learner (`--topology ray`) must not stop on its previous process's stop, nor take an evaluation of steps
+        it has not trained yet. Made only after the restore: it re-seeds TensorFlow, which clears the eager
+        kernels and with them the TF Reverb client a container made before it ("Resource ... ReverbClient does
+        not exist")."""
         status.clear(self.client)
-        # Made only now: a restore re-seeds TensorFlow, which clears the eager kernels and with them the
-        # TF Reverb client a container made before it ("Resource ... ReverbClient does not exist").
-        self.pusher = WeightPusher(WeightSync(self.address, self.pipeline.agent),
+        self.pusher = WeightPusher(WeightSync(self.address, session.pipeline.agent),
                                    self.config.distributed.weight_push_interval)
-        self.stack.callback(self.pusher.close)  # before the replay and the server's clients close
-        self.watch = status.StatusWatch(self.client, lost_after_s=self.config.distributed.rate_limiter_timeout_ms / 1000,
+        session.stack.callback(self.pusher.close)  # before the replay and the server's clients close
+        lost_after_s = self.config.distributed.rate_limiter_timeout_ms / 1000
+        self.watch = status.StatusWatch(self.client, lost_after_s=lost_after_s,
                                         on_lost=lambda: self.canceller.cancel(SERVER_GONE), on_info=self.repush_if_lost)
-        self.stack.callback(self.watch.close)
-        if not self.replay_on_learner:
-            self.pipeline.replay.counts_from(lambda: self.watch.server_info)
-        self.pusher.push_now()  # the collectors and the evaluator start from these weights
-        try:
-            if self.wait_for_data():
-                super().iterate((), ())
-        except tf.errors.OutOfRangeError:  # a read that waited rate_limiter_timeout_ms
-            self.cut_short(NO_DATA)
-        except tf.errors.CancelledError:  # see `distributed.cancel`
-            self.cut_short(self.canceller.reason or SERVER_GONE)
+        session.stack.callback(self.watch.close)
 
     def repush_if_lost(self, info: dict) -> None:
         """A server restarted on its port (`--topology ray`) holds no weights: the collectors and the evaluator
@@ -128,128 +107,115 @@ class LearnerSession(TrainingSession):
         if self.pusher.pushes and int(info[VARIABLES_TABLE].current_size) == 0:
             self.pusher.repush()
 
-    def running_chunk(self) -> Any:
-        return self.canceller.running()
 
-    def make_train(self) -> Callable:
+class LearnerData:
+    """The collectors' windows, read from the server (`parts.DataSource`)."""
+
+    def __init__(self, config: Config, link: ServerLink):
+        self.config, self.link = config, link
+        self.lag = IntervalLag(config.training.log_interval)
+        self.crash: Optional[str] = None  # why it left early: NO_DATA, SERVER_GONE
+
+    @property
+    def replay_on_learner(self) -> bool:
+        return self.config.distributed.replay == "learner"
+
+    def make_pipeline(self, session: Any, found: Optional[checkpointing.Found]) -> Pipeline:
+        import reverb
+
+        # A learner-side buffer is in the agent's checkpoint; a server loaded its table itself.
+        address = self.link.address
+        make_replay = parts.learner_replay(self.config, address, session.stack,
+                                           self.config.distributed.rate_limiter_timeout_ms)
+        pipeline = parts.remote_pipeline(self.config, address, session.stack, make_replay)
+        self.link.client = reverb.Client(address)
+        return pipeline
+
+    def fill(self, session: Any) -> tuple[Any, Any, Optional[ChunkedLoop]]:
+        return (), (), None  # the collectors fill the replay (`feeding` waits for it)
+
+    def make_train(self, session: Any) -> Callable:
         """The session's gradient step, on samples that carry their collecting train step (policy lag)."""
-        cfg = self.config
-        sample = self.pipeline.replay.sampler(cfg.training.batch_size, sequence_length_for(cfg.agent.n_step),
-                                              with_tags=True)
-        return make_lagged_train_step(self.pipeline.agent, sample, cfg.training.train_steps_per_iteration,
-                                      cfg.training.jit_compile)
+        cfg, agent = self.config, session.pipeline.agent
+        sample = session.pipeline.replay.sampler(cfg.training.batch_size, agent.window_length, with_tags=True)
+        return make_lagged_train_step(agent, sample, cfg.training.train_steps_per_iteration, cfg.training.jit_compile)
 
-    def after_chunk(self, chunk: Chunk) -> None:
-        self.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam
-        self.state.row_extras = self.lag.row(chunk.first, chunk.extras)
-        parts.count_env_steps(self.pipeline, self.pipeline.replay.inserts)
-        self.follow_evaluator(self.watch.evaluation)
+    @contextlib.contextmanager
+    def feeding(self, session: Any, time_step: Any, policy_state: Any) -> Iterator[Optional[tuple]]:
+        """Pushes the first weights, waits for the data, and ends the loop on a read that waited too long or was
+        cancelled (`cut_short`). No env stream here: the loop starts from no time step."""
+        session.checkpoints.time_step = None  # (a restore set one): checkpoints keep no seam
+        self.link.open(session)
+        if not self.replay_on_learner:
+            session.pipeline.replay.counts_from(lambda: self.link.watch.server_info)
+        self.link.pusher.push_now()  # the collectors and the evaluator start from these weights
+        try:
+            yield ((), ()) if self.wait_for_data(session) else None
+        except tf.errors.OutOfRangeError:  # a read that waited rate_limiter_timeout_ms
+            self.cut_short(session, NO_DATA)
+        except tf.errors.CancelledError:  # see `distributed.cancel`
+            self.cut_short(session, self.link.canceller.reason or SERVER_GONE)
 
-    def wait_for_data(self) -> bool:
+    def running_chunk(self) -> contextlib.AbstractContextManager:
+        return self.link.canceller.running()
+
+    def after_chunk(self, session: Any, chunk: Chunk) -> None:
+        session.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam
+        session.state.row_extras = self.lag.row(chunk.first, chunk.extras)
+        parts.count_env_steps(session.pipeline, session.pipeline.replay.inserts)
+
+    def wait_for_data(self, session: Any) -> bool:
         """Waits until the replay holds `initial_collect_steps` windows (or what a resumed run's next step
         needs), so the first sample finds data; False if stopped first."""
-        stopped = lambda: self.stop_request.requested  # noqa: E731
+        stopped = lambda: session.stop_request.requested  # noqa: E731
+        replay = session.pipeline.replay
         if self.replay_on_learner:
-            with self.canceller.running():
-                filled = self.pipeline.replay.fill(stopped)
+            with self.link.canceller.running():
+                filled = replay.fill(stopped)
         else:
-            while self.pipeline.replay.size() < self.config.training.initial_collect_steps and not stopped():
+            while replay.size() < self.config.training.initial_collect_steps and not stopped():
                 time.sleep(WAIT_POLL_S)
-                self.watch.poll()
+                self.link.watch.poll()
             filled = not stopped()
-        parts.count_env_steps(self.pipeline, self.pipeline.replay.inserts)
+        parts.count_env_steps(session.pipeline, replay.inserts)
         return filled
 
-    def cut_short(self, reason: str) -> None:
+    def cut_short(self, session: Any, reason: str) -> None:
         """A chunk ended early: by a signal (a stop), or with no data or no server (a crash). Every train step it
         completed is in the variables (a chunk waits on a read only before a step), so the run's iteration
         follows the train step; then a checkpoint, unless the server holding the run's replay is gone."""
-        state, per_iteration = self.state, self.config.training.train_steps_per_iteration
-        state.iteration = max(state.iteration, self.pipeline.train_step_count() // per_iteration)
+        state, per_iteration = session.state, self.config.training.train_steps_per_iteration
+        state.iteration = max(state.iteration, session.pipeline.train_step_count() // per_iteration)
         state.stopped_by = reason
         if reason not in (signals.signal_name(s) for s in exit_status.STOP_SIGNALS):
             self.crash, state.failed = reason, True
-            self.progress.message(f"error: {self.crash_line(reason)}")
-        if self.replay_on_learner or self.watch.unanswered_s() < SERVER_QUIET_S:
-            self.save_checkpoint()
+            session.progress.message(f"error: {self.crash_line(reason)}")
+        if self.replay_on_learner or self.link.watch.unanswered_s() < SERVER_QUIET_S:
+            save_checkpoint(session)
         else:
-            self.progress.message("The replay server holds this run's replay and is gone: no new checkpoint.")
+            session.progress.message("The replay server holds this run's replay and is gone: no new checkpoint.")
 
     def crash_line(self, reason: str) -> str:
+        timeout_s = self.config.distributed.rate_limiter_timeout_ms / 1000
         if reason == NO_DATA:
-            return (f"the replay had no new data for {self.config.distributed.rate_limiter_timeout_ms / 1000:g} s "
-                    f"(distributed.rate_limiter_timeout_ms): are the collectors running? Stopping with a checkpoint.")
-        return (f"the replay server at {self.address} did not answer for "
-                f"{self.config.distributed.rate_limiter_timeout_ms / 1000:g} s (distributed.rate_limiter_timeout_ms); "
-                f"stopping.")
+            return (f"the replay had no new data for {timeout_s:g} s (distributed.rate_limiter_timeout_ms): are the "
+                    f"collectors running? Stopping with a checkpoint.")
+        return (f"the replay server at {self.link.address} did not answer for {timeout_s:g} s "
+                f"(distributed.rate_limiter_timeout_ms); stopping.")
 
-    def save_checkpoint(self) -> None:
-        """A checkpoint now; one line if the server (whose table a shared replay checkpoints) cannot take part."""
-        try:
-            self.checkpoints.save()
-        except (deadlines.ServerProblem, RuntimeError) as exc:
-            self.progress.message(f"error: no checkpoint written: the replay server did not take part ({exc})")
 
-    def finish(self) -> dict:
-        summary = super().finish()
-        if self.crash is not None:
-            summary["exit_status"] = self.state.exit_status = exit_status.EXIT_CRASHED
-        return summary
-
-    # -- the evaluator's results
-    def follow_evaluator(self, evaluation: Optional[status.Evaluation]) -> Optional[status.Evaluation]:
-        """Takes the evaluator's newest result into the run state; a confirmed solve stops the run."""
-        if evaluation is None:
-            return None
-        state, per_iteration = self.state, self.config.training.train_steps_per_iteration
-        state.last_return = evaluation.average_return
-        state.best_return, state.best_iteration = evaluation.best_return, evaluation.best_iteration
-        if evaluation.solved and state.solved_at_iteration is None and self.config.evaluation.stop_when_solved:
-            state.stop = True
-            state.solved_at_iteration = evaluation.train_step // per_iteration
-            state.solved_return, state.solved_env_steps = evaluation.solved_return, evaluation.env_steps
-            state.solved_wall_s = self.clock.wall()
-            self.progress.message(
-                f"Solved at iteration {state.solved_at_iteration} (the evaluator's check: average return "
-                f"{evaluation.solved_return:.1f} over {evaluation.solved_episodes} greedy episodes); stopping at "
-                f"iteration {state.iteration}.")
-        return evaluation
-
-    def final_evaluation(self) -> None:
-        """Pushes the final weights, tells every role to stop, and waits for the evaluation of those weights."""
-        if self.state.solved_at_iteration is not None:  # the evaluator confirmed a solve, and has left
-            status.publish_stop(self.client, self.pipeline.train_step_count(), solved=True)
-            return
-        if self.crash is not None:
-            return
-        train_step = self.pusher.push_now()
-        status.publish_stop(self.client, train_step, solved=False)
-        deadline = time.monotonic() + self.config.distributed.final_evaluation_timeout_s
-        while time.monotonic() < deadline and not self.stop_request.requested and not self.watch.lost:
-            evaluation = self.follow_evaluator(self.watch.evaluation)
-            if evaluation is not None and evaluation.train_step >= train_step:
-                return
-            time.sleep(WAIT_POLL_S)
-        why = ("the replay server stopped answering" if self.watch.lost else
-               f"{self.config.distributed.final_evaluation_timeout_s:g} s passed (is an evaluate-live role running?)")
-        self.progress.message(f"warning: no evaluation of train step {train_step} arrived before {why}; policy/final "
-                              f"is exported without a measured return")
-        self.state.last_return = None
-
-    def finishes_lightly(self) -> bool:
-        # After a stop signal the watchdog ends this process ROLE_GIVE_UP_S later: the checkpoint, policy/final
-        # and the summary fit, videos and plots may not (the launcher redraws the plots once every role stopped).
-        return self.stop_request.requested
-
-    def keeps_solved_policy(self) -> bool:
-        # The evaluator exported the policy it confirmed; the learner trained on a little while the word came.
-        return self.state.solved_at_iteration is not None and os.path.exists(self.layout.final_policy)
+def save_checkpoint(session: Any) -> None:
+    """A checkpoint now; one line if the server (whose table a shared replay checkpoints) cannot take part."""
+    try:
+        session.checkpoints.save()
+    except (deadlines.ServerProblem, RuntimeError) as exc:
+        session.progress.message(f"error: no checkpoint written: the replay server did not take part ({exc})")
 
 
 def learn(config: Config, layout: RunLayout, progress: Progress, plan: Optional[checkpointing.ResumePlan],
           address: str) -> dict:
     """Trains from the server at `address`, writing everything under `layout.root`; returns the summary."""
-    return LearnerSession(config, layout, progress, plan, address).run()
+    return TrainingSession(config, layout, progress, plan, parts=learner_parts(config, address)).run()
 
 
 def run_learner(config: Config, run_dir: str, address: str, plan: Optional[checkpointing.ResumePlan], created: bool,

@@ -38,7 +38,7 @@ def serve(config: Config, port: int, run_dir: str) -> int:
     os.makedirs(checkpoint_dir, exist_ok=True)  # the launcher stages a resumed run's table here first
     with signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S) as stop, contextlib.ExitStack() as stack:
         _, _, agent = parts.agent_with_envs(config, 1, config.training.seed, stack)
-        server = build.start_replay_server(config.replay, agent.collect_data_spec, config.agent.n_step, stack,
+        server = build.start_replay_server(config.replay, agent.collect_data_spec, agent.window_length, stack,
                                            checkpoint_dir, announce,
                                            extra_tables=[make_variables_table(agent), *status.make_tables()],
                                            port=port,

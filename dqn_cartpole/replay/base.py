@@ -6,8 +6,9 @@ driver's observer), `as_dataset`, `get_next`, `single_pass` (replaces the deprec
 `close`. The builder (`core.build`) picks the backend: `replay.uniform` holds the two uniform
 buffers, `replay.reverb_tables` the Reverb server side, `replay.reverb_client` its client side.
 
-Windows: every item the learner samples holds `n_step + 1` consecutive steps, which is what
-the n-step TD target needs, and every collected step starts exactly one window:
+Windows: every item the learner samples holds the agent's `window_length` consecutive steps
+(`core.agents`: n_step + 1 for the DQN family, what the n-step target needs), and every collected
+step starts exactly one window:
 
 * the uniform buffers store single steps and cut windows when sampling, across episode
   boundaries too;
@@ -44,11 +45,6 @@ def boundary_steps(data_spec: trajectory_lib.Trajectory, observations: np.ndarra
         action=tf.nest.map_structure(zeros, data_spec.action),
         policy_info=tf.nest.map_structure(zeros, data_spec.policy_info),
         reward=zeros(data_spec.reward), discount=np.ones_like(zeros(data_spec.discount)))
-
-
-def sequence_length_for(n_step: int) -> int:
-    """Steps per sampled item: a transition is 2 steps, an n-step update needs n + 1."""
-    return n_step + 1
 
 
 def to_numpy(nest: Any) -> Any:

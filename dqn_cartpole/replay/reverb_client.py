@@ -69,7 +69,7 @@ def fast_dataset(address: str, table: str, packer: StepPacker, sequence_length: 
 
 
 class ReverbReplay(Replay):
-    """A client of a Reverb server's uniform table of (n_step + 1)-step windows."""
+    """A client of a Reverb server's uniform table of windows of the agent's `window_length` steps."""
 
     backend = "reverb"
 

@@ -49,7 +49,7 @@ class OverlappedEvaluation:
             self.submit()
 
     def submit(self) -> None:
-        snapshot = Snapshot.take(self.pipeline, self.greedy.q_network, self.state, self.clock)
+        snapshot = Snapshot.take(self.pipeline, self.greedy, self.state, self.clock)
         self.worker.submit(Job(snapshot.iteration, snapshot.layers))
         self.pending = snapshot
         self.submitted += 1

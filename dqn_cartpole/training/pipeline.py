@@ -1,4 +1,5 @@
-"""What a single-process run is made of, asked of the builder: envs, agent, replay, drivers, evaluators."""
+"""What a run is made of: envs, agent, replay, drivers, the greedy evaluation (a single process builds it in
+`local.build_pipeline`, a learner or an evaluator in `distributed.parts.remote_pipeline`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,10 @@ from typing import Any, Callable, Optional
 from tf_agents.drivers import dynamic_step_driver
 from tf_agents.metrics import tf_metrics
 
-from dqn_cartpole.config import Config
 from dqn_cartpole.core import build
 from dqn_cartpole.core.agents import ValueAgent
 from dqn_cartpole.core.episode_returns import EpisodeReturns
-from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
-from dqn_cartpole.core.policies import compiled_act_fn, greedy_policy
+from dqn_cartpole.core.evaluation import EvalResult
 from dqn_cartpole.replay.base import Replay
 
 
@@ -41,31 +40,3 @@ class Pipeline:
 
     def epsilon(self) -> float:
         return self.agent.epsilon()
-
-
-def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callable[[str], None],
-                   replay_checkpoint_dir: Optional[str] = None) -> Pipeline:
-    """Builds envs, agent, replay and drivers; `stack` closes everything they open."""
-    envs = build.make_envs(config, stack)
-    agent = build.make_agent(config, envs.tf_env)
-    replay = build.make_replay(config, agent.collect_data_spec, stack, replay_checkpoint_dir, announce)
-    env_steps = tf_metrics.EnvironmentSteps()
-    # The random fill's driver watches the returns too, so the first collect episode's return is whole.
-    collect_returns = EpisodeReturns(config.env.num_envs)
-    observers = [replay.add_batch, env_steps, collect_returns]
-    initial_driver = build.make_random_driver(envs.tf_env, observers, config.training.initial_collect_steps)
-    if config.collection.driver == "py":
-        steps = config.training.collect_steps_per_iteration
-        collect_driver = build.make_py_collection(envs.collect, agent.collect_policy, replay, env_steps, steps)
-    else:
-        collect_driver = make_collect_driver(config, envs, agent, observers)
-    return Pipeline(envs, agent, replay, env_steps, initial_driver, collect_driver, compiled_act_fn(agent.policy),
-                    make_episode_runner(greedy_policy(agent), envs.evaluate, gamma=config.agent.gamma), stack,
-                    collect_returns)
-
-
-def make_collect_driver(config: Config, envs: build.Envs, agent: ValueAgent, observers: list) -> Any:
-    """The collect policy's driver in the compiled loop (a TF driver), writing through the same observers as the
-    initial fill, so `Replay.add_batch` stays the one write path (a py driver's is `build.make_py_collection`)."""
-    return build.make_collect_driver(envs.tf_env, agent.collect_policy, observers,
-                                     config.training.collect_steps_per_iteration)

@@ -73,11 +73,12 @@ class Snapshot:
         return cls(state.iteration, pipeline.train_step_count(), pipeline.env_step_count(), clock.wall())
 
     @classmethod
-    def take(cls, pipeline: Pipeline, numpy_q: Any, state: RunState, clock: "Clock") -> "Snapshot":
-        """Copies the weights as they are now (between two compiled chunks: nothing changes them meanwhile)."""
+    def take(cls, pipeline: Pipeline, greedy: Any, state: RunState, clock: "Clock") -> "Snapshot":
+        """Copies the weights as they are now (between two compiled chunks: nothing changes them meanwhile): the
+        export's variables, and the arrays of the agent's NumPy greedy policy (`greedy.layers()`)."""
         values = tuple(variable.numpy() for variable in pipeline.agent.policy.variables())
         return cls(state.iteration, pipeline.train_step_count(), pipeline.env_step_count(), clock.wall(),
-                   numpy_q.layers(), values)
+                   greedy.layers(), values)
 
     def where(self) -> dict:
         """policy_info.json's record of where these weights come from."""
@@ -121,7 +122,7 @@ class PolicyExport:
 
     def prepare(self) -> None:
         """Builds the saver and writes one throwaway SavedModel, whose graph later exports reuse (the first export's
-        ~0.3 s of tracing, done ahead: see `session.TrainingSession.fill_replay`)."""
+        ~0.3 s of tracing, done ahead: see `local.LocalCollection.fill`)."""
         import shutil
         import tempfile
 

@@ -29,7 +29,7 @@ from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig, c51_values
 from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
-from dqn_cartpole.core.agents.n_step import valid_mask
+from dqn_cartpole.core.agents.n_step import valid_mask, window_length
 from dqn_cartpole.core.agents.protocol import ReturnDistribution
 from dqn_cartpole.core.policies import NumpyQNetwork
 
@@ -114,6 +114,11 @@ def numpy_twin(network: categorical_q_network.CategoricalQNetwork, q_values: Exp
     if not np.allclose(twin.snapshot()(probe), q_values(probe)[0].numpy(), rtol=1e-4, atol=1e-4):
         return None  # a network this twin does not reproduce: the TF policy evaluates it
     return twin
+
+
+def c51_window_length(agent_config: AgentConfig) -> int:
+    """Steps per sampled window for C51: the n-step return's n + 1, as DQN's."""
+    return window_length(agent_config.n_step)
 
 
 def build_c51_agent(

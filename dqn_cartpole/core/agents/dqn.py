@@ -15,7 +15,7 @@ from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig
 from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
-from dqn_cartpole.core.agents.n_step import valid_mask
+from dqn_cartpole.core.agents.n_step import valid_mask, window_length
 from dqn_cartpole.core.networks import build_q_network
 from dqn_cartpole.core.policies import NumpyQNetwork
 
@@ -54,6 +54,11 @@ class DqnFamilyAgent(TfAgentAdapter):
         q_network = agent._q_network  # pylint: disable=protected-access
         num_actions = int(agent.action_spec.maximum - agent.action_spec.minimum + 1)
         super().__init__(agent, q_network, NumpyQNetwork.of(q_network, num_actions))
+
+
+def dqn_window_length(agent_config: AgentConfig) -> int:
+    """Steps per sampled window for DQN and Double DQN: the n-step return's n + 1."""
+    return window_length(agent_config.n_step)
 
 
 def build_dqn_agent(
