@@ -6,6 +6,7 @@ time (a few seconds) and kills every child it started."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -577,6 +578,30 @@ def test_a_warm_process_on_a_socket_outlives_a_killed_client_kills_its_forks_ser
         for pid in (warm_pid, fork_pid):
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_stale_warm_sockets_and_free_locks_are_removed_a_live_socket_is_kept(tmp_path):
+    """A warm process SIGKILLed leaves its socket file behind; the next run's actors remove it (`ray_role`)."""
+    from dqn_cartpole.processes.warm_start import remove_stale
+
+    folder = tempfile.mkdtemp(prefix="warm-")  # a short path: a Unix socket's is at most 107 bytes
+    live, stale = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+    try:
+        live.bind(os.path.join(folder, "w-live.sock"))
+        live.listen(1)
+        stale.bind(os.path.join(folder, "w-stale.sock"))  # bound, never listening: as a dead process's file
+        stale.close()
+        for name in ("w-live.sock.lock", "w-stale.sock.lock", "w-gone.sock.lock"):
+            open(os.path.join(folder, name), "w").close()
+        with open(os.path.join(folder, "w-held.sock.lock"), "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # a client starting its warm process holds it
+            removed = remove_stale(os.path.join(folder, "w-*.sock"))
+        assert sorted(os.path.basename(path) for path in removed) == ["w-gone.sock.lock", "w-stale.sock",
+                                                                      "w-stale.sock.lock"]
+        assert sorted(os.listdir(folder)) == ["w-held.sock.lock", "w-live.sock", "w-live.sock.lock"]
+    finally:
+        live.close()
         shutil.rmtree(folder, ignore_errors=True)
 
 

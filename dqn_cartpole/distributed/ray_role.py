@@ -36,7 +36,7 @@ from typing import Optional
 
 from dqn_cartpole.distributed import mirror
 from dqn_cartpole.processes.supervisor import Child
-from dqn_cartpole.processes.warm_start import WARM_MODULES, WarmChild, WarmStarter
+from dqn_cartpole.processes.warm_start import WARM_MODULES, WarmChild, WarmStarter, remove_stale
 
 NODE_LOCAL = "{node-local}"  # in a command: the role's folder on its node
 # What a node's warm start-up process imports besides the libraries: the command line and the roles' modules (about
@@ -138,6 +138,7 @@ def warm_socket(run_name: str) -> str:
 
     context = ray.get_runtime_context()
     key = f"{context.get_job_id()}/{context.get_node_id()}/{run_name}"
+    remove_stale(os.path.join(tempfile.gettempdir(), "dqn_cartpole-warm-*.sock"))  # left by SIGKILLed ones
     return os.path.join(tempfile.gettempdir(), f"dqn_cartpole-warm-{hashlib.sha1(key.encode()).hexdigest()[:16]}.sock")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import signal
@@ -228,6 +229,45 @@ class WarmStarter:
                 self.process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(CONNECT_WAIT_S)
+
+
+def remove_stale(pattern: str) -> list:
+    """Removes the sockets matching `pattern` (a glob) that no process listens on, and their lock files that no one
+    holds: a warm process that was SIGKILLed could not remove its own. The paths removed."""
+    removed = []
+    for path in glob.glob(pattern):
+        if path.endswith(".lock") or listening(path):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed.append(path)
+    for lock_path in glob.glob(pattern + ".lock"):
+        if os.path.exists(lock_path[:-len(".lock")]):
+            continue
+        with open(lock_path, "a", encoding="utf-8") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a client is starting its warm process
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock_path)
+                removed.append(lock_path)
+    return removed
+
+
+def listening(path: str) -> bool:
+    """Whether a process listens on the Unix socket `path` (a full backlog counts as listening)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(0.5)
+    try:
+        sock.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.close()
+    return True
 
 
 @dataclass(eq=False)
