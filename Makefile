@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: train test install clean-venv
+.PHONY: train test soak install clean-venv
 
 # The install says what it does: a line per phase, then pip's own lines (each package as it is collected, then
 # "Installing collected packages", the longest step, while TensorFlow and Ray unpack), then the time it took.
@@ -29,6 +29,10 @@ train: $(STAMP)
 
 test: $(STAMP)
 	SDL_AUDIODRIVER=dummy $(BIN)/python -m pytest $(ARGS)
+
+# Ten `--topology ray` runs beside a CPU hog, five with a SIGKILL (tests/test_soak_ray.py; about 10 minutes).
+soak: $(STAMP)
+	SDL_AUDIODRIVER=dummy $(BIN)/python -m pytest tests/test_soak_ray.py -m soak -n 0 $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -92,11 +92,13 @@ def add_tune_parser(sub) -> None:
 def add_ray_args(parser, what: str) -> None:
     parser.add_argument("--ray", action="store_true",
                         help=f"run each {what} on a Ray cluster, one per CPU: the cluster at --address, else "
-                             f"RAY_ADDRESS, else a local Ray instance started for this command (needs the ray extra: "
+                             f"RAY_ADDRESS, else the cluster `ray start` began on this machine, else a local Ray "
+                             f"instance started for this command (needs the ray extra: "
                              f'pip install "dqn_cartpole[ray]")')
     parser.add_argument("--address", metavar="HOST:PORT",
-                        help="the Ray cluster's head (with --ray), e.g. 10.0.0.1:6379, or auto for the one `ray start` "
-                             "began on this machine")
+                        help="the Ray cluster's head (with --ray), e.g. 10.0.0.1:6379 (default: RAY_ADDRESS, else "
+                             "the cluster `ray start` began on this machine, else a private instance; local: always "
+                             "a private instance)")
 
 
 def ray_runner(args: argparse.Namespace, command: str) -> tuple:
@@ -116,7 +118,7 @@ def ray_runner(args: argparse.Namespace, command: str) -> tuple:
     if address is not None and address.startswith("ray://"):
         raise UserError(f"{flag} {address}: the Ray client (ray://) is not supported here; run the command on a node "
                         f"of the cluster (e.g. its head) with HOST:PORT")
-    if address is not None:
+    if address is not None and address != ray_cluster.LOCAL:
         ray_cluster.check_answers(address, RAY_CONNECT_TIMEOUT_S, flag)
     return ("--ray", "--address", args.address) if args.address else ("--ray",)
 
@@ -204,10 +206,9 @@ def ray_cluster_session(args: argparse.Namespace, what: str):
         import ray  # pylint: disable=import-outside-toplevel
 
         cluster = check_cluster(ray)
-        how = "started a local Ray instance" if session.started_here else f"joined the Ray cluster at {session.address}"
         nodes = f"{cluster['nodes']} node{'s' if cluster['nodes'] != 1 else ''}"
         hosts = ", ".join(cluster["hosts"])
-        yield ray, f"{how} in {time.time() - start:.1f} s: {cluster['cpus']} CPUs on {nodes} ({hosts})"
+        yield ray, f"{session.how} in {time.time() - start:.1f} s: {cluster['cpus']} CPUs on {nodes} ({hosts})"
 
 
 COMMANDS = {"sweep": cmd_sweep, "compare": cmd_compare, "tune": cmd_tune}

@@ -52,8 +52,9 @@ def add_parsers(sub: Any) -> None:
     train.add_argument("--collectors", type=int, default=None,
                        help="collectors of --topology local or ray (default 2)")
     train.add_argument("--address", metavar="HOST:PORT",
-                       help="--topology ray: the Ray cluster's head (default: RAY_ADDRESS, else a Ray instance "
-                            "started on this machine for the run)")
+                       help="--topology ray: the Ray cluster's head (default: RAY_ADDRESS, else the cluster `ray "
+                            "start` began on this machine, else a Ray instance started for the run; local: always "
+                            "that private instance)")
 
     evaluate = sub.add_parser("evaluate", help="average return of a saved policy",
                               description="Load a saved policy and report the return over N greedy episodes.")
@@ -224,6 +225,7 @@ def launch_on_ray(args: argparse.Namespace, config: Any, run_dir: str, address: 
                     shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
                 raise
     launcher.redraw(run_dir)
+    ray_topology.command_time_line(run_dir, session.how, ready_s, time.monotonic() - started)
     return status
 
 
