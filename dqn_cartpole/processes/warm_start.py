@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
+from dqn_cartpole.processes.warm_process import close_fds
 
 COMMAND_ROOM = 4096  # bytes of a fork's command line (`ps`, /proc/PID/cmdline)
 WARM_ENV = {"OPENBLAS_NUM_THREADS": "1"}  # one thread at the fork (see the module docstring)
@@ -291,12 +292,6 @@ class WarmStarter:
                 self.process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(CONNECT_WAIT_S)
-
-
-def close_fds(fds) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 def remove_stale(pattern: str) -> list:
