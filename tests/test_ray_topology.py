@@ -310,20 +310,3 @@ def test_without_an_address_a_command_joins_this_machines_ray_start_cluster_else
     assert capsys.readouterr().err == (f"note: the Ray cluster that `ray start` began on this machine, at {stale}, "
                                        f"does not answer (no Ray cluster answers there within 2 s (nothing listens)); "
                                        f"starting a local Ray instance instead\n")
-
-
-def test_a_private_instances_token_is_the_commands_own_file_mode_0600_and_gone_after(monkeypatch, tmp_path):
-    from dqn_cartpole.processes import ray_cluster
-
-    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
-    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
-    with ray_cluster.private_token():
-        path = os.environ["RAY_AUTH_TOKEN_PATH"]
-        assert os.stat(path).st_mode & 0o777 == 0o600 and os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
-        assert re.fullmatch(r"[0-9a-f]{64}", open(path).read())
-        assert not path.startswith(os.path.expanduser("~"))
-    assert "RAY_AUTH_TOKEN_PATH" not in os.environ and not os.path.exists(os.path.dirname(path))
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "mine"))  # the user's own token: left as it is
-    with ray_cluster.private_token():
-        assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(tmp_path / "mine")
-    assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(tmp_path / "mine")

@@ -30,6 +30,7 @@ INSTALL_HINT = 'pip install "dqn_cartpole[ray]" (in a checkout: pip install -e "
 ADDRESS_ENV = "RAY_ADDRESS"
 # A local instance's object store: a run's results are small (a run folder, some MB); Ray's default is 30% of RAM.
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+START_ATTEMPTS = 2  # a private instance that does not come up is started once more (see `init_ray`)
 
 
 def import_ray(what: str) -> Any:
@@ -203,6 +204,44 @@ def private_token() -> Iterator[None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def init_ray(ray: Any, address: Optional[str], options: dict, flag: str, attempts: int = START_ATTEMPTS) -> Any:
+    """`ray.init`: joins `address`, or starts a private instance (LOCAL: never one that `ray start` left running on
+    this machine). A private instance that does not come up in time is started again once: on a loaded machine
+    (load 15-20 on 2 cores) Ray's raylet missed Ray's own fixed 30 s to register, and Ray raised a bare Exception,
+    leaving its processes running. What failed is one line (a UserError)."""
+    for attempt in range(1, attempts + 1):
+        ours = set(own_processes())
+        try:
+            return ray.init(address=address or LOCAL, **options)
+        except Exception as exc:  # pylint: disable=broad-except  # Ray's start-up raises bare Exceptions too
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            stop_processes(set(own_processes()) - ours)  # what the failed start left (none if it joined)
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            if address is not None or attempt == attempts:
+                where = f"{flag} {address}" if address else "a local Ray instance"
+                raise UserError(f"{where}: cannot start Ray: {first}") from None
+            load = "/".join(f"{value:.1f}" for value in os.getloadavg())
+            print(f"note: the local Ray instance did not start ({first}; load average {load}); starting it again",
+                  file=sys.stderr, flush=True)
+    raise AssertionError("unreachable")
+
+
+def own_processes() -> list:
+    import psutil  # pylint: disable=import-outside-toplevel
+
+    return psutil.Process().children(recursive=True)
+
+
+def stop_processes(processes: set) -> None:
+    import psutil  # pylint: disable=import-outside-toplevel
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(list(processes), timeout=10)
+
+
 @contextlib.contextmanager
 def ray_session(address: Optional[str], connect_timeout_s: float, what: str, num_cpus: Optional[int] = None,
                 flag: str = "--address") -> Iterator[Session]:
@@ -222,12 +261,7 @@ def ray_session(address: Optional[str], connect_timeout_s: float, what: str, num
     with contextlib.ExitStack() as stack:
         if address is None:
             stack.enter_context(private_token())
-        try:  # LOCAL: a new instance, never one that `ray start` left running on this machine
-            context = ray.init(address=address or LOCAL, **options)
-        except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            where = f"{flag} {address}" if address else "a local Ray instance"
-            raise UserError(f"{where}: cannot start Ray: {first}") from None
+        context = init_ray(ray, address, options, flag)
         try:
             yield Session(address=context.address_info.get("gcs_address", address or ""),
                           started_here=address is None, how=how)
