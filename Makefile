@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: train test install clean-venv
+.PHONY: train test docs install clean-venv
 
 # The install says what it does: a line per phase, then pip's own lines (each package as it is collected, then
 # "Installing collected packages", the longest step, while TensorFlow and Ray unpack), then the time it took.
@@ -29,6 +29,11 @@ train: $(STAMP)
 
 test: $(STAMP)
 	SDL_AUDIODRIVER=dummy $(BIN)/python -m pytest $(ARGS)
+
+# The documentation as a site (mkdocs.yml: guides, reference, explanations, benchmark records; search), in site/.
+# --strict: a broken link or anchor, or a page left out of the navigation, is an error (the tests build it so too).
+docs: $(STAMP)
+	$(BIN)/python -m mkdocs build --strict
 
 clean-venv:
 	rm -rf $(VENV)
