@@ -71,17 +71,22 @@ def api_smoke(other_run, tmp_path_factory) -> tuple[dq.Run, float]:
     return run, time.time() - started
 
 
-def test_a_bad_key_raises_a_value_error_with_the_clis_line(capsys, tmp_path):
+def test_a_bad_key_raises_a_value_error_with_the_clis_line_in_pythons_words(capsys, tmp_path):
+    """The CLI's one line, naming the argument as the Python caller wrote it (not a `--set` it never typed)."""
     assert main(["train", "--config", SMOKE, "--set", "agent.learning_rat=0.001"]) == 2
     cli_line = capsys.readouterr().err.strip()
-    assert cli_line.startswith("error: ") and "\n" not in cli_line
-    for call in (lambda: dq.load_config(SMOKE, {"agent.learning_rat": 0.001}),
-                 lambda: dq.load_config(SMOKE, ["agent.learning_rat=0.001"]),
-                 lambda: dq.train(SMOKE, tmp_path / "never", overrides={"agent.learning_rat": 0.001})):
+    assert cli_line.startswith("error: --set agent.learning_rat=0.001: ") and "\n" not in cli_line
+    problem = cli_line[len("error: --set agent.learning_rat=0.001: "):]  # did you mean 'agent.learning_rate'?
+    for call, where in ((lambda: dq.load_config(SMOKE, {"agent.learning_rat": 0.001}),
+                         "overrides['agent.learning_rat']=0.001"),
+                        (lambda: dq.load_config(SMOKE, ["agent.learning_rat=0.001"]),
+                         "overrides[0]='agent.learning_rat=0.001'"),
+                        (lambda: dq.train(SMOKE, tmp_path / "never", overrides={"agent.learning_rat": 0.001}),
+                         "overrides['agent.learning_rat']=0.001")):
         with pytest.raises(dq.ConfigError) as raised:
             call()
         assert isinstance(raised.value, ValueError) and isinstance(raised.value, dq.UserError)
-        assert f"error: {raised.value}" == cli_line  # did you mean 'agent.learning_rate'?
+        assert str(raised.value) == f"{where}: {problem}"
         assert raised.value._render_traceback_() == [f"ConfigError: {raised.value}"]  # one line in Jupyter
     assert not os.path.exists(tmp_path / "never")
     assert capsys.readouterr() == ("", "")  # nothing printed, no traceback
