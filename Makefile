@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: train test soak install clean-venv
+.PHONY: train test soak docs install clean-venv
 
 # The install says what it does: a line per phase, then pip's own lines (each package as it is collected, then
 # "Installing collected packages", the longest step, while TensorFlow and Ray unpack), then the time it took.
@@ -33,6 +33,11 @@ test: $(STAMP)
 # Ten `--topology ray` runs beside a CPU hog, five with a SIGKILL (tests/test_soak_ray.py; about 10 minutes).
 soak: $(STAMP)
 	SDL_AUDIODRIVER=dummy $(BIN)/python -m pytest tests/test_soak_ray.py -m soak -n 0 $(ARGS)
+
+# The documentation as a site (mkdocs.yml: guides, reference, explanations, benchmark records; search), in site/.
+# --strict: a broken link or anchor, or a page left out of the navigation, is an error (the tests build it so too).
+docs: $(STAMP)
+	$(BIN)/python -m mkdocs build --strict
 
 clean-venv:
 	rm -rf $(VENV)

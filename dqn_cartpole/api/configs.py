@@ -23,21 +23,25 @@ Overrides = Union[Mapping[str, Any], Iterable[str], None]
 ConfigLike = Union[Config, str, "os.PathLike[str]", None]
 
 
-def override_items(overrides: Overrides) -> list[str]:
+def override_items(overrides: Overrides) -> list[Flagged]:
     """`section.key=value` items, as `--set` takes them, for a mapping of dotted keys to Python values (a string
-    stays a string: `{"env.id": "CartPole-v0"}`) or for `section.key=value` strings as typed after `--set`."""
+    stays a string: `{"env.id": "CartPole-v0"}`) or for `section.key=value` strings as typed after `--set`. Each is
+    `Flagged` with the argument as the caller wrote it, so an error names that, not a `--set` the caller never
+    typed: `overrides["training.batch_size"]='64': expected an integer ...`."""
     if overrides is None:
         return []
     if isinstance(overrides, str):
         raise ConfigError(f"overrides: expected a mapping of section.key to a value, or a list of section.key=value "
                           f"strings, got the string {overrides!r}")
     if isinstance(overrides, Mapping):
-        return [f"{_key(key)}={_yaml_value(key, value)}" for key, value in overrides.items()]
+        return [Flagged(f"{_key(key)}={_yaml_value(key, value)}", f"overrides[{key!r}]={value!r}")
+                for key, value in overrides.items()]
     items = list(overrides)
-    for item in items:
+    for index, item in enumerate(items):
         if not isinstance(item, str):
-            raise ConfigError(f"overrides: expected section.key=value strings, got {type(item).__name__} {item!r}")
-    return items
+            raise ConfigError(f"overrides[{index}]: expected a section.key=value string, got "
+                              f"{type(item).__name__} {item!r}")
+    return [Flagged(item, f"overrides[{index}]={item!r}") for index, item in enumerate(items)]
 
 
 def _key(key: Any) -> str:
@@ -53,7 +57,7 @@ def _yaml_value(key: str, value: Any) -> str:
     try:
         return json.dumps(list(value) if isinstance(value, tuple) else value)
     except (TypeError, ValueError):
-        raise ConfigError(f"--set {key}: expected a number, string, true/false, null or a list, got "
+        raise ConfigError(f"overrides[{key!r}]: expected a number, string, true/false, null or a list, got "
                           f"{type(value).__name__} {value!r}") from None
 
 

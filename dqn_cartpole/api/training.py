@@ -24,7 +24,8 @@ from dqn_cartpole.api.configs import ConfigLike, Overrides, as_config, override_
 from dqn_cartpole.api.run import Run, RunFailed, cli_args
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.exit_status import EXIT_FAILED
-from dqn_cartpole.console.progress import Progress, in_jupyter
+from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.console.quiet import in_jupyter
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder.checkpointing import ResumePlan
 from dqn_cartpole.training.run import announce_new, announce_resume, run_here, warn_about_checkpoints
@@ -83,8 +84,8 @@ def _resume(run_dir: str, overrides: Overrides, progress: bool) -> Run:
     """`train --resume RUN_DIR --set ...`'s checks, lock and plan (the CLI's own), then the run here."""
     from dqn_cartpole.cli.single_process import lock_and_plan_resume
 
-    args = cli_args("train", "--resume", run_dir, *[word for item in override_items(overrides)
-                                                    for word in ("--set", item)])
+    args = cli_args("train", "--resume", run_dir)
+    args.overrides = override_items(overrides)  # as `--set` items, each naming the argument as it was written
     config, plan, lock = lock_and_plan_resume(run_dir, args)
     with contextlib.closing(lock):
         warn_about_checkpoints(run_dir, plan)

@@ -28,7 +28,7 @@ from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.record import read_written
 from dqn_cartpole.run_folder.lock import lock_run
-from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
+from dqn_cartpole.run_folder.resolve import check_recording_path, create_run_dir, resolve_policy, resolve_run_dir
 from dqn_cartpole.training import finished
 
 
@@ -70,10 +70,12 @@ def add_parsers(sub: Any) -> None:
     record.add_argument("--final", action="store_true", help="use the run's policy/final (default: policy/best)")
     record.add_argument("--random", action="store_true", help="record the uniformly random policy instead")
     record.add_argument("--output", "-o", metavar="MP4",
-                        help="output file, replaced if it exists (default: a new file in the run's videos/, or ./)")
+                        help="output file; an existing one is refused without --overwrite, and inside a run folder "
+                             "only its videos/ takes one (default: a new file in the run's videos/, or ./)")
     record.add_argument("--overwrite", action="store_true",
-                        help="without -o: replace the run's own videos/trained-agent.mp4 (which report.html shows) "
-                             "instead of writing a new file next to it")
+                        help="replace the -o file if it exists; without -o, replace the run's own "
+                             "videos/trained-agent.mp4 (which report.html shows) instead of writing a new file next to "
+                             "it")
     record.add_argument("--episodes", type=int, default=1, help="episodes to record (default 1)")
     record.add_argument("--fps", type=int,
                         help="frames per second (default: the run's video.fps, as its own videos; else "
@@ -390,6 +392,16 @@ def record_output(args: argparse.Namespace, run_dir: Optional[str]) -> str:
     return f"{stem}-{number}{ext}"
 
 
+# How `record`'s checks name its arguments: the command's flags, or the Python API's (`Run.record`) keywords.
+CLI_WORDS = {"output": "--output", "overwrite": "--overwrite"}
+PYTHON_WORDS = {"output": "output", "overwrite": "overwrite=True"}
+
+
+def check_record_output(output: str, overwrite: bool, words: dict = CLI_WORDS) -> None:
+    """`record`'s output: `run_folder.resolve.check_recording_path`, its errors naming `words`' arguments."""
+    check_recording_path(output, overwrite, words["output"], words["overwrite"])
+
+
 def record_fps(run_dir: Optional[str]) -> int:
     """`record`'s frame rate without --fps: the run's video.fps (what its own videos use), else the default's."""
     return load_config(os.path.join(run_dir, layout.CONFIG_FILE)).video.fps if run_dir else Config().video.fps
@@ -401,12 +413,13 @@ def cmd_record(args: argparse.Namespace) -> int:
     check_seed("--seed", args.seed)
     if args.random == bool(args.policy):
         raise UserError("record: give either a run folder / policy folder or --random")
+    if args.output:  # before anything is read: the file named is checked first
+        check_record_output(args.output, args.overwrite)
     policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
     env_id, max_steps = env_for(args, run_dir)
     fps = args.fps or record_fps(run_dir)
     output = record_output(args, run_dir)
-    if os.path.isdir(output):
-        raise UserError(f"--output {output}: is a folder; give an .mp4 file name")
+    check_record_output(output, args.overwrite)
     with heavy_imports():
         from tf_agents.specs import tensor_spec
 

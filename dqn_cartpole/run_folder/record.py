@@ -50,6 +50,13 @@ class RunRecord:
     def solved(self) -> bool:
         return self.summary.get("solved_at_iteration") is not None
 
+    @property
+    def solve_checked(self) -> bool:
+        """Whether the run checked for a solve: `evaluation.stop_when_solved` (true unless its config.yaml says
+        false; a run solved before the check was turned off, by a resume past its solve, did check). A run without
+        the check is neither solved nor unsolved: its best return was never confirmed on fresh episodes."""
+        return self.solved or self.config_value("evaluation.stop_when_solved") is not False
+
     def get(self, key: str, default: Any = None) -> Any:
         """A summary field (None for a run without a summary)."""
         return self.summary.get(key, default)

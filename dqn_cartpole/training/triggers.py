@@ -286,7 +286,7 @@ class Evaluate:
                         "num_episodes": len(result.returns), "wall_s": at.wall_s, **spread})
         self.scalars.write("eval", at.train_step, {"average_return": result.average_return,
                                                    "average_episode_length": result.average_length, **spread})
-        self.progress.update(state.iteration, state.loss, state.last_return, force=True)
+        self.progress.evaluated(state.iteration, state.loss, result.average_return, at.iteration)
 
 
 class PeriodicCheckpoint:
