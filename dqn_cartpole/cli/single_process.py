@@ -14,6 +14,7 @@ import shutil
 import sys
 from typing import Any, Callable, Optional
 
+from dqn_cartpole.cli.shortcuts import add_track_arg
 from dqn_cartpole.cli.args import (add_config_args, check_positive, check_seed, config_overrides, config_path,
                                    preset_note)
 from dqn_cartpole.config import (Config, dump_written, load, load_config, override_values, to_dict,
@@ -38,6 +39,7 @@ def add_parsers(sub: Any) -> None:
                            description="Train a DQN agent. Writes config, metrics, plots, videos, the policy, "
                                        "report.html and TensorBoard events to outputs/<run-name>/.")
     add_config_args(train, shortcuts=True)
+    add_track_arg(train)
     train.add_argument("--output-dir", metavar="DIR", help="run folder (default: outputs/<env>__s<seed>__<time>)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --output-dir")
     train.add_argument("--resume", metavar="RUN_DIR",
