@@ -4,7 +4,7 @@ run, its folder and its exit status are never touched by it."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import logging
 import sys
 from typing import Callable, Optional
@@ -21,7 +21,9 @@ def send_run(config: Config, run_dir: str, say: Callable[[str], None] = None) ->
     if backend is None:
         return None
     say = say or (lambda line: print(line, file=sys.stderr))
-    if importlib.util.find_spec(EXTRAS[backend]) is None:
+    try:
+        importlib.import_module(EXTRAS[backend])  # the extra: pip install "dqn_cartpole[mlflow]"
+    except ImportError:
         say(f"warning: --track {backend}: {EXTRAS[backend]} is not installed (pip install "
             f"\"dqn_cartpole[{backend}]\"); the run is not tracked")
         return None
@@ -29,7 +31,8 @@ def send_run(config: Config, run_dir: str, say: Callable[[str], None] = None) ->
         with quiet_libraries():
             return _send(backend, config, run_dir, say)
     except Exception as exc:  # pylint: disable=broad-except  # tracking never fails the run
-        problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        problem = problem if len(problem) <= 300 else problem[:300] + "..."
         say(f"warning: --track {backend}: the run was not sent ({type(exc).__name__}: {problem}); it is saved in "
             f"{run_dir}")
         return None

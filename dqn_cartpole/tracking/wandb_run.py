@@ -64,6 +64,7 @@ def send(sent: Sent, output_root: str, online: bool, say: Callable[[str], None])
                                           max([r.train_step for r in sent.eval_rows], default=-1)))
     finally:
         run.finish(exit_code=0 if sent.status == "FINISHED" else 1)
+        wandb.teardown()  # waits for W&B's service to write the run out (else at this process's exit)
     return run.id
 
 
