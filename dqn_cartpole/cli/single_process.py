@@ -30,6 +30,7 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.record import read_written
 from dqn_cartpole.run_folder.lock import lock_run
 from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
+from dqn_cartpole.tracking.send import send_run
 from dqn_cartpole.training import finished
 
 
@@ -226,6 +227,7 @@ def launch_on_ray(args: argparse.Namespace, config: Any, run_dir: str, address: 
                     shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
                 raise
     launcher.redraw(run_dir)
+    send_run(config, run_dir)  # --track: once every role stopped and the plots are final
     return status
 
 
