@@ -4,6 +4,7 @@ run, its folder and its exit status are never touched by it."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import sys
@@ -41,7 +42,7 @@ def send_run(config: Config, run_dir: str, say: Callable[[str], None] = None) ->
 def _send(backend: str, config: Config, run_dir: str, say: Callable[[str], None]) -> str:
     from dqn_cartpole.tracking.sent import what_is_sent
 
-    sent = what_is_sent(run_dir)
+    sent = what_is_sent(run_dir, dataclasses.asdict(config.tracking))
     if backend == "mlflow":
         from dqn_cartpole.tracking import mlflow_run
 

@@ -45,10 +45,10 @@ class Sent:
     status: str  # FINISHED, KILLED (stopped by a signal) or FAILED
 
 
-def what_is_sent(run_dir: str) -> Sent:
-    """Reads `run_dir` (a run folder) as `Sent`."""
+def what_is_sent(run_dir: str, tracking: dict) -> Sent:
+    """Reads `run_dir` (a run folder) as `Sent`, named and tagged as `tracking` (the run's config's section, as
+    data) says."""
     run = read_run(run_dir)
-    tracking = run.config.get("tracking") or {}
     name = os.path.basename(os.path.normpath(os.path.abspath(run_dir)))
     return Sent(run_dir=run_dir, project=tracking.get("project") or DEFAULT_PROJECT,
                 run_name=tracking.get("run_name") or name, group=tracking.get("group"), params=flat(run.config),
