@@ -290,3 +290,16 @@ def test_a_resumed_run_continues_its_tracked_run(tracked):
     assert loss_steps == [int(r["train_step"]) for r in train] and loss_steps[-1] == ITERATIONS + 100
     assert run.data.tags["resumed.training.num_iterations"] == str(ITERATIONS + 100)
     assert run.data.params["training.num_iterations"] == str(ITERATIONS)
+
+
+def test_the_python_api_takes_track_as_the_cli_does():
+    """`track=` as `--track`: on a config's name, on a loaded Config (checked), and refused with the CLI's line."""
+    from dqn_cartpole.api.configs import as_config
+
+    assert dq.load_config("smoke", track="wandb").tracking.backend == "wandb"
+    assert as_config(dq.load_config("smoke"), track="mlflow").tracking.backend == "mlflow"
+    assert as_config("smoke", {"tracking.project": "p"}, track="mlflow").tracking.project == "p"
+    with pytest.raises(dq.UserError, match=r"track='mlfow': tracking.backend: must be one of mlflow, wandb"):
+        as_config(dq.load_config("smoke"), track="mlfow")
+    with pytest.raises(dq.UserError, match="tracking.project: is set, but the run is not tracked"):
+        dq.load_config("smoke", {"tracking.project": "p"})

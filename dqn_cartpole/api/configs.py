@@ -93,13 +93,14 @@ def load_config(name_or_path: Union[str, "os.PathLike[str]", None] = None, overr
 def as_config(config: ConfigLike, overrides: Overrides = None, track: Optional[str] = None) -> Config:
     """A `Config` as given (with `track`, tracked there), or `load_config(config, overrides, track=track)` for a
     name, a path or None."""
-    if isinstance(config, Config) and track is not None:
-        (item,) = shortcut_items(None, None, None, track)
-        config = config_module.apply_override(config, item.item, item.flag)
-        config_module.validate(config, item.flag)
+    if isinstance(config, Config):
         if overrides:
             raise ConfigError("overrides: a Config is already loaded and checked; give the overrides to "
                               "load_config(..., overrides) instead, or pass the config's name or path")
+        if track is not None:
+            (item,) = shortcut_items(None, None, None, track)
+            config = config_module.apply_override(config, item.item, item.flag)
+            config_module.validate(config, item.flag)
         return config
     if config is not None and not isinstance(config, (str, os.PathLike)):
         raise ConfigError(f"config: expected a Config, a shipped config's name or a YAML path, got "
