@@ -23,6 +23,12 @@ class Ledger:
     eval_step: int = -1  # the last eval_metrics.csv row sent
 
 
+def sent_through(backend: str, store: str, run_id: str, train_rows: tuple, eval_rows: tuple) -> Ledger:
+    """The ledger of a send of these metrics rows (`sent.Row`s): the last train step of each file."""
+    return Ledger(backend, store, run_id, max([row.train_step for row in train_rows], default=-1),
+                  max([row.train_step for row in eval_rows], default=-1))
+
+
 def read_ledger(run_dir: str, backend: str, store: str) -> Optional[Ledger]:
     """The run's tracked run on `backend` at `store`, or None (never sent there, or the file is unreadable)."""
     try:

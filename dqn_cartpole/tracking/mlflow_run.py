@@ -13,7 +13,7 @@ import os
 import time
 from typing import Iterable, Iterator
 
-from dqn_cartpole.tracking.ledger import Ledger, local_store, read_ledger, write_ledger
+from dqn_cartpole.tracking.ledger import local_store, read_ledger, sent_through, write_ledger
 from dqn_cartpole.tracking.sent import Row, Sent, value_text
 
 BACKEND = "mlflow"
@@ -58,9 +58,7 @@ def send(sent: Sent, output_root: str) -> str:
         client.log_batch(run_id, tags=chunk)
     log_files(client, run_id, sent.artifacts)
     client.set_terminated(run_id, status=sent.status)
-    write_ledger(sent.run_dir, Ledger(BACKEND, uri, run_id,
-                                      max([r.train_step for r in sent.train_rows], default=-1),
-                                      max([r.train_step for r in sent.eval_rows], default=-1)))
+    write_ledger(sent.run_dir, sent_through(BACKEND, uri, run_id, sent.train_rows, sent.eval_rows))
     return run_id
 
 

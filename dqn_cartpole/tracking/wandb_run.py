@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from dqn_cartpole.tracking.ledger import Ledger, read_ledger, write_ledger
+from dqn_cartpole.tracking.ledger import read_ledger, sent_through, write_ledger
 from dqn_cartpole.tracking.sent import Sent
 
 BACKEND = "wandb"
@@ -59,9 +59,7 @@ def send(sent: Sent, output_root: str, online: bool, say: Callable[[str], None])
         log_history(run, sent, before)
         run.summary.update({f"outcome/{key}": value for key, value in sent.outcome.items()})
         log_files(run, wandb, sent)
-        write_ledger(sent.run_dir, Ledger(BACKEND, store, run.id,
-                                          max([r.train_step for r in sent.train_rows], default=-1),
-                                          max([r.train_step for r in sent.eval_rows], default=-1)))
+        write_ledger(sent.run_dir, sent_through(BACKEND, store, run.id, sent.train_rows, sent.eval_rows))
     finally:
         run.finish(exit_code=0 if sent.status == "FINISHED" else 1)
         wandb.teardown()  # waits for W&B's service to write the run out (else at this process's exit)
