@@ -38,7 +38,7 @@ def resume_hint(run_dir: str, change: str = "") -> str:
 
 def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None" = None, *,
           overrides: Overrides = None, overwrite: bool = False, resume: Union[Run, str, None] = None,
-          progress: bool = True) -> Run:
+          progress: bool = True, track: "str | None" = None) -> Run:
     """Trains an agent in this process and returns its run folder as a `Run`.
 
     Args:
@@ -50,6 +50,8 @@ def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None"
         overwrite: replace an existing run at `output_dir` (as `--overwrite`).
         resume: a `Run` (or its folder) to continue from its newest good checkpoint, as `train --resume`.
         progress: show the progress bar (False: as `--quiet`, only the summary).
+        track: `"mlflow"` or `"wandb"`, as `--track`: the run is sent there once it ended (docs/tracking.md); a
+            resumed run that was tracked continues its tracked run without it.
 
     Raises:
         UserError: bad input (a `ValueError`): the CLI's one line; nothing was touched.
@@ -61,8 +63,9 @@ def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None"
                             "keys with overrides={...})")
         if output_dir is not None or overwrite:
             raise UserError("train(resume=...): a resumed run keeps its folder; give no output_dir or overwrite")
-        return _resume(os.fspath(resume.path if isinstance(resume, Run) else resume), overrides, progress)
-    return _train_new(as_config(config, overrides), output_dir, overwrite, progress)
+        items = override_items(overrides) + [f"tracking.backend={track}"] * (track is not None)
+        return _resume(os.fspath(resume.path if isinstance(resume, Run) else resume), items, progress)
+    return _train_new(as_config(config, overrides, track), output_dir, overwrite, progress)
 
 
 def _train_new(config: Config, output_dir: "str | os.PathLike[str] | None", overwrite: bool, progress: bool) -> Run:

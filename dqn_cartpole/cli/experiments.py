@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import time
 
-from dqn_cartpole.cli.shortcuts import add_shortcut_args, shortcut_overrides
+from dqn_cartpole.cli.shortcuts import add_shortcut_args, add_track_arg, shortcut_overrides
 from dqn_cartpole.config import locate_config, locate_space
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, for_signal
 
@@ -37,6 +37,7 @@ def add_sweep_parser(sub) -> None:
     sweep.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                        help="override one config key for every run (repeatable)")
     add_shortcut_args(sweep, seed=False)  # --seeds says the seeds
+    add_track_arg(sweep)
     sweep.add_argument("--jobs", type=int, help="runs at a time (default: cores, capped at ~700 MB of free "
                                                 "memory per run; with --ray, one per CPU of the cluster)")
     add_ray_args(sweep, "run")
@@ -86,6 +87,7 @@ def add_tune_parser(sub) -> None:
                            "seconds (about the wall time of an idle machine, and steady when others share the "
                            "cores). An unsolved run scores twice its budget")
     add_shortcut_args(tune, seed=False)  # its --seed is the sampler's
+    add_track_arg(tune)
     add_ray_args(tune, "trial")
 
 

@@ -14,6 +14,7 @@ import shutil
 import sys
 from typing import Any, Callable, Optional
 
+from dqn_cartpole.cli.shortcuts import add_track_arg
 from dqn_cartpole.cli.args import (add_config_args, check_positive, check_seed, config_overrides, config_path,
                                    preset_note)
 from dqn_cartpole.config import (Config, dump_written, load, load_config, override_values, to_dict,
@@ -29,6 +30,7 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.record import read_written
 from dqn_cartpole.run_folder.lock import lock_run
 from dqn_cartpole.run_folder.resolve import check_recording_path, create_run_dir, resolve_policy, resolve_run_dir
+from dqn_cartpole.tracking.send import send_run
 from dqn_cartpole.training import finished
 
 
@@ -38,6 +40,7 @@ def add_parsers(sub: Any) -> None:
                            description="Train a DQN agent. Writes config, metrics, plots, videos, the policy, "
                                        "report.html and TensorBoard events to outputs/<run-name>/.")
     add_config_args(train, shortcuts=True)
+    add_track_arg(train)
     train.add_argument("--output-dir", metavar="DIR", help="run folder (default: outputs/<env>__s<seed>__<time>)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --output-dir")
     train.add_argument("--resume", metavar="RUN_DIR",
@@ -228,6 +231,7 @@ def launch_on_ray(args: argparse.Namespace, config: Any, run_dir: str, address: 
                 raise
     launcher.redraw(run_dir)
     ray_topology.command_time_line(run_dir, session.how, ready_s, time.monotonic() - started)
+    send_run(config, run_dir)  # --track: once every role stopped and the plots are final
     return status
 
 

@@ -209,6 +209,31 @@ class OutputConfig:
     tensorboard: bool = _f("write TensorBoard event files")
 
 
+TRACKERS = ("mlflow", "wandb")
+TRACKING = When("backend", TRACKERS)
+
+
+@dataclass(frozen=True)
+@_section_defaults("tracking")
+class TrackingConfig:
+    """Where the finished run is sent (train/sweep/tune --track, docs/tracking.md): MLflow to a local store under
+    output.root unless MLFLOW_TRACKING_URI names a server; W&B offline unless online is asked for."""
+
+    backend: Optional[str] = _f("the tracking service: mlflow or wandb (null = none: nothing is imported or sent; "
+                                "--track NAME sets it)", choices=TRACKERS)
+    project: Optional[str] = _f("MLflow experiment or W&B project (null = dqn_cartpole)", when=TRACKING,
+                                check=Check(bool, "a non-empty name", repr))
+    run_name: Optional[str] = _f("the tracked run's name (null = the run folder's name)", when=TRACKING,
+                                 check=Check(bool, "a non-empty name", repr))
+    group: Optional[str] = _f("runs that belong together: a W&B group, an MLflow tag (a sweep or a study sets its "
+                              "name; null = none)", when=TRACKING, check=Check(bool, "a non-empty name", repr))
+    tags: tuple[str, ...] = _f("extra tags, each NAME or NAME=VALUE", when=TRACKING,
+                     check=Check(lambda tags: all(tag.split("=", 1)[0].strip() for tag in tags),
+                                 "a list of NAME or NAME=VALUE strings"))
+    online: bool = _f("W&B: send as the run goes (needs `wandb login`); false = offline, synced later with `wandb "
+                      "sync`", when=When("backend", ("wandb",)))
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration of a run."""
@@ -223,6 +248,7 @@ class Config:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     video: VideoConfig = field(default_factory=VideoConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)

@@ -25,7 +25,7 @@ from dqn_cartpole.run_folder.metrics import column
 from dqn_cartpole.run_folder.record import find_runs
 
 IGNORED_KEYS = ("training.seed",)
-IGNORED_SECTIONS = ("output",)
+IGNORED_SECTIONS = ("output", "tracking")  # where a run went, not what it trained
 OUTPUT_FILES = ("returns.png", "table.md", "table.csv", "report.html")
 PAGE_FILE = "report.html"
 CURVE_POINTS = 100

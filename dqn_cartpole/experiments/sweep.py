@@ -22,6 +22,7 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid, train_worker
+from dqn_cartpole.experiments.tracking_group import group_overrides
 from dqn_cartpole.processes.commands import child_command, continue_command, resume_argv, train_argv
 from dqn_cartpole.processes.supervisor import ChildSet
 from dqn_cartpole.run_folder import layout, read_run
@@ -111,7 +112,9 @@ def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], ove
         for seed in seeds:
             member_name = f"{point.label}__s{seed}"
             members.append(Member(member_name, os.path.join(folder, member_name),
-                                  (*point.overrides, f"{grid.SEED_KEY}={seed}"), config["training"]["num_iterations"],
+                                  (*point.overrides, f"{grid.SEED_KEY}={seed}",
+                                   *group_overrides(config.get("tracking") or {}, name)),
+                                  config["training"]["num_iterations"],
                                   config["training"]["train_steps_per_iteration"]))
     manifest = {"config": os.path.abspath(config_path), "seeds": seeds, "grid": list(grid_texts),
                 "set": [override_source(o)[0] for o in overrides], "members": [m.name for m in members]}
