@@ -20,7 +20,7 @@ import shutil
 import sys
 from typing import Union
 
-from dqn_cartpole.api.configs import ConfigLike, Overrides, as_config, override_items
+from dqn_cartpole.api.configs import ConfigLike, Overrides, as_config, override_items, shortcut_items
 from dqn_cartpole.api.run import Run, RunFailed, cli_args
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.exit_status import EXIT_FAILED
@@ -63,8 +63,7 @@ def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None"
                             "keys with overrides={...})")
         if output_dir is not None or overwrite:
             raise UserError("train(resume=...): a resumed run keeps its folder; give no output_dir or overwrite")
-        items = override_items(overrides) + [f"tracking.backend={track}"] * (track is not None)
-        return _resume(os.fspath(resume.path if isinstance(resume, Run) else resume), items, progress)
+        return _resume(os.fspath(resume.path if isinstance(resume, Run) else resume), overrides, track, progress)
     return _train_new(as_config(config, overrides, track), output_dir, overwrite, progress)
 
 
@@ -83,12 +82,13 @@ def _train_new(config: Config, output_dir: "str | os.PathLike[str] | None", over
         return _run(config, run_dir, bar, None, created)
 
 
-def _resume(run_dir: str, overrides: Overrides, progress: bool) -> Run:
-    """`train --resume RUN_DIR --set ...`'s checks, lock and plan (the CLI's own), then the run here."""
+def _resume(run_dir: str, overrides: Overrides, track: "str | None", progress: bool) -> Run:
+    """`train --resume RUN_DIR --set ... [--track ...]`'s checks, lock and plan (the CLI's own), then the run here."""
     from dqn_cartpole.cli.single_process import lock_and_plan_resume
 
     args = cli_args("train", "--resume", run_dir)
-    args.overrides = override_items(overrides)  # as `--set` items, each naming the argument as it was written
+    # As `--set` items, each naming the argument as it was written.
+    args.overrides = override_items(overrides) + shortcut_items(None, None, None, track)
     config, plan, lock = lock_and_plan_resume(run_dir, args)
     with contextlib.closing(lock):
         warn_about_checkpoints(run_dir, plan)
