@@ -62,13 +62,15 @@ class WarmProcess:
         self.pid, self.status_r, self.life_w = pid, status_r, life_w
         self.said = b""  # what the status pipe brought so far
         self._returncode: Optional[int] = None
+        self._reading = threading.Lock()  # an actor's threads may ask at once: one reads (and closes) the pipe
         os.set_blocking(status_r, False)
 
     @property
     def returncode(self) -> Optional[int]:
-        if self._returncode is None and self.status_r >= 0:
-            self._read_status()
-        return self._returncode
+        with self._reading:
+            if self._returncode is None and self.status_r >= 0:
+                self._read_status()
+            return self._returncode
 
     def _read_status(self) -> None:
         while True:
@@ -175,7 +177,7 @@ class WarmStarter:
                 raise ConnectionError("the warm start-up process ended before it answered")
             raise OSError(f"the warm start-up process could not start {' '.join(argv[:1])}: {answer['error']}")
         fork = WarmProcess(answer["pid"], status_r, life_w)
-        self.forks.append(fork)
+        self.forks = [earlier for earlier in self.forks if earlier.life_w >= 0] + [fork]  # those still held
         return fork
 
     def ensure(self) -> None:
