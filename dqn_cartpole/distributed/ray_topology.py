@@ -26,9 +26,9 @@ from dqn_cartpole.distributed import launcher, policy
 from dqn_cartpole.distributed.ray_placement import RayPlacement
 from dqn_cartpole.distributed.supervision import Supervision
 from dqn_cartpole.run_folder import checkpointing
-from dqn_cartpole.run_folder.atomic import write_json_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.placement import PlacementRecord
+from dqn_cartpole.run_folder.record import write_summary
 
 RAY_ERRORS_LOG = "ray-errors.log"  # what Ray's own processes report to the driver (a worker died, ...)
 
@@ -88,7 +88,7 @@ def command_time_line(run_dir: str, how: str, ray_start_s: float, command_s: flo
         return  # the learner never finished: nothing to add to
     summary.update(command_wall_s=round(command_s, 2), ray_start_s=round(ray_start_s, 2))
     with contextlib.suppress(OSError):
-        write_json_atomic(path, summary)
+        write_summary(path, summary)
     print(f"The whole command took {command_s:.1f} s: Ray's start-up {ray_start_s:.1f} s ({how}), then the roles' "
           f"start and the run (\"Done in\" above is the learner's own time).", flush=True)
 
