@@ -167,11 +167,9 @@ def _token_problem(channel, timeout_s: float) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Session:
-    """The cluster a command runs on: its address, whether this command started it, and how it came to it (for
-    the command's one line)."""
+    """The cluster a command runs on: its address, and how the command came to it (its one line)."""
 
     address: str
-    started_here: bool
     how: str
 
 
@@ -279,7 +277,6 @@ def ray_session(address: Optional[str], connect_timeout_s: float, what: str, num
             stack.enter_context(private_token())
         context = init_ray(ray, address, options, flag)
         try:
-            yield Session(address=context.address_info.get("gcs_address", address or ""),
-                          started_here=address is None, how=how)
+            yield Session(address=context.address_info.get("gcs_address", address or ""), how=how)
         finally:
             ray.shutdown()
