@@ -4,6 +4,7 @@ package's modules import each other in a cycle. The next upward import or cycle 
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -43,3 +44,24 @@ def test_a_planted_import_against_the_contracts_breaks_one(tmp_path, module, pla
     result = lint_imports(str(tmp_path))
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"{contract} BROKEN" in result.stdout, result.stdout
+
+
+def scripts_importing(name: str, folder: str) -> list[str]:
+    """The scripts in `folder` that import the module `name` (`import name`, `from name import ...`)."""
+    found = []
+    for entry in sorted(os.listdir(folder)):
+        if entry.endswith(".py"):
+            with open(os.path.join(folder, entry), encoding="utf-8") as source:
+                tree = ast.parse(source.read())
+            modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+            modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+            if name in modules:
+                found.append(entry)
+    return found
+
+
+def test_no_part_of_the_benchmark_imports_scripts_benchmark_back(tmp_path):
+    """scripts/benchmark.py runs its parts (benchmark_*.py); what they share is in benchmark_common.py, so no cycle."""
+    assert scripts_importing("benchmark", os.path.join(REPO, "scripts")) == []
+    (tmp_path / "benchmark_part.py").write_text("from benchmark import REPO\n")  # the check sees a planted one
+    assert scripts_importing("benchmark", str(tmp_path)) == ["benchmark_part.py"]
