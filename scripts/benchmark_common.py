@@ -73,10 +73,6 @@ def machine() -> str:
     """The machine the run was measured on: cores, processor model, Python, system."""
     import platform
 
-    model = platform.processor() or "unknown processor"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, {platform.system()}"
+    from dqn_cartpole.run_folder.provenance import cpu_model  # the one reader of the CPU's model name
+
+    return f"{os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, {platform.system()}"
