@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from dqn_cartpole.console.quiet import filter_kernel_stderr
 from dqn_cartpole.errors import ConfigError, UserError
+from dqn_cartpole.version import __version__
 
 filter_kernel_stderr()  # in a Jupyter kernel only: TensorFlow's and Reverb's C++ noise, as the commands filter it
-
-__version__ = "0.1.0"
 
 # name -> the module that defines it (imported on first use: see __getattr__)
 _LAZY = {"load_config": "dqn_cartpole.api.configs", "train": "dqn_cartpole.api.training",

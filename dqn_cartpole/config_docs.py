@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import yaml
 
-from dqn_cartpole import config as cfg
+import dqn_cartpole.config as cfg
 
 REFERENCE_PAGE = "docs/configuration-reference.md"
 REGENERATE = "python -m dqn_cartpole config --reference > docs/configuration-reference.md"

@@ -35,7 +35,6 @@ markers, naming the run: date, command, load average, the reference loop's rate)
 With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py instead (see there).
 With `--capacity [1,2,4,8,16] [--seconds 8]` it runs scripts/benchmark_capacity.py instead (see there).
 With `--sweep [--seeds 0-7]` it runs scripts/benchmark_sweep.py instead (sweep --ray against sweep --jobs 2).
-With `--reuse [--seeds 0-3]`, scripts/benchmark_worker_reuse.py (a fresh process per run against one reused process).
 With `--compare-tracking`, the default run also with `--track mlflow` and `--track wandb` on each seed (issue 40: at
 most 5% more time to the policy); `--tracking [--seeds 0,1]` runs only that, between two reference-loop rates.
 Absolute times drift on shared machines; the ratios are measured side by side.
@@ -46,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -54,52 +52,12 @@ import tempfile
 import time
 from typing import Optional
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from benchmark_common import (DEFAULT_REFERENCE, REPO, machine, project_rate, reference_rate,  # noqa: E402
+                              run_train, splice_between)
 from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
 
-# shared/bench/reference_loop.py next to the repository, or next to a folder above it (a git worktree)
-DEFAULT_REFERENCE = next((os.path.join(folder, "shared", "bench", "reference_loop.py") for folder in
-                          (os.path.dirname(REPO), os.path.dirname(os.path.dirname(REPO)))
-                          if os.path.isfile(os.path.join(folder, "shared", "bench", "reference_loop.py"))),
-                         os.path.join(os.path.dirname(REPO), "shared", "bench", "reference_loop.py"))
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
-
-
-def run_train(config: str, out: str, overrides: list[str]) -> dict:
-    """Runs `train` in a fresh process; returns its summary.json."""
-    args = [sys.executable, "-m", "dqn_cartpole", "train", "--config", os.path.join(REPO, "configs", config),
-            "--output-dir", out, "--quiet", "--overwrite"]
-    for item in overrides:
-        args += ["--set", item]
-    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
-    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def reference_rate(reference: str, iterations: int) -> float:
-    """Steady-state iterations/s of the tutorial loop (after its first 1,000 iterations)."""
-    result = subprocess.run([sys.executable, reference, str(iterations)], cwd=REPO, capture_output=True, text=True)
-    lines = re.findall(r"iter (\d+) return \S+ loss \S+ wall_s (\S+) eval_s (\S+)", result.stdout)
-    if len(lines) < 2:
-        raise SystemExit(f"reference loop failed:\n{result.stdout[-1000:]}\n{result.stderr[-2000:]}")
-    (first_it, first_wall, _), rest = lines[0], lines[1:]
-    span = float(rest[-1][1]) - float(first_wall) - sum(float(e) for _, _, e in rest)
-    return (int(rest[-1][0]) - int(first_it)) / span
-
-
-def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], driver: str = "compiled") -> float:
-    """Steady-state it/s of `train` at the tutorial's hyperparameters, with `collection.driver: driver`."""
-    sampling = "dataset" if backend == "reverb" else "direct"
-    out = os.path.join(workdir, f"tutorial-{backend}-{driver}")
-    summary = run_train("tutorial.yaml", out, [f"training.num_iterations={iterations}", "video.enabled=false",
-                                               f"replay.backend={backend}", f"replay.sampling={sampling}",
-                                               f"collection.driver={driver}",
-                                               "evaluation.eval_interval=1000", *extra])
-    return summary["iterations_per_s"]
 
 
 def evaluation_seconds(policy_run: str) -> float:
@@ -394,18 +352,6 @@ def single_process_tables(runs: list[dict], sb3_runs: list[dict], rates: dict, r
     return lines
 
 
-def splice_between(path: str, begin: str, end: str, text: str) -> None:
-    """Writes `text` (which starts with `begin` and ends with `end`) over what lies between those markers in `path`,
-    keeping the rest of the page; appends it to a page without them."""
-    old = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
-    if begin in old and end in old:
-        text = old.split(begin)[0] + text + old.split(end, 1)[1]
-    else:
-        text = old + ("\n" if old else "") + text + "\n"
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-
-
 def write_markdown(path: str, body: list[str], meta: dict) -> None:
     """Writes the tables between BEGIN and END in `path` (the rest of the page is kept), naming the run."""
     head = [BEGIN, f"Measured on {meta['date']} with `{meta['command']}` (took {meta['took_s'] / 60:.0f} min); "
@@ -489,19 +435,6 @@ def single_process_benchmark(args: argparse.Namespace) -> None:
         print(f"wrote {args.markdown}")
 
 
-def machine() -> str:
-    """The machine the run was measured on: cores, processor model, Python, system."""
-    import platform
-
-    model = platform.processor() or "unknown processor"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, {platform.system()}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2,3,4")
@@ -547,11 +480,6 @@ def main() -> None:
         import benchmark_sweep
 
         benchmark_sweep.main(sys.argv[1:])
-        return
-    if "--reuse" in sys.argv[1:]:  # a fresh process per run against one reused: scripts/benchmark_worker_reuse.py
-        import benchmark_worker_reuse
-
-        benchmark_worker_reuse.main(sys.argv[1:])
         return
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables, naming this run, into PATH "
                                                             "between its benchmark.py markers (e.g. docs/benchmarks.md)")

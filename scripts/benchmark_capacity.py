@@ -145,7 +145,7 @@ def parse_modes(text: str) -> list:
 
 
 def parse_args(argv: list) -> argparse.Namespace:
-    from benchmark import DEFAULT_REFERENCE  # scripts/ is on the path
+    from benchmark_common import DEFAULT_REFERENCE  # scripts/ is on the path
 
     parser = OneLineParser(prog="benchmark.py --capacity", description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", nargs="?", const=",".join(map(str, DEFAULT_COUNTS)),
@@ -680,7 +680,7 @@ def load() -> str:
 
 
 def capacity(args: argparse.Namespace) -> None:
-    from benchmark import reference_rate
+    from benchmark_common import reference_rate
 
     workdir = tempfile.mkdtemp(prefix="dqn-capacity-")
     started, load_before = time.time(), load()

@@ -380,7 +380,7 @@ def main(argv: list) -> None:
     """The failure runs alone, between two runs of the reference loop, with the load average before and after."""
     import argparse
 
-    from benchmark import DEFAULT_REFERENCE, reference_rate
+    from benchmark_common import DEFAULT_REFERENCE, reference_rate
 
     parser = argparse.ArgumentParser(description="one --topology ray run per failure (scripts/benchmark_ray.py)")
     parser.add_argument("--failures", default=",".join(FAILURES), help=f"among: {', '.join(FAILURES)}")

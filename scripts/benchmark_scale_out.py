@@ -40,7 +40,7 @@ import tempfile
 import time
 
 import benchmark_ray
-from benchmark import DEFAULT_REFERENCE, REPO, project_rate, reference_rate
+from benchmark_common import DEFAULT_REFERENCE, REPO, project_rate, reference_rate
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 

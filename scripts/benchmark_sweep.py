@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from benchmark import DEFAULT_REFERENCE, REPO, reference_rate, splice_between
+from benchmark_common import DEFAULT_REFERENCE, REPO, reference_rate, splice_between
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 

@@ -51,7 +51,7 @@ print(json.dumps({"mean": float(returns.mean()), "min": float(returns.min()), "e
 
 def train(seed: int, workdir: str, overrides: list[str]) -> dict:
     """The default config on `seed`, videos off (benchmark.py's `run_train`): its summary, and where it ran."""
-    from benchmark import run_train  # scripts/ is on the path when this file runs as a script
+    from benchmark_common import run_train  # scripts/ is on the path when this file runs as a script
 
     out = os.path.join(workdir, f"s{seed}")
     return {**run_train("default.yaml", out, [f"training.seed={seed}", "video.enabled=false", *overrides]), "run": out}

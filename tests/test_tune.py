@@ -19,6 +19,7 @@ from helpers import CONFIGS, REPO, run_cli
 
 import postgres_server
 from dqn_cartpole.config import load_config
+from dqn_cartpole.experiments import train_worker
 from dqn_cartpole.run_folder import read_run
 
 SMOKE = os.path.join(CONFIGS, "smoke.yaml")
@@ -106,7 +107,7 @@ def test_two_workers_share_a_journal_study_and_it_resumes(tmp_path):
         while not running_trial(killed, tmp_path, "0002") and time.time() < deadline and killed.poll() is None:
             time.sleep(0.2)
         assert running_trial(killed, tmp_path, "0002"), "trial 2 never started"
-        assert any("train_worker" in " ".join(p.cmdline()) for p in psutil.Process(killed.pid).children())
+        assert any(train_worker.WORKER_MODULE in p.cmdline() for p in psutil.Process(killed.pid).children())
     finally:
         tree = kill_tree(killed)
     assert not [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -160,7 +161,7 @@ def record(solved: bool, config=None, **summary):
 
 
 def test_each_objective_scores_a_solve_by_its_figure_and_an_unsolved_run_by_twice_its_budget():
-    from dqn_cartpole.experiments.tune import score
+    from dqn_cartpole.experiments.objectives import score
 
     solved = record(True, solved_env_steps=2500, solved_wall_s=7.5, solved_cpu_s=6.25, env_steps=2500,
                     wall_s=11.0, cpu_s=9.0)
@@ -194,7 +195,7 @@ def test_seeds_and_objective_are_checked_and_kept_for_the_continue_command(tmp_p
 
 def test_a_trial_trains_every_seed_and_scores_their_mean(tmp_path):
     """On C51, over one of its own keys (its atoms): tune drives a C51 study as it does a DQN one."""
-    from dqn_cartpole.experiments.tune import score
+    from dqn_cartpole.experiments.objectives import score
 
     proc = run_cli(*tune_argv(tmp_path, 1, "--seeds", "3,4", "--objective", "cpu_s", "--seed", "0",
                               "--set", "training.num_iterations=100", *C51,

@@ -14,7 +14,7 @@ import math
 import os
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from dqn_cartpole import config as config_module
+import dqn_cartpole.config as config_module
 from dqn_cartpole.cli.shortcuts import SHORTCUTS
 from dqn_cartpole.config import Config, Flagged
 from dqn_cartpole.errors import ConfigError

@@ -31,7 +31,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from dqn_cartpole import config_docs
+    import dqn_cartpole.config_docs as config_docs
     from dqn_cartpole.config import dump_yaml, load
 
     if args.reference:

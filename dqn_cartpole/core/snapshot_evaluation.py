@@ -30,6 +30,7 @@ from typing import Optional
 
 from dqn_cartpole.core.numpy_episodes import EvalResult, greedy_act, mean_max_q, run_episodes
 from dqn_cartpole.core.vector_env import VectorSteps, make_vector_steps
+from dqn_cartpole.processes.peak_memory import peak_rss_mb
 
 MODULE = "dqn_cartpole.core.snapshot_evaluation"
 CLOSE_TIMEOUT_S = 10.0
@@ -189,18 +190,6 @@ class ThreadWorker:
 
 
 WORKERS = {"process": ProcessWorker, "thread": ThreadWorker}
-
-
-def peak_rss_mb(pid: int) -> Optional[float]:
-    """A live process's peak resident memory (VmHWM), in MB; None if it has ended or there is no /proc."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
 
 
 def main() -> int:

@@ -29,6 +29,7 @@ from dqn_cartpole.core.py_collect import StepCounter
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.distributed import parts
 from dqn_cartpole.distributed.variables import WeightSync, check_server
+from dqn_cartpole.processes.start_time import process_start_time
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.csv_files import CsvLog, read_csv
 from dqn_cartpole.run_folder.metrics import COLLECTOR_COLUMNS, counted_before
@@ -197,7 +198,7 @@ class StartClock:
     phases between `mark`s, in one line of its log (`line`), which says where a restarted collector's seconds go."""
 
     def __init__(self, name: str):
-        self.name, self.started_unix = name, process_started_unix()
+        self.name, self.started_unix = name, process_start_time()
         self.marks = [("imports and config", time.time())]
 
     def mark(self, phase: str) -> None:
@@ -210,12 +211,3 @@ class StartClock:
                 f"{times[0]:.2f} ({phases})")
 
 
-def process_started_unix() -> Optional[float]:
-    """When this process started (Unix time, to 10 ms), from /proc; None where there is no /proc."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as stat, open("/proc/uptime", encoding="ascii") as uptime:
-            started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
-            up_s = float(uptime.read().split()[0])
-        return time.time() - (up_s - started_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None

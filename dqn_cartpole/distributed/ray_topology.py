@@ -25,6 +25,7 @@ from dqn_cartpole.console import signals
 from dqn_cartpole.distributed import launcher, policy
 from dqn_cartpole.distributed.ray_placement import RayPlacement
 from dqn_cartpole.distributed.supervision import Supervision
+from dqn_cartpole.processes import ray_private
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.placement import PlacementRecord
@@ -98,29 +99,19 @@ def quiet_ray(roles_dir: str) -> Iterator[None]:
     """Ray's own messages off the terminal, for a `ray.init` inside the block: its Python loggers' warnings (a note
     on token authentication at a local instance's start) and the errors its processes send the driver (a worker
     died: `supervision` says each role's end in one line) go to `roles_dir`/ray-errors.log once that folder
-    exists. Ray prints the latter from a thread that `ray.init` starts: its function is replaced first."""
-    import ray._private.worker as ray_worker  # pylint: disable=import-outside-toplevel,protected-access
-
-    ray_logger = logging.getLogger("ray")
-    level, listener = ray_logger.level, ray_worker.listen_error_messages
+    exists (Ray has no switch for the latter: `processes.ray_private.cluster_errors_to`)."""
+    ray_logger = logging.getLogger("ray")  # Ray's documented logger, the parent of its modules' own
+    level = ray_logger.level
     ray_logger.setLevel(logging.ERROR)
-    ray_worker.listen_error_messages = functools.partial(_errors_to_log, roles_dir=roles_dir)
     try:
-        yield
+        with ray_private.cluster_errors_to(functools.partial(_error_to_log, roles_dir=roles_dir)):
+            yield
     finally:
-        ray_worker.listen_error_messages = listener
         ray_logger.setLevel(level)
 
 
-def _errors_to_log(worker: Any, threads_stopped: Any, roles_dir: str) -> None:
-    """Ray's error listener (`ray._private.worker.listen_error_messages`), writing to a log file."""
-    try:
-        worker.gcs_error_subscriber.subscribe()
-        while not threads_stopped.is_set():
-            _, error = worker.gcs_error_subscriber.poll()
-            if error is None or not os.path.isdir(roles_dir):
-                continue
-            with open(os.path.join(roles_dir, RAY_ERRORS_LOG), "a", encoding="utf-8") as log:
-                log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {error['error_message'].rstrip()}\n")
-    except Exception:  # pylint: disable=broad-except  # the listener ends with its connection
-        return
+def _error_to_log(message: str, roles_dir: str) -> None:
+    """One error the cluster published, appended to `roles_dir`/ray-errors.log (once the run's folder exists)."""
+    if os.path.isdir(roles_dir):
+        with open(os.path.join(roles_dir, RAY_ERRORS_LOG), "a", encoding="utf-8") as log:
+            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message.rstrip()}\n")

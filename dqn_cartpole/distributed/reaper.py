@@ -50,11 +50,9 @@ def marker() -> dict:
 def started_by(pid: int, launcher_pid: int) -> bool:
     """Whether process `pid` was started by the launcher `launcher_pid` (its environment says so)."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            variables = handle.read().split(b"\0")
-    except OSError:
+        return psutil.Process(pid).environ().get(LAUNCHER_ENV) == str(launcher_pid)
+    except psutil.Error:  # ended, or another user's
         return False
-    return f"{LAUNCHER_ENV}={launcher_pid}".encode() in variables
 
 
 def finish(reaper: subprocess.Popen) -> None:

@@ -27,6 +27,7 @@ from typing import Iterator, Optional, TextIO
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import ray_board, ray_worker
 from dqn_cartpole.experiments.ray_worker import RunJob, RunOutcome
+from dqn_cartpole.processes import ray_private
 
 MAX_ATTEMPTS = 3  # a run lost with its node this many times fails
 MEMORY_PER_RUN_MB = 700  # as sweep.MEMORY_PER_RUN_MB: Ray places no more runs on a node than its memory holds
@@ -204,30 +205,17 @@ def check_cluster(ray) -> dict:
 def cluster_errors_in_one_line(stream: Optional[TextIO] = None) -> Iterator[None]:
     """Ray's driver prints each error the cluster publishes on stdout, a node's death with its raylet's last 20 log
     lines; within the block each is one line on stderr ("ray: ..."), beside the command's own account of the runs
-    it cost. (Ray has no switch for it: its printer, looked up at each call, is wrapped.)"""
-    from ray._private import worker as ray_driver  # pylint: disable=import-outside-toplevel
+    it cost (Ray has no switch for it: `processes.ray_private.cluster_errors_to`)."""
 
-    original = getattr(ray_driver, "print_to_stdstream", None)
-    if original is None:
-        yield
-        return
-
-    def print_to_stdstream(data, ignore_prefix):
-        if data.get("pid") != "raylet":
-            return original(data, ignore_prefix)
+    def one_line(message: str) -> None:
         out = stream or sys.stderr
-        for message in data.get("lines", []):
-            first = next((line.strip() for line in str(message).splitlines() if line.strip()), "")
-            sentences = first.split(". ")
-            out.write(f"ray: {'. '.join(sentences[:2]) if len(sentences[0]) < 40 else sentences[0]}\n")
+        first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+        sentences = first.split(". ")
+        out.write(f"ray: {'. '.join(sentences[:2]) if len(sentences[0]) < 40 else sentences[0]}\n")
         out.flush()
-        return None
 
-    ray_driver.print_to_stdstream = print_to_stdstream
-    try:
+    with ray_private.cluster_errors_to(one_line):
         yield
-    finally:
-        ray_driver.print_to_stdstream = original
 
 
 def _first_line(exc: BaseException) -> str:

@@ -196,10 +196,10 @@ def node_info() -> dict:
 
 def code_version() -> tuple:
     """(package version, git commit or None) of the dqn_cartpole this process imports."""
-    import dqn_cartpole
     from dqn_cartpole.run_folder.provenance import checkout_root, git_state
+    from dqn_cartpole.version import __version__
 
-    return dqn_cartpole.__version__, git_state(checkout_root())[0]
+    return __version__, git_state(checkout_root())[0]
 
 
 class DifferentCode(Exception):

@@ -1,7 +1,7 @@
 """Reused train processes: a long-lived process that imports TensorFlow once and trains one run after another.
 
 A fresh `python -m dqn_cartpole train` per run pays Python's and TensorFlow's start-up every time (17-19% of a
-default run, docs/experiments.md). A worker (`python -m dqn_cartpole.experiments.train_worker`) pays it once: it
+default run, docs/experiments.md). A worker (`python -m dqn_cartpole.api.worker_process`) pays it once: it
 reads one request a line on stdin (a `train` or `train --resume` argv and a log path), trains the run in-process
 through the Python API (`dqn_cartpole.train`, i.e. `training.run.run_here`: Keras' global state cleared, the seeds
 set, TensorFlow's gradient registry and the heap left as found), its output (Python's and TensorFlow's C++ lines)
@@ -15,8 +15,8 @@ also as the second run in a worker), because what outlives a run in a worker is 
   started). Any other run is a fresh process, as before.
 * **A worker ends after any run that did not finish cleanly** (failed, diverged, stopped, crashed, bad input), and
   exits with that run's status: whatever such a run left behind dies with the process, and its parent sees the exit
-  status a fresh process gives. It also ends after `MAX_RUNS` runs and once its peak memory passes `MAX_RSS_MB`;
-  the next run starts a new one.
+  status a fresh process gives. It also ends after `MAX_RUNS` runs and once its peak memory passes
+  `api.worker_process.MAX_RSS_MB`; the next run starts a new one.
 * **Signals**: the parent stops a run as a fresh one, with SIGINT or SIGTERM to the worker (its run turns the first
   into a checkpoint, as the CLI does); between runs the worker has the default handlers, so a signal ends it. It
   gets SIGTERM when its parent dies (`supervisor.die_with_parent`) and ends when its stdin closes.
@@ -30,27 +30,24 @@ exit status is the run's), or as a fresh `Child` when the run is not `reusable`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Optional
 
 from dqn_cartpole.console.exit_status import STOP_SIGNALS
+from dqn_cartpole.processes.commands import parse_train_argv
 from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
 
 MAX_RUNS = 8  # a worker is replaced after this many runs
 FRESH_RUNS_ENV = "DQN_CARTPOLE_FRESH_RUNS"  # "1": every run a fresh process, as before workers (benchmarks)
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # as Ray sets in a one-CPU worker: the run's ops are on one thread already
-MAX_RSS_MB = 1500  # ... or once its peak memory passed this (a default run peaks at ~600 MB in a worker)
-WORKER_MODULE = "dqn_cartpole.experiments.train_worker"
+WORKER_MODULE = "dqn_cartpole.api.worker_process"  # the worker's side: `serve`, through the Python API
 
 
 # ---------------------------------------------------------------------------- which runs
@@ -63,7 +60,7 @@ def reusable(argv: list) -> bool:
     from dqn_cartpole.config import load_config, sampling_mode
     from dqn_cartpole.errors import UserError
 
-    args = _parser().parse_args(argv[1:])
+    args = parse_train_argv(argv)
     try:
         if args.resume:
             config = load_config(os.path.join(args.resume, "config.yaml"), args.set or [])
@@ -72,94 +69,6 @@ def reusable(argv: list) -> bool:
     except (UserError, OSError):
         return False  # a fresh process says what is wrong, in the run's log, as before
     return config.collection.driver == "compiled" and sampling_mode(config.replay) == "direct"
-
-
-def _parser() -> argparse.ArgumentParser:
-    """The `train` arguments `processes.commands.train_argv` and `resume_argv` write."""
-    parser = argparse.ArgumentParser(prog="train", add_help=False)
-    parser.add_argument("--config")
-    parser.add_argument("--output-dir")
-    parser.add_argument("--resume")
-    parser.add_argument("--set", action="append")
-    parser.add_argument("--quiet", action="store_true")
-    return parser
-
-
-# ---------------------------------------------------------------------------- the worker process
-
-
-def serve(max_runs: int = MAX_RUNS, max_rss_mb: float = MAX_RSS_MB) -> int:
-    """The worker's life: TensorFlow once, then one run a request until stdin closes or a rule ends it."""
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # between runs, anything printed goes where the worker's errors go
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    from dqn_cartpole.console.imports import import_tensorflow
-
-    import_tensorflow()
-    from dqn_cartpole.training.loop import run_ops_on_one_thread
-
-    run_ops_on_one_thread()  # before any op: as a fresh default run sets it for itself
-    import dqn_cartpole.training.session  # noqa: F401  pylint: disable=unused-import  # the rest of the imports
-    runs = 0
-    for line in sys.stdin:
-        request = json.loads(line)
-        status = run_logged(request["argv"], request["log"])
-        runs += 1
-        goes_on = status == 0 and runs < max_runs and peak_rss_mb() <= max_rss_mb
-        replies.write(json.dumps({"status": status, "runs": runs, "peak_rss_mb": peak_rss_mb(),
-                                  "goes_on": goes_on}) + "\n")
-        if not goes_on:
-            return status
-    return 0
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def run_logged(argv: list, log_path: str) -> int:
-    """One run, its output (file descriptors 1 and 2, so TensorFlow's own lines too) appended to `log_path`."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(log_path, "ab") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-    try:
-        return train_here(argv)
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
-
-
-def train_here(argv: list) -> int:
-    """`python -m dqn_cartpole ARGV` (a `train` argv) in this process; the exit status the CLI would give."""
-    import dqn_cartpole as dq
-    from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_USAGE, for_signal
-
-    args = _parser().parse_args(argv[1:])
-    try:
-        if args.resume:
-            run = dq.train(resume=args.resume, overrides=args.set or None, progress=not args.quiet)
-        else:
-            run = dq.train(args.config, args.output_dir, overrides=args.set or None, progress=not args.quiet)
-    except dq.UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except dq.RunFailed as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:  # a second Ctrl-C: the run stopped at once
-        return for_signal(signal.SIGINT)
-    except Exception:  # pylint: disable=broad-except  # as a fresh process's traceback, then its status
-        traceback.print_exc()
-        return EXIT_FAILED
-    stopped = run.read().get("stopped_by")
-    return for_signal(signal.Signals[stopped]) if stopped else 0
 
 
 # ---------------------------------------------------------------------------- the parent's side
@@ -350,9 +259,3 @@ class WorkerSlots:
                 worker.close()
             self.workers = []
 
-
-if __name__ == "__main__":
-    STATUS = serve(int(sys.argv[1]) if len(sys.argv) > 1 else MAX_RUNS)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(STATUS)  # at once: the runs closed their files, and TensorFlow's teardown would only cost time

@@ -38,6 +38,7 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid, space, storage, study_checks, train_worker
+from dqn_cartpole.experiments.objectives import OBJECTIVES, env_step_budget, score
 from dqn_cartpole.processes import commands
 from dqn_cartpole.experiments.tracking_group import group_overrides, trial_tags
 from dqn_cartpole.processes.commands import child_command, train_argv
@@ -47,11 +48,6 @@ JOURNAL_FILE = "journal.log"
 TRIALS_DIR = "trials"
 POLL_S = 0.5
 STOP_WAIT_S = 120.0  # a stopped run writes its checkpoint, plots and videos
-PENALTY_FACTOR = 2
-# --objective: (what it measures, the summary's key for a solved run, the key of the run's own total)
-OBJECTIVES = {"env_steps": ("env steps to a confirmed solve", "solved_env_steps", "env_steps"),
-              "wall_s": ("wall seconds to a confirmed solve", "solved_wall_s", "wall_s"),
-              "cpu_s": ("CPU seconds to a confirmed solve", "solved_cpu_s", "cpu_s")}
 
 
 class TrialFailed(Exception):
@@ -124,25 +120,6 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
     return TunePlan(name, folder, os.path.abspath(config_path), os.path.abspath(space_path), tuple(params), trials,
                     jobs, storage_url or os.path.join(folder, JOURNAL_FILE), tuple(overrides), sampler_seed,
                     budget // 3, rdb, seeds, objective, tracking=base.get("tracking"))
-
-
-def env_step_budget(config: dict) -> int:
-    """The env steps a run takes if it never stops early."""
-    training = config["training"]
-    return int(training["initial_collect_steps"] + training["num_iterations"] * training["collect_steps_per_iteration"])
-
-
-def score(run, objective: str = "env_steps") -> float:
-    """The objective of a finished run (a RunRecord): its env steps or seconds to solve, or the penalty."""
-    _, solved_key, total_key = OBJECTIVES[objective]
-    if run.solved and run.get(solved_key) is not None:
-        return float(run.get(solved_key))
-    budget = env_step_budget(run.config)
-    if objective == "env_steps":
-        return float(PENALTY_FACTOR * budget)
-    # The seconds the whole budget takes at this run's speed (a diverged or stopped run ended early).
-    done = max(1, int(run.get("env_steps") or 0))
-    return float(PENALTY_FACTOR * float(run.get(total_key) or 0.0) * max(1.0, budget / done))
 
 
 # ---------------------------------------------------------------------------- the study

@@ -11,6 +11,7 @@ import os
 import warnings
 
 from dqn_cartpole.experiments import grid
+from dqn_cartpole.experiments.objectives import OBJECTIVES
 from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.csv_files import dict_rows, write_csv_atomic
@@ -87,8 +88,6 @@ def write_best(study, plan) -> str:
     overrides = [*plan.overrides, *best.user_attrs.get("overrides", [])]
     (config,) = grid.check_configs(plan.config_path, [[*overrides, "output.run_name=null"]])
     grid.first_error([config])
-    from dqn_cartpole.experiments.tune import OBJECTIVES
-
     what = OBJECTIVES[getattr(plan, "objective", "env_steps")][0]
     seeds = f", mean over seeds {best.user_attrs['per_seed']}" if best.user_attrs.get("per_seed") else ""
     if not seeds and "solved_env_steps" in best.user_attrs and best.user_attrs["solved_env_steps"] is None:

@@ -6,6 +6,7 @@ is built by `continue_command`, so each one is quoted the same way.
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import sys
 from typing import Sequence
@@ -39,3 +40,14 @@ def resume_argv(run_dir: str, *extra: str) -> list[str]:
 def resume_command(run_dir: str, *extra: str) -> str:
     """The line that continues the run in `run_dir`."""
     return continue_command(resume_argv(run_dir, *extra))
+
+
+def parse_train_argv(argv: Sequence[str]) -> argparse.Namespace:
+    """The `train` arguments that `train_argv` and `resume_argv` write, read back (`argv[0]` is "train")."""
+    parser = argparse.ArgumentParser(prog="train", add_help=False)
+    parser.add_argument("--config")
+    parser.add_argument("--output-dir")
+    parser.add_argument("--resume")
+    parser.add_argument("--set", action="append")
+    parser.add_argument("--quiet", action="store_true")
+    return parser.parse_args(list(argv)[1:])

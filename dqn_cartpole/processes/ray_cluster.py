@@ -14,7 +14,6 @@ anything is created. An address where nothing answers is one line too, within th
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import secrets
 import shutil
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.processes import ray_private
 
 EXTRA = "ray"
 INSTALL_HINT = 'pip install "dqn_cartpole[ray]" (in a checkout: pip install -e ".[ray]")'
@@ -74,11 +74,8 @@ def cluster_address(given: Optional[str]) -> Optional[str]:
 
 def this_machines_cluster() -> Optional[str]:
     """The address of the cluster that the latest `ray start` began on this machine, as Ray records it for its own
-    `ray.init()` (None: there is none). The one read of Ray's private API here; tests/test_ray_units.py fails
-    loudly if a Ray release moves it."""
-    from ray._private.utils import read_ray_address  # pylint: disable=import-outside-toplevel,protected-access
-
-    return read_ray_address() or None
+    `ray.init()` (None: there is none): Ray's private API, so `ray_private` reads it."""
+    return ray_private.read_ray_address()
 
 
 def parse_cluster_address(address: str, flag: str = "--address") -> Optional[tuple[str, int]]:
@@ -270,8 +267,7 @@ def ray_session(address: Optional[str], connect_timeout_s: float, what: str, num
     options: dict = {"log_to_driver": False, "configure_logging": False}
     if address is None:
         options.update(num_cpus=num_cpus, include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES)
-        # Ray turns token authentication on for a local instance, and says so in a warning on every start.
-        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+        ray_private.quiet_token_notice()
     with contextlib.ExitStack() as stack:
         if address is None:
             stack.enter_context(private_token())

@@ -20,6 +20,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from dqn_cartpole.processes.peak_memory import peak_rss_mb
 
 PEAK_RSS_LINE = "peak_rss_mb "
 
@@ -113,13 +114,9 @@ class Background:
 def report_peak_rss() -> None:
     """Prints this process's peak resident memory since its exec (VmHWM; getrusage would count the parent's
     pages the fork copied), for the `Background` that started it."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    print(f"{PEAK_RSS_LINE}{int(line.split()[1]) / 1024:.1f}", flush=True)
-    except OSError:  # no /proc: nothing to report
-        pass
+    peak = peak_rss_mb()
+    if peak is not None:  # None: no /proc, nothing to report
+        print(f"{PEAK_RSS_LINE}{peak:.1f}", flush=True)
 
 
 def start_plotter(run_dir: Optional[str] = None, on_line: Callable[[str], None] = lambda line: None) -> Background:

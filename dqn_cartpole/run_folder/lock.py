@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from typing import IO
 
+import psutil
+
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder.layout import LOCK_FILE, ROLES_LOCK_FILE
 
@@ -101,49 +103,27 @@ def describe_holders(run_dir: str) -> str:
 
 def holders(run_dir: str, names: tuple = (LOCK_FILE, ROLES_LOCK_FILE)) -> list[tuple[int, str]]:
     """(pid, role) of every other live process that has one of the run's lock files `names` open, by pid."""
-    targets = set()
-    for name in names:
-        try:
-            info = os.stat(os.path.join(run_dir, name))
-        except OSError:
-            continue
-        targets.add((info.st_dev, info.st_ino))
+    targets = {os.path.realpath(os.path.join(run_dir, name)) for name in names
+               if os.path.exists(os.path.join(run_dir, name))}
     found = []
-    for pid in _pids():
-        if pid != os.getpid() and _has_open(pid, targets):
+    for pid in psutil.pids():
+        if pid != os.getpid() and targets and _has_open(pid, targets):
             found.append((pid, role_of(pid)))
     return found
 
 
-def _pids() -> list[int]:
-    try:
-        return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
-    except OSError:
-        return []
-
-
 def _has_open(pid: int, targets: set) -> bool:
-    folder = f"/proc/{pid}/fd"
     try:
-        names = os.listdir(folder)
-    except OSError:  # ended, or another user's
+        return any(opened.path in targets for opened in psutil.Process(pid).open_files())
+    except psutil.Error:  # ended, or another user's
         return False
-    for name in names:
-        try:
-            info = os.stat(os.path.join(folder, name))
-        except OSError:
-            continue
-        if (info.st_dev, info.st_ino) in targets:
-            return True
-    return False
 
 
 def role_of(pid: int) -> str:
     """`collect --collector-id 0`, `learn`, `train`...: the dqn_cartpole command a process runs."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            argv = handle.read().decode(errors="replace").split("\0")
-    except OSError:
+        argv = psutil.Process(pid).cmdline()
+    except psutil.Error:
         return "ended"
     command = next((word for word in argv if word in ROLE_COMMANDS), None)
     if command is None:

@@ -14,7 +14,7 @@ import platform
 import subprocess
 from typing import Optional
 
-import dqn_cartpole
+from dqn_cartpole.version import __version__
 
 # Label in the report -> distribution name (pip's).
 LIBRARIES = {"tensorflow": "tensorflow", "tf_agents": "tf-agents", "reverb": "dm-reverb", "gymnasium": "gymnasium"}
@@ -26,7 +26,7 @@ def provenance() -> dict:
     the CPU model, its core count and the OS."""
     commit, dirty = git_state(checkout_root())
     return {
-        "package_version": dqn_cartpole.__version__,
+        "package_version": __version__,
         "git_commit": commit,
         "git_dirty": dirty,
         "python": platform.python_version(),
@@ -39,7 +39,8 @@ def provenance() -> dict:
 
 def checkout_root() -> Optional[str]:
     """The git checkout the package runs from (its parent folder holds .git), else None (an installed wheel)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(dqn_cartpole.__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # dqn_cartpole/, from run_folder/
+    root = os.path.dirname(package)
     return root if os.path.exists(os.path.join(root, ".git")) else None
 
 

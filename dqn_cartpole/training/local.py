@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 import tensorflow as tf
 from tf_agents.metrics import tf_metrics
 
-from dqn_cartpole import env_ids
+import dqn_cartpole.env_ids as env_ids
 from dqn_cartpole.config import Config
 from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress

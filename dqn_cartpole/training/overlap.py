@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from dqn_cartpole import env_ids
+import dqn_cartpole.env_ids as env_ids
 from dqn_cartpole.config import Config
 from dqn_cartpole.core import build
 from dqn_cartpole.core.policies import NumpyGreedy

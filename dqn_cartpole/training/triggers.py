@@ -17,7 +17,7 @@ from tf_agents.train import interval_trigger
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole import env_ids
+import dqn_cartpole.env_ids as env_ids
 from dqn_cartpole.core import build
 from dqn_cartpole.core.evaluation import EvalResult, make_episode_runner
 from dqn_cartpole.core.policies import greedy_policy

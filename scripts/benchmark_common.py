@@ -1,0 +1,78 @@
+"""What every part of the benchmark shares (scripts/benchmark.py and the benchmark_*.py parts it runs): the
+repository, the tutorial's reference loop and its rate, a `train` run and its rate, the page splice, the machine.
+
+The parts import this module, never scripts/benchmark.py, so the benchmark has no import cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+# shared/bench/reference_loop.py next to the repository, or next to a folder above it (a git worktree)
+DEFAULT_REFERENCE = next((os.path.join(folder, "shared", "bench", "reference_loop.py") for folder in
+                          (os.path.dirname(REPO), os.path.dirname(os.path.dirname(REPO)))
+                          if os.path.isfile(os.path.join(folder, "shared", "bench", "reference_loop.py"))),
+                         os.path.join(os.path.dirname(REPO), "shared", "bench", "reference_loop.py"))
+
+
+def run_train(config: str, out: str, overrides: list[str]) -> dict:
+    """Runs `train` in a fresh process; returns its summary.json."""
+    args = [sys.executable, "-m", "dqn_cartpole", "train", "--config", os.path.join(REPO, "configs", config),
+            "--output-dir", out, "--quiet", "--overwrite"]
+    for item in overrides:
+        args += ["--set", item]
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
+    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def reference_rate(reference: str, iterations: int) -> float:
+    """Steady-state iterations/s of the tutorial loop (after its first 1,000 iterations)."""
+    result = subprocess.run([sys.executable, reference, str(iterations)], cwd=REPO, capture_output=True, text=True)
+    lines = re.findall(r"iter (\d+) return \S+ loss \S+ wall_s (\S+) eval_s (\S+)", result.stdout)
+    if len(lines) < 2:
+        raise SystemExit(f"reference loop failed:\n{result.stdout[-1000:]}\n{result.stderr[-2000:]}")
+    (first_it, first_wall, _), rest = lines[0], lines[1:]
+    span = float(rest[-1][1]) - float(first_wall) - sum(float(e) for _, _, e in rest)
+    return (int(rest[-1][0]) - int(first_it)) / span
+
+
+def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], driver: str = "compiled") -> float:
+    """Steady-state it/s of `train` at the tutorial's hyperparameters, with `collection.driver: driver`."""
+    sampling = "dataset" if backend == "reverb" else "direct"
+    out = os.path.join(workdir, f"tutorial-{backend}-{driver}")
+    summary = run_train("tutorial.yaml", out, [f"training.num_iterations={iterations}", "video.enabled=false",
+                                               f"replay.backend={backend}", f"replay.sampling={sampling}",
+                                               f"collection.driver={driver}",
+                                               "evaluation.eval_interval=1000", *extra])
+    return summary["iterations_per_s"]
+
+
+def splice_between(path: str, begin: str, end: str, text: str) -> None:
+    """Writes `text` (which starts with `begin` and ends with `end`) over what lies between those markers in `path`,
+    keeping the rest of the page; appends it to a page without them."""
+    old = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
+    if begin in old and end in old:
+        text = old.split(begin)[0] + text + old.split(end, 1)[1]
+    else:
+        text = old + ("\n" if old else "") + text + "\n"
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def machine() -> str:
+    """The machine the run was measured on: cores, processor model, Python, system."""
+    import platform
+
+    from dqn_cartpole.run_folder.provenance import cpu_model  # the one reader of the CPU's model name
+
+    return f"{os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, {platform.system()}"
