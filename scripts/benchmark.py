@@ -36,6 +36,9 @@ With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py in
 With `--capacity [1,2,4,8,16] [--seconds 8]` it runs scripts/benchmark_capacity.py instead (see there).
 With `--sweep [--seeds 0-7]` it runs scripts/benchmark_sweep.py instead (sweep --ray against sweep --jobs 2).
 With `--reuse [--seeds 0-3]`, scripts/benchmark_worker_reuse.py (a fresh process per run against one reused process).
+With `--fixed-budget N [--seeds 100-109] [--topology local --collectors 2] [--jobs 2]`, the fixed-budget protocol
+instead (scripts/benchmark_fixed_budget.py): N iterations per seed with the early stop off, policy/final scored over 100
+fresh episodes, the IQM with its 95% CI and the share of seeds whose final policy solves.
 Absolute times drift on shared machines; the ratios are measured side by side.
 """
 
@@ -487,6 +490,11 @@ def main() -> None:
         import benchmark_sweep
 
         benchmark_sweep.main(sys.argv[1:])
+        return
+    if any(a == "--fixed-budget" or a.startswith("--fixed-budget=") for a in sys.argv[1:]):
+        import benchmark_fixed_budget  # the fixed-budget protocol: scripts/benchmark_fixed_budget.py
+
+        benchmark_fixed_budget.main(sys.argv[1:])
         return
     if "--reuse" in sys.argv[1:]:  # a fresh process per run against one reused: scripts/benchmark_worker_reuse.py
         import benchmark_worker_reuse

@@ -50,7 +50,8 @@ class OverlappedEvaluation:
 
     def submit(self) -> None:
         snapshot = Snapshot.take(self.pipeline, self.greedy, self.state, self.clock)
-        self.worker.submit(Job(snapshot.iteration, snapshot.layers))
+        # After a confirmed solve (a run that trains on) no more checks are played.
+        self.worker.submit(Job(snapshot.iteration, snapshot.layers, check=self.state.solved_at_iteration is None))
         self.pending = snapshot
         self.submitted += 1
 
@@ -90,7 +91,7 @@ def spec_for(config: Config, greedy: NumpyGreedy, eval_seed: int, solve_return: 
     return EvaluationSpec(
         env_id=config.env.id, max_episode_steps=config.env.max_episode_steps, episodes=cfg.num_eval_episodes,
         seed=eval_seed, gamma=config.agent.gamma, minimum_action=greedy.minimum_action,
-        check_above=solve_return if cfg.stop_when_solved else None, check_episodes=cfg.solve_episodes,
+        check_above=solve_return, check_episodes=cfg.solve_episodes,
         check_seed=config.training.seed + build.SOLVE_SEED_OFFSET,
         max_return=env_ids.max_return(config.env.id, config.env.max_episode_steps))
 

@@ -191,7 +191,8 @@ class LogTrain:
 
 
 class SolveCheck:
-    """Confirms a good evaluation on `evaluation.solve_episodes` fresh episodes; on success, stops the run.
+    """Confirms a good evaluation on `evaluation.solve_episodes` fresh episodes; on the first success, stops the run
+    (with `evaluation.stop_when_solved` false, marks the solve and trains on: `SolvedLearningRate`).
 
     Confirmed means their average is at least the solve return plus `evaluation.solve_margin` standard errors of
     that average. With a margin of 0 (gymnasium's definition), a policy whose true average is just below 475 passes
@@ -231,18 +232,26 @@ class SolveCheck:
         weights. Returns whether it was one."""
         cfg, state = self.config, self.state
         margin = cfg.evaluation.solve_margin * result.standard_error
-        if result.average_return < self.solve_return + margin:
+        if state.solved_at_iteration is not None or result.average_return < self.solve_return + margin:
             return False
         iteration = state.iteration if at is None else at.iteration
-        state.stop = True
+        stops = cfg.evaluation.stop_when_solved
+        state.stop = stops
         state.solved_at_iteration, state.solved_return = iteration, result.average_return
         state.solved_env_steps = self.pipeline.env_step_count() if at is None else at.env_steps
-        self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns), solved=True,
-                           snapshot=at)
+        if stops:  # a run that trains on exports policy/final at its last step
+            self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns), solved=True,
+                               snapshot=at)
         state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), self.clock.cpu()
         above = f", {cfg.evaluation.solve_margin:g} standard errors ({margin:.1f}) above it" if margin else ""
-        stopping = "stopping early" if iteration == state.iteration else \
-            f"policy/final holds that iteration's weights; stopping at iteration {state.iteration}"
+        factor = cfg.agent.solved_learning_rate_factor
+        if not stops:
+            stopping = "training on (evaluation.stop_when_solved is false)" + (
+                f", the learning rate x{factor:g} from here" if factor != 1 else "")
+        elif iteration == state.iteration:
+            stopping = "stopping early"
+        else:
+            stopping = f"policy/final holds that iteration's weights; stopping at iteration {state.iteration}"
         self.progress.message(
             f"Solved at iteration {iteration}: average return {result.average_return:.1f} over "
             f"{len(result.returns)} greedy episodes (target {self.solve_return:g}{above}); {stopping}.")
@@ -265,8 +274,8 @@ class Evaluate:
         result = self.pipeline.evaluate_greedy()
         self.state.eval_s += time.perf_counter() - started
         self.record(result, Snapshot.now(self.pipeline, self.state, self.clock))
-        if self.config.evaluation.stop_when_solved and result.average_return >= self.solve_check.solve_return:
-            self.solve_check()
+        if self.state.solved_at_iteration is None and result.average_return >= self.solve_check.solve_return:
+            self.solve_check()  # (a run that trains on after its first confirmed solve checks no more)
 
     def record(self, result: EvalResult, at: Snapshot, max_q: Optional[float] = None) -> None:
         """The eval row of the weights `at` names (their train step, env steps and wall time), and policy/best from

@@ -1,0 +1,55 @@
+"""What a run that does not stop on its solve does about it: the learning rate drops at the first confirmed solve
+(`agent.solved_learning_rate_factor`), and policy/final, the weights at the last step, is scored over
+`evaluation.final_episodes` fresh episodes (the fixed-budget protocol's score).
+
+Why the drop: the default's learning rate (5.1e-3) and target period (65) were tuned for the fastest first solve.
+Trained on at that rate, a solved policy keeps changing: its TD loss stays where it was before the solve, and the
+greedy action flips on the states the agent now always visits, until it falls; measured in docs/benchmarks.md. A run
+that stops at its solve (the default's headline protocol) never reaches the drop: its time to solve is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from dqn_cartpole.config import AgentConfig, Config
+from dqn_cartpole.core import build
+from dqn_cartpole.core.evaluation import make_episode_runner
+from dqn_cartpole.core.policies import greedy_policy
+
+FINAL_SEED_OFFSET = 40_000  # the final score's env copies: seeds neither training nor the checks use
+
+
+def learning_rate(agent: AgentConfig, solved: bool) -> float:
+    """The learning rate a run trains at: `learning_rate`, times `solved_learning_rate_factor` once it solved."""
+    return agent.learning_rate * (agent.solved_learning_rate_factor if solved else 1.0)
+
+
+class SolvedLearningRate:
+    """After each compiled chunk: the run's first confirmed solve (its own check, or the evaluator's) lowers the
+    learning rate once, for a run that trains on after it."""
+
+    def __init__(self, config: Config, solved_already: bool):
+        self.config, self.applied = config, solved_already  # a resumed run's rate is set at its restore
+
+    def __call__(self, session: Any) -> None:
+        state, agent_config = session.state, self.config.agent
+        if self.applied or state.solved_at_iteration is None or state.stop:
+            return
+        self.applied = True
+        if agent_config.solved_learning_rate_factor != 1:
+            session.pipeline.agent.set_learning_rate(learning_rate(agent_config, solved=True))
+
+
+def score_final(session: Any) -> None:
+    """Plays `evaluation.final_episodes` fresh greedy episodes with the live weights (policy/final's) and keeps their
+    average in the run state, for policy/final's policy_info.json and the summary."""
+    cfg, state, agent = session.config, session.state, session.pipeline.agent
+    episodes = cfg.evaluation.final_episodes
+    with contextlib.ExitStack() as stack:
+        env = build.make_env_copies(cfg, episodes, cfg.training.seed + FINAL_SEED_OFFSET, stack)
+        result = make_episode_runner(agent.numpy_greedy() or greedy_policy(agent), env)()
+    state.final_policy_return, state.final_policy_episodes = result.average_return, len(result.returns)
+    session.progress.message(f"policy/final (iteration {state.iteration}) averaged {result.average_return:.1f} over "
+                             f"{len(result.returns)} fresh greedy episodes")
