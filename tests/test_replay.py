@@ -166,6 +166,30 @@ def test_a_buffer_sampled_in_program_order_writes_without_the_librarys_lock():
     np.testing.assert_array_equal(values(direct.single_pass()) % 100, [[2, 3, 4, 5]] * 2)
 
 
+def test_after_keep_early_a_share_of_every_batch_comes_from_the_experience_before_it():
+    """`replay.solved_early_share`: until `keep_early` (a run's first confirmed solve) the batches are the very numbers
+    a buffer without the share draws; after it, the batch's first share lies below the boundary, the rest anywhere."""
+    with contextlib.ExitStack() as stack:
+        replays = [build.make_replay_buffer(ReplayConfig(backend="tf_uniform", capacity=1000, sampling="direct",
+                                                         solved_early_share=share), TUTORIAL_SPEC, 1, 2, stack)
+                   for share in (0.0, 0.5)]
+        samplers = []
+        for replay in replays:
+            for step in range(100):
+                replay.add_batch(steps_of(1, step))
+            samplers.append(tf.function(replay.sampler(16, 2), autograph=False))
+        tf.random.set_seed(7)
+        plain = values(samplers[0]())
+        tf.random.set_seed(7)
+        np.testing.assert_array_equal(values(samplers[1]()), plain)  # the same until the solve
+        assert replays[0].keep_early() is None and replays[1].keep_early() == 100  # ids 0-99 came before it
+        for step in range(100, 900):
+            replays[1].add_batch(steps_of(1, step))
+        starts = np.concatenate([values(samplers[1]())[:, 0] for _ in range(20)]).reshape(20, 16)
+        assert starts[:, :8].max() < 100  # the early half: windows that start before the boundary
+        assert starts[:, 8:].max() >= 100 and (starts[:, 8:] >= 100).mean() > 0.7  # the rest: uniform over 0-898
+
+
 # ---------------------------------------------------------------------------- 2. eviction
 
 

@@ -88,6 +88,11 @@ class ReplayConfig:
     backend: str = _f("replay buffer: reverb (an embedded server, opens a port), tf_uniform or py_uniform (one env "
                       "only)", choices=("reverb", "tf_uniform", "py_uniform"))
     capacity: int = _f("maximum transitions kept; the oldest are evicted first", check=positive())
+    solved_early_share: float = _f(
+        "share of every batch drawn from the experience written before the run's first confirmed solve, for a run "
+        "that trains on after it (evaluation.stop_when_solved false), so the states near a fall stay in the batches "
+        "(0 = uniform over everything; tf_uniform read directly and a learner's own replay, the others sample "
+        "uniformly)", check=between(0, 1))
     sampling: str = _f("dataset (tf.data, parallel + prefetch), direct (in program order, reproducible; uniform "
                        "buffers only) or auto (direct for the uniform buffers, dataset for Reverb)",
                        choices=("auto", "dataset", "direct"))

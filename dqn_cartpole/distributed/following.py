@@ -66,7 +66,7 @@ class FollowEvaluator:
 
 def follow(session: Any, evaluation: Optional[status.Evaluation]) -> Optional[status.Evaluation]:
     """Takes the evaluator's newest result into the run state; a confirmed solve stops the run (with
-    `evaluation.stop_when_solved` false it is marked, and the learner trains on: `final_policy.SolvedLearningRate`)."""
+    `evaluation.stop_when_solved` false it is marked, and the learner trains on: `final_policy.AfterSolve`)."""
     if evaluation is None:
         return None
     state, cfg = session.state, session.config

@@ -104,7 +104,7 @@ class Checkpoints:
             self.state.stop = False  # more iterations were asked for: train on
         adopt_best_on_disk(self.layout.best_policy, self.state)
         self.clock.continue_from(float(saved["wall_s"]))
-        pipeline.agent.set_learning_rate(final_policy.learning_rate(cfg.agent, self.state.solved_at_iteration is not None))
+        final_policy.AfterSolve.restore(cfg, self.state, pipeline)
         restore_rng_state(saved["rng"])
         size = pipeline.replay.size()  # before the seam is written
         # Collectors in other processes (no collect driver here) write on while checkpoints are taken.

@@ -1,6 +1,7 @@
-"""What a run that does not stop on its solve does about it: the learning rate drops at the first confirmed solve
-(`agent.solved_learning_rate_factor`), and policy/final, the weights at the last step, is scored over
-`evaluation.final_episodes` fresh episodes (the fixed-budget protocol's score).
+"""What a run that does not stop on its solve does about it: at the first confirmed solve the learning rate drops
+(`agent.solved_learning_rate_factor`) and a share of every batch comes from the experience written until then
+(`replay.solved_early_share`); policy/final, the weights at the last step, is scored over `evaluation.final_episodes`
+fresh episodes (the fixed-budget protocol's score).
 
 Why the drop: the default's learning rate (5.1e-3) and target period (65) were tuned for the fastest first solve.
 Trained on at that rate, a solved policy keeps changing: its TD loss stays where it was before the solve, and the
@@ -26,12 +27,13 @@ def learning_rate(agent: AgentConfig, solved: bool) -> float:
     return agent.learning_rate * (agent.solved_learning_rate_factor if solved else 1.0)
 
 
-class SolvedLearningRate:
-    """After each compiled chunk: the run's first confirmed solve (its own check, or the evaluator's) lowers the
-    learning rate once, for a run that trains on after it."""
+class AfterSolve:
+    """After each compiled chunk: the run's first confirmed solve (its own check, or the evaluator's), for a run that
+    trains on after it, lowers the learning rate once (`agent.solved_learning_rate_factor`) and keeps the experience
+    written until then in every batch (`replay.solved_early_share`, `Replay.keep_early`)."""
 
     def __init__(self, config: Config, solved_already: bool):
-        self.config, self.applied = config, solved_already  # a resumed run's rate is set at its restore
+        self.config, self.applied = config, solved_already  # a resumed run's are set at its restore (`restore`)
 
     def __call__(self, session: Any) -> None:
         state, agent_config = session.state, self.config.agent
@@ -40,6 +42,14 @@ class SolvedLearningRate:
         self.applied = True
         if agent_config.solved_learning_rate_factor != 1:
             session.pipeline.agent.set_learning_rate(learning_rate(agent_config, solved=True))
+        state.early_replay_id = session.pipeline.replay.keep_early()
+
+    @staticmethod
+    def restore(config: Config, state: Any, pipeline: Any) -> None:
+        """A resumed run's learning rate and early experience, as they were at its checkpoint."""
+        pipeline.agent.set_learning_rate(learning_rate(config.agent, state.solved_at_iteration is not None))
+        if state.early_replay_id is not None:
+            pipeline.replay.keep_early(state.early_replay_id)
 
 
 def score_final(session: Any) -> None:

@@ -25,7 +25,7 @@ from dqn_cartpole.training import phases as phase
 from dqn_cartpole.training.phases import Phases, measure
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
-from dqn_cartpole.training.triggers import Clock, Evaluate, Snapshot
+from dqn_cartpole.training.triggers import Clock, Evaluate, Snapshot, checks_solves
 
 
 class OverlappedEvaluation:
@@ -50,8 +50,9 @@ class OverlappedEvaluation:
 
     def submit(self) -> None:
         snapshot = Snapshot.take(self.pipeline, self.greedy, self.state, self.clock)
-        # After a confirmed solve (a run that trains on) no more checks are played.
-        self.worker.submit(Job(snapshot.iteration, snapshot.layers, check=self.state.solved_at_iteration is None))
+        # No check after a confirmed solve, nor before the exploration ends in a run that trains on (`checks_solves`).
+        self.worker.submit(Job(snapshot.iteration, snapshot.layers,
+                               check=checks_solves(self.evaluate.config, self.state, snapshot.train_step)))
         self.pending = snapshot
         self.submitted += 1
 

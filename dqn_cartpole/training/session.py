@@ -155,7 +155,7 @@ class TrainingSession:
         if isinstance(pipeline.collect_driver, build.PyCollection):  # it goes on from the Python env's time step
             time_step = pipeline.envs.collect.current_time_step()
         due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
-        solved_rate = final_policy.SolvedLearningRate(cfg, state.solved_at_iteration is not None)
+        after_solve = final_policy.AfterSolve(cfg, state.solved_at_iteration is not None)
         if self.checkpoints.restored is None:
             with self.phases(phase.FIRST_EVALUATION):
                 self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
@@ -178,7 +178,7 @@ class TrainingSession:
             self.evaluation.after_chunk(self, chunk)
             for trigger in due:
                 trigger(state.iteration)
-            solved_rate(self)
+            after_solve(self)
             self.progress.update(state.iteration, state.loss, state.last_return)
         self.evaluation.settle()
         if self.stop_request.requested and state.iteration < total and not state.stop:

@@ -190,9 +190,19 @@ class LogTrain:
         return (train_step - self.previous[0]) / (wall_s - self.previous[1])
 
 
+def checks_solves(config: Config, state: RunState, train_step: int) -> bool:
+    """Whether an evaluation that reaches the solve return starts the solve check now: until the first confirmed
+    solve, and in a run that trains on after it (`evaluation.stop_when_solved` false) only once the exploration is
+    over (`agent.epsilon_decay_steps`): what its solve changes (`final_policy.AfterSolve`) waits for a policy that
+    learnt, not one that balanced by luck in the first few hundred steps."""
+    if state.solved_at_iteration is not None:
+        return False
+    return config.evaluation.stop_when_solved or train_step >= config.agent.epsilon_decay_steps
+
+
 class SolveCheck:
     """Confirms a good evaluation on `evaluation.solve_episodes` fresh episodes; on the first success, stops the run
-    (with `evaluation.stop_when_solved` false, marks the solve and trains on: `SolvedLearningRate`).
+    (with `evaluation.stop_when_solved` false, marks the solve and trains on: `final_policy.AfterSolve`).
 
     Confirmed means their average is at least the solve return plus `evaluation.solve_margin` standard errors of
     that average. With a margin of 0 (gymnasium's definition), a policy whose true average is just below 475 passes
@@ -274,8 +284,9 @@ class Evaluate:
         result = self.pipeline.evaluate_greedy()
         self.state.eval_s += time.perf_counter() - started
         self.record(result, Snapshot.now(self.pipeline, self.state, self.clock))
-        if self.state.solved_at_iteration is None and result.average_return >= self.solve_check.solve_return:
-            self.solve_check()  # (a run that trains on after its first confirmed solve checks no more)
+        if checks_solves(self.config, self.state, self.pipeline.train_step_count()) and \
+                result.average_return >= self.solve_check.solve_return:
+            self.solve_check()
 
     def record(self, result: EvalResult, at: Snapshot, max_q: Optional[float] = None) -> None:
         """The eval row of the weights `at` names (their train step, env steps and wall time), and policy/best from
