@@ -57,8 +57,7 @@ class AgentConfig:
     learning_rate: float = _f("Adam learning rate", check=positive())
     solved_learning_rate_factor: float = _f(
         "the learning rate is multiplied by this at the run's first confirmed solve, for a run that trains on after "
-        "it (evaluation.stop_when_solved false): a rate tuned for the fastest solve keeps changing a solved policy "
-        "until it forgets (1 = no change)", check=between(0, 1, low_open=True))
+        "it (evaluation.stop_when_solved false; 1 = no change)", check=between(0, 1, low_open=True))
     td_loss: str = _f("TD loss: huber is linear beyond an error of 1, so large errors move the weights less (C51's "
                       "loss is the cross-entropy of the projected target distribution)", choices=("squared", "huber"),
                       kinds=("dqn", "double_dqn"))
@@ -69,6 +68,12 @@ class AgentConfig:
     target_update_period: int = _f("train steps between target-network updates", check=positive())
     target_update_tau: float = _f("target update factor, in (0, 1]; 1 copies the weights",
                                   check=between(0, 1, low_open=True))
+    solved_target_update_period: Optional[int] = _f(
+        "target_update_period from the run's first confirmed solve on, for a run that trains on after it "
+        "(evaluation.stop_when_solved false; null = unchanged)", check=positive())
+    solved_target_update_tau: Optional[float] = _f(
+        "target_update_tau from the run's first confirmed solve on, for a run that trains on after it (null = "
+        "unchanged)", check=between(0, 1, low_open=True))
     gradient_clipping: Optional[float] = _f("clip gradients to this global norm (null = off)", check=positive())
     n_step: int = _f("n-step TD update; replay holds sequences of n_step + 1 steps", check=positive())
     num_atoms: Optional[int] = _f(f"C51: atoms of each action's return distribution, at least 2 (null = "

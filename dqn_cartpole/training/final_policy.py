@@ -3,10 +3,8 @@
 (`replay.solved_early_share`); policy/final, the weights at the last step, is scored over `evaluation.final_episodes`
 fresh episodes (the fixed-budget protocol's score).
 
-Why the drop: the default's learning rate (5.1e-3) and target period (65) were tuned for the fastest first solve.
-Trained on at that rate, a solved policy keeps changing: its TD loss stays where it was before the solve, and the
-greedy action flips on the states the agent now always visits, until it falls; measured in docs/benchmarks.md. A run
-that stops at its solve (the default's headline protocol) never reaches the drop: its time to solve is unchanged.
+What they do to the default is measured in docs/benchmarks.md (issue 37). A run that stops at its solve (the
+default's headline protocol) never reaches them: its time to solve is unchanged.
 """
 
 from __future__ import annotations
@@ -40,8 +38,10 @@ class AfterSolve:
         if self.applied or state.solved_at_iteration is None or state.stop:
             return
         self.applied = True
+        agent = session.pipeline.agent
         if agent_config.solved_learning_rate_factor != 1:
-            session.pipeline.agent.set_learning_rate(learning_rate(agent_config, solved=True))
+            agent.set_learning_rate(learning_rate(agent_config, solved=True))
+        agent.set_target_updates(agent_config.solved_target_update_period, agent_config.solved_target_update_tau)
         state.early_replay_id = session.pipeline.replay.keep_early()
 
     @staticmethod
