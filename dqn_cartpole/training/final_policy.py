@@ -1,5 +1,6 @@
-"""What a run that does not stop on its solve does about it: at the first confirmed solve the learning rate drops
-(`agent.solved_learning_rate_factor`) and a share of every batch comes from the experience written until then
+"""What a run that does not stop on its solve does about it: at the first confirmed solve the target network's updates
+change (`agent.solved_target_update_period` and `_tau`: Polyak averaging in the default), the learning rate may drop
+(`agent.solved_learning_rate_factor`) and a share of every batch may come from the experience written until then
 (`replay.solved_early_share`); policy/final, the weights at the last step, is scored over `evaluation.final_episodes`
 fresh episodes (the fixed-budget protocol's score).
 
@@ -27,8 +28,10 @@ def learning_rate(agent: AgentConfig, solved: bool) -> float:
 
 class AfterSolve:
     """After each compiled chunk: the run's first confirmed solve (its own check, or the evaluator's), for a run that
-    trains on after it, lowers the learning rate once (`agent.solved_learning_rate_factor`) and keeps the experience
-    written until then in every batch (`replay.solved_early_share`, `Replay.keep_early`)."""
+    trains on after it, changes the target updates (`agent.solved_target_update_*`), the learning rate
+    (`agent.solved_learning_rate_factor`) and keeps the experience written until then in every batch
+    (`replay.solved_early_share`, `Replay.keep_early`), once. A resumed run's target updates come back with its
+    checkpoint (their variables are the agent's)."""
 
     def __init__(self, config: Config, solved_already: bool):
         self.config, self.applied = config, solved_already  # a resumed run's are set at its restore (`restore`)
