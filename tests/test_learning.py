@@ -62,11 +62,11 @@ def test_default_config_with_n_step_targets_solves_cartpole_v1_on_every_backend(
 
 # The fixed-budget protocol (issue 37): the early stop off, a fixed budget, and policy/final (the weights at the last
 # step) must still solve. Before the target network's Polyak averaging after the solve (agent.solved_target_update_*),
-# seed 102's final policy scored 51.4 over 100 fresh episodes at this budget (`evaluate --final`), though its
-# periodic evaluations had reached 500 from iteration 250 on: the default forgot after its solve. This test shares
+# seed 102's final policy scored 59.2 over 100 fresh episodes at this budget (this test on main at e1f6eaa), though
+# its periodic evaluations had reached 500 from iteration 250 on: the default forgot after its solve. This test shares
 # its two runs with the check that a run in this process trains as a fresh process does (it stopped at the solve
 # before).
-FIXED_SEED, FIXED_BUDGET = 102, 20000
+FIXED_SEED, FIXED_BUDGET = 102, 12000
 FIXED = {**DEFAULT, "training.seed": FIXED_SEED, "training.num_iterations": FIXED_BUDGET,
          "evaluation.stop_when_solved": False}
 
