@@ -16,7 +16,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from dqn_cartpole.console.quiet import filter_kernel_stderr
 from dqn_cartpole.errors import ConfigError, UserError
+
+filter_kernel_stderr()  # in a Jupyter kernel only: TensorFlow's and Reverb's C++ noise, as the commands filter it
 
 __version__ = "0.1.0"
 

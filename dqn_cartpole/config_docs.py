@@ -36,7 +36,8 @@ def type_name(hint: Any, choices: Optional[tuple] = None) -> str:
     optional = typing.get_origin(hint) is typing.Union and type(None) in typing.get_args(hint)
     if optional:
         (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
-    name = {bool: "bool", int: "int", float: "float", str: "str", tuple: "list of int"}.get(hint, str(hint))
+    name = {bool: "bool", int: "int", float: "float", str: "str", tuple: "list of int"}.get(hint) or \
+        ("list of str" if hint == tuple[str, ...] else str(hint))
     if choices:
         name = "one of " + ", ".join(choices)
     return f"{name} or null" if optional else name

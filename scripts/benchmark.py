@@ -39,6 +39,8 @@ With `--reuse [--seeds 0-3]`, scripts/benchmark_worker_reuse.py (a fresh process
 With `--fixed-budget N [--seeds 100-109] [--topology local --collectors 2] [--jobs 2]`, the fixed-budget protocol
 instead (scripts/benchmark_fixed_budget.py): N iterations per seed with the early stop off, policy/final scored over 100
 fresh episodes, the IQM with its 95% CI and the share of seeds whose final policy solves.
+With `--compare-tracking`, the default run also with `--track mlflow` and `--track wandb` on each seed (issue 40: at
+most 5% more time to the policy); `--tracking [--seeds 0,1]` runs only that, between two reference-loop rates.
 Absolute times drift on shared machines; the ratios are measured side by side.
 """
 
@@ -230,6 +232,55 @@ def overlap_comparison(seeds: list[int], workdir: str, overrides: list[str]) -> 
     return lines
 
 
+TRACKERS = ("mlflow", "wandb")
+
+
+def tracking_comparison(seeds: list[int], workdir: str, overrides: list[str]) -> list[str]:
+    """The default run (videos and all) without tracking and with `--track mlflow` / `--track wandb` on each seed,
+    interleaved: the time to the policy and to the process's exit, and each tracker's ratio to the untracked run's
+    (the median over the seeds of the per-seed ratios). The stores (MLflow's file store, W&B's offline runs and its
+    cache) are in `workdir`; a tracker whose extra is not installed is left out."""
+    import importlib.util
+
+    for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        os.environ.setdefault(name, os.path.join(workdir, name.lower()))
+    modes = ("none", *(t for t in TRACKERS if importlib.util.find_spec(t) is not None))
+    found: dict = {}
+    for seed in seeds:
+        for mode in modes:
+            tracked = [] if mode == "none" else [f"tracking.backend={mode}",
+                                                 f"output.root={os.path.join(workdir, 'stores')}"]
+            found.setdefault(mode, []).append(default_run(seed, os.path.join(workdir, f"track-{mode}"),
+                                                          [*overrides, *tracked]))
+    lines = ["| `--track` | policy saved (median) | exit (median) | policy / untracked (median over seeds) | "
+             "exit / untracked | per seed: policy, exit |", "| --- | --- | --- | --- | --- | --- |"]
+    base = {r["seed"]: r for r in found["none"]}
+    for mode in modes:
+        runs = found[mode]
+        policy = median(r["policy_s"] / base[r["seed"]]["policy_s"] for r in runs if r["solved"] and
+                        base[r["seed"]]["solved"])
+        exit_ratio = median(r["exit_s"] / base[r["seed"]]["exit_s"] for r in runs)
+        per_seed = ", ".join(f"s{r['seed']} {r['policy_s'] or float('nan'):.1f} / {r['exit_s']:.1f}" for r in runs)
+        lines.append(f"| {mode} | {median(r['policy_s'] for r in runs):.1f} s | {median(r['exit_s'] for r in runs):.1f} "
+                     f"s | x{policy:.3f} | x{exit_ratio:.3f} | {per_seed} |")
+    return lines
+
+
+def tracking_benchmark(args: argparse.Namespace) -> None:
+    """Only the tracking section (`--tracking`): the reference loop's rate before and after, then
+    `tracking_comparison` on --seeds."""
+    workdir = tempfile.mkdtemp(prefix="dqn-bench-tracking-")
+    started, load_before = time.time(), os.getloadavg()[0]
+    has_reference = os.path.isfile(args.reference)
+    before = reference_rate(args.reference, args.iterations) if has_reference else None
+    lines = tracking_comparison(parse_seeds(args.seeds), workdir, args.overrides)
+    after = reference_rate(args.reference, args.iterations) if has_reference else None
+    print("\n".join(lines))
+    rates = f"reference loop {before:.0f} it/s before, {after:.0f} after; " if has_reference else ""
+    print(f"\n({rates}took {time.time() - started:.0f} s; load average {load_before:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after; runs in {workdir})")
+
+
 def median(values) -> float:
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else float("nan")
@@ -416,6 +467,7 @@ def single_process_benchmark(args: argparse.Namespace) -> None:
     reference_before = reference_rate(args.reference, args.iterations) if has_reference else None
     runs, sb3_runs = time_to_solve(args, seeds, workdir)
     overlap = overlap_comparison(seeds, workdir, args.overrides) if args.compare_overlap else []
+    tracking = tracking_comparison(seeds, workdir, args.overrides) if args.compare_tracking else []
     print("throughput (tutorial hyperparameters)...", file=sys.stderr)
     rates = throughput(args, workdir)
     reference_after = reference_rate(args.reference, args.iterations) if has_reference else None
@@ -425,6 +477,8 @@ def single_process_benchmark(args: argparse.Namespace) -> None:
     body = single_process_tables(runs, sb3_runs, rates, reference, (reference_before, reference_after), eval_s)
     if overlap:
         body += ["", *overlap]
+    if tracking:
+        body += ["", *tracking]
     print("\n".join(body))
     took = time.time() - started
     print(f"\n(benchmark took {took:.0f} s; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; "
@@ -469,6 +523,12 @@ def main() -> None:
     parser.add_argument("--compare-overlap", action="store_true",
                         help="also run the default with evaluation.overlap process, thread and inline on each seed "
                              "(videos off)")
+    parser.add_argument("--compare-tracking", action="store_true",
+                        help="also run the default without tracking and with --track mlflow and --track wandb (those "
+                             "installed) on each seed: the time to the policy and to the exit, and their ratios")
+    parser.add_argument("--tracking", action="store_true",
+                        help="only the tracking comparison (--compare-tracking) on --seeds, with the reference loop's "
+                             "rate before and after")
     parser.add_argument("--scale-out", default="", metavar="N,N,...",
                         help="only the scale-out section (scripts/benchmark_scale_out.py, which takes the other "
                              "arguments too): train --topology local with each number of collectors, the learner "
@@ -504,6 +564,9 @@ def main() -> None:
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables, naming this run, into PATH "
                                                             "between its benchmark.py markers (e.g. docs/benchmarks.md)")
     args = parser.parse_args()
+    if args.tracking:
+        tracking_benchmark(args)
+        return
     single_process_benchmark(args)
 
 

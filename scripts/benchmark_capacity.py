@@ -1,7 +1,7 @@
 """Capacity benchmark: how far one learner goes. `python scripts/benchmark.py --capacity [1,2,4,8,16] [--seconds 8]
 [--modes learner,server] [--collectors-share one|each]` (or this file directly, with the same arguments). With the
 defaults: about 7 minutes of measurement plus the reference loop's two runs (12.5 minutes in all on the busy 2-core
-machine of docs/scale-out.md's capacity plan).
+machine of the capacity plan in docs/benchmarks.md).
 
 One real `replay-server` and one real `learn` process (the roles' own code, default config on `replay.backend:
 reverb`), fed by **synthetic collectors** (scripts/capacity_collectors.py): separate processes, as a cluster's

@@ -386,7 +386,11 @@ def main(argv: list) -> None:
     parser.add_argument("--failures", default=",".join(FAILURES), help=f"among: {', '.join(FAILURES)}")
     parser.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="PATH")
     parser.add_argument("--iterations", type=int, default=3000, help="the reference loop's iterations")
+    parser.add_argument("--run-iterations", type=int, default=10000,
+                        help=f"each failure run's iterations (at least {KILL_AT + 1000}: the kill is at {KILL_AT})")
     args = parser.parse_args(argv)
+    FAILURE_SETS[FAILURE_SETS.index("training.num_iterations=10000")] = \
+        f"training.num_iterations={max(args.run_iterations, KILL_AT + 1000)}"
     kinds = tuple(kind.strip() for kind in args.failures.split(","))
     unknown = [kind for kind in kinds if kind not in FAILURES]
     if unknown:

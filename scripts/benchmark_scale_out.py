@@ -23,7 +23,7 @@ of the machine's load, with the load average. It prints:
   * with `--ray-failures`, one `--topology ray` run per failure of one role (scripts/benchmark_ray.py).
 `--solve-only` leaves out the throughput tables.
 
-The Ray figures of docs/scale-out.md come from
+The Ray figures of docs/benchmarks.md (scale-out records) come from
     flock /tmp/dqn-heavy.lock python scripts/benchmark.py --scale-out 2 --ray --ray-failures --solve-only
 """
 

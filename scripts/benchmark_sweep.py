@@ -1,4 +1,4 @@
-"""Sweep benchmark: `python scripts/benchmark.py --sweep [--seeds 0-7] [--repeats 1] [--markdown docs/experiments.md]`
+"""Sweep benchmark: `python scripts/benchmark.py --sweep [--seeds 0-7] [--repeats 1] [--markdown docs/benchmarks.md]`
 (or this file directly, with the same arguments).
 
 The same sweep of default runs (configs/default.yaml, videos included, as `make train` runs it; one run per seed)
@@ -138,7 +138,7 @@ def main(argv: list) -> None:
                         help="the tutorial's training loop, run first and last as a gauge of the machine's load")
     parser.add_argument("--iterations", type=int, default=6000, help="iterations of the reference loop")
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables into PATH between its "
-                                                            "benchmark_sweep.py markers (e.g. docs/experiments.md)")
+                                                            "benchmark_sweep.py markers (e.g. docs/benchmarks.md)")
     args = parser.parse_args(argv)
     seeds = parse_seeds(args.seeds)
     if args.repeats <= 0:

@@ -1,6 +1,9 @@
 """Shared fixtures. Quiet start-up, a path to the repo's configs, and one smoke run for every test that reads one."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -10,6 +13,15 @@ from helpers import run_cli
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # as every command runs TensorFlow (console/imports.py)
+
+# The suite leaves the user's home alone: a HOME of its own (Ray would write ~/.ray/auth_token there, readable by
+# others, and every later `ray start --head` on the machine would turn token authentication on), removed at the end.
+# And no test joins a `ray start` cluster that happens to run on the machine: a Ray run without an address of the
+# test's own starts a private instance (Ray's own word for it: `local`).
+_HOME = tempfile.mkdtemp(prefix="dqn-cartpole-tests-home-")
+os.environ["HOME"] = _HOME
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+os.environ["RAY_ADDRESS"] = "local"
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(REPO, "configs")

@@ -82,6 +82,18 @@ CASES = [
     override("training.batch_size=big", "training.batch_size: expected an integer", "set-wrong-type"),
     override("replay.backend=redis", "replay.backend: must be one of", "set-bad-choice"),
     Case("unknown-flag", ("train", "--learning-rate", "1"), "unrecognized arguments"),
+    # -- tracking (docs/tracking.md): an unknown tracker, or tracking keys without --track
+    Case("track-unknown", ("train", "--config", SMOKE, "--track", "mlfow"), "did you mean 'mlflow'"),
+    cfg("tracking:\n  project: cartpole\n", "tracking.project: is set, but the run is not tracked",
+        "tracking-key-without-track"),
+    override("tracking.tags=[team=rl]", "tracking.tags: is set, but the run is not tracked",
+             "tracking-set-without-track"),
+    Case("tracking-online-mlflow", ("train", "--config", SMOKE, "--track", "mlflow", "--set", "tracking.online=true"),
+         "tracking.online: applies to --track wandb only"),
+    Case("sweep-tracking-without-track", ("sweep", "--config", SMOKE, "--set", "tracking.group=g"),
+         "tracking.group: is set, but the run is not tracked"),
+    Case("tune-track-unknown", ("tune", "--config", SMOKE, "--space", SPACE, "--trials", "1", "--track", "neptune"),
+         "--track: invalid choice"),
     Case("config-missing", ("train", "--config", "{dir}/nope.yaml"), "config file not found"),
     Case("config-is-a-folder", ("train", "--config", "{dir}"), "is a folder"),
     # -- the output folder

@@ -55,7 +55,7 @@ def test_choices_and_an_agent_kind_declared_on_a_field_are_enforced_and_document
     assert docs["agent.gradient_clipping"].when == "kind is c51"
 
 
-BAD_VALUES = (0, -1, -2, 2**40, [], "a/b")
+BAD_VALUES = (0, -1, -2, 2**40, [], "a/b", "", ["=no-name"])
 
 
 def declared_checks() -> list[tuple[str, typing.Any, declare.Check]]:

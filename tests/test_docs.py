@@ -1,7 +1,7 @@
 """Every command in the README and docs/*.md pastes: each shell block passes `bash -n`, each `python -m dqn_cartpole`
 line parses with the real argument parser (its --config files exist, its --set keys are config keys), each Python
 block compiles, the Python API page's examples run as written (in this process, in a fresh folder), every relative
-link points at a file, and the README stays a front page."""
+link points at a file, the README stays a front page, and the pages build as a site (mkdocs, strict)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -164,3 +165,15 @@ def test_the_readme_is_a_front_page():
     assert len(lines) <= README_MAX_LINES
     assert lines[4:6] == ["```bash", "make train   # creates .venv if missing, installs the pinned dependencies, "
                                      "runs: python -m dqn_cartpole train"] or "make train" in "\n".join(lines[:12])
+
+
+def test_the_docs_build_as_a_site_in_strict_mode(tmp_path):
+    """`make docs`'s build (mkdocs.yml), with --strict: a link to a missing page or anchor, or a page in docs/ that the
+    navigation leaves out, fails it. Every page of docs/ is in the site's navigation."""
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pages = {os.path.splitext(os.path.basename(page))[0] for page in glob.glob(os.path.join(REPO, "docs", "*.md"))}
+    built = {name for name in pages if (site / ("" if name == "index" else name) / "index.html").is_file()}
+    assert built == pages and (site / "search" / "search_index.json").is_file()

@@ -1,6 +1,7 @@
 """Across machines, simulated: two network namespaces on a veth pair with private test addresses that the test
 creates and removes. Machine A runs the Ray head and the command; machine B joins the cluster. Both use the
-commands docs/security.md gives (`ray start --head` / `ray start --address`, token authentication on), then
+commands the scaling-out guide gives (docs/scale-out.md: `ray start --head` / `ray start --address`, token
+authentication on), then
 `train --topology ray --address` runs the smoke config with the shared replay on the server
 (`distributed.replay: server`): a collector placed on machine B feeds the learner over the veth pair, and its
 rows reach the run folder on A. While it runs, each machine's listening sockets are read (`ss -ltnp`): what

@@ -458,7 +458,7 @@ WARM_PROGRAM = textwrap.dedent("""
 """)
 
 
-def test_a_warm_start_forks_each_command_with_its_log_status_signals_and_it_dies_with_the_warm_process(
+def test_a_warm_start_forks_each_command_with_its_log_status_signals_and_its_forks_outlive_the_warm_process(
         tmp_path, monkeypatch):
     from dqn_cartpole.processes.warm_start import KILLED, WarmChild, WarmStarter
 
@@ -495,16 +495,23 @@ def test_a_warm_start_forks_each_command_with_its_log_status_signals_and_it_dies
         polite.send(signal.SIGTERM)
         killed.process.kill()
         assert (polite.process.wait(10), killed.process.wait(10)) == (143, -signal.SIGKILL)
-        orphan = start("wait")
-        assert waiting(orphan)
-        starter.close()  # the warm process dies: its forks with it
-        assert orphan.process.wait(10) == KILLED
-        deadline = time.monotonic() + 10
-        while os.path.exists(f"/proc/{orphan.process.pid}") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not os.path.exists(f"/proc/{orphan.process.pid}")
-        again = start("exit", "0")  # a new warm process
-        assert again.process.wait(20) == 0
+        # The warm process dies (SIGKILL): the roles it forked run on, and their ends are still known exactly.
+        survivor, finisher = start("wait"), start("wait")
+        assert waiting(survivor) and waiting(finisher)
+        first_warm = starter.process
+        first_warm.kill()
+        first_warm.wait(10)
+        time.sleep(0.3)
+        assert survivor.returncode is None and finisher.returncode is None
+        assert os.path.exists(f"/proc/{survivor.process.pid}")
+        finisher.send(signal.SIGTERM)
+        assert finisher.process.wait(10) == 143  # what it said at its exit: no warm process reaped it
+        again = start("exit", "7")  # a new warm process
+        assert again.process.wait(20) == 7 and starter.process is not first_warm
+        assert survivor.returncode is None
+        starter.close()  # the client lets its forks go: they end at once
+        assert survivor.process.wait(10) == KILLED
+        assert wait_gone(survivor.process.pid) or open(f"/proc/{survivor.process.pid}/stat").read().split()[2] == "Z"
     finally:
         starter.close()
         for fork in forks:  # none is left, even when the code under test is broken
@@ -549,6 +556,20 @@ def test_a_warm_process_on_a_socket_outlives_a_killed_client_kills_its_forks_ser
         again = WarmChild("role", ["exit", "4"], str(tmp_path / "second.log"), starter=first).start()
         beside = WarmChild("other", ["wait"], str(tmp_path / "beside.log"), starter=second).start()
         assert first.warm_pid == second.warm_pid == warm_pid and again.process.wait(20) == 4  # the same process
+        # Faults of other clients cost them alone: a reset socket (a client killed with an answer unread), a
+        # request that is not JSON, one without its descriptors. The warm process serves on; `beside` runs on.
+        for nonsense in (None, b"{not json\n", b'{"argv": ["wait"], "log": "/dev/null"}\n'):
+            rogue = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            rogue.connect(path)
+            if nonsense is None:
+                time.sleep(0.3)  # its greeting is there, never read: closing now resets the warm process's side
+            else:
+                rogue.sendall(nonsense)
+            rogue.close()
+        time.sleep(0.5)
+        assert os.path.exists(f"/proc/{warm_pid}") and beside.returncode is None
+        served = WarmChild("role", ["exit", "6"], str(tmp_path / "served.log"), starter=first).start()
+        assert served.process.wait(20) == 6 and first.warm_pid == warm_pid
         first.close()
         time.sleep(0.3)
         assert beside.returncode is None and os.path.exists(f"/proc/{beside.process.pid}")
@@ -560,7 +581,8 @@ def test_a_warm_process_on_a_socket_outlives_a_killed_client_kills_its_forks_ser
         orphan = WarmChild("role", ["wait"], str(tmp_path / "third.log"), starter=starters[-1]).start()
         lingering = starters[-1].process  # this one started it: its child
         assert lingering.pid == starters[-1].warm_pid != warm_pid
-        starters[-1].channel[1].shutdown(socket.SHUT_RDWR)  # its client gone, and no next one within linger_s
+        starters[-1].channel.shutdown(socket.SHUT_RDWR)  # its client gone, and no next one within linger_s
+        orphan.process.release()  # (a client that goes lets its forks go: see the first client above)
         assert orphan.process.wait(10) == -signal.SIGKILL
         assert lingering.wait(10) == 0 and not os.path.exists(path)
         # Its lifeline (a Ray node's raylet) ends: so does it, and the forks, at once, though a client is there.

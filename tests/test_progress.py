@@ -17,35 +17,52 @@ def test_plain_output_has_one_line_per_state_and_follows_the_artifacts():
     progress = Progress(1000, stream=out, plain_every_s=3600)
     progress.update(100, 0.5, None)  # the first line comes at once
     progress.update(200, 0.4, None)  # within plain_every_s, nothing new to say
-    progress.update(500, 0.3, 212.5, force=True)  # an evaluation
-    progress.update(500, 0.3, 212.5, force=True)  # the same state again: no second line
+    progress.evaluated(500, 0.3, 92.5, 400)  # the evaluation beside the training (of iteration 400's weights)
+    progress.evaluated(500, 0.3, 212.5, 500)  # then, before a checkpoint, the one of these weights
+    progress.update(500, 0.3, 212.5)  # the loop's line: once for iteration 500, with the newest evaluation
+    progress.update(500, 0.3, 212.5)  # the same state again: no second line
     progress.message("Solved at iteration 500")
+    progress.evaluated(600, 0.2, 250.0, 600)  # the final evaluation: said before the artifacts
     progress.stage("Drawing the plots")
     progress.artifact_progress(25, 200)  # the first frames line comes at once
     progress.artifact_progress(50, 200)  # within plain_every_s
-    progress.update(600, 0.2, 300.0, force=True)  # training is over: no training line after the artifacts start
+    progress.evaluated(600, 0.2, 300.0, 600)  # training is over: no training line after the artifacts start
     progress.artifact_progress(200, 200)  # done: always said
     progress.stage("Waiting for the videos")
     progress.close()
     lines = out.getvalue().splitlines()
     assert "\r" not in out.getvalue()
     assert [line.split(" [")[0] for line in lines] == [
-        "100/1000 it", "500/1000 it", "Solved at iteration 500", "Drawing the plots",
+        "100/1000 it", "500/1000 it", "Solved at iteration 500", "600/1000 it", "Drawing the plots",
         "  videos: 25/200 frames rendered", "  videos: 200/200 frames rendered", "Waiting for the videos"]
-    assert "loss 0.3, avg return 212.5" in lines[1]
+    assert lines[1].endswith("loss 0.3, avg return 212.5 (it 500)]") and "92.5" not in out.getvalue()
+    assert lines[3].endswith("loss 0.2, avg return 250.0 (it 600)]")
+
+
+def test_an_evaluation_names_the_iteration_it_evaluated():
+    """An evaluation beside the training comes in an interval later: the line says whose return it is."""
+    out = io.StringIO()
+    progress = Progress(1000, stream=out, plain_every_s=3600)
+    progress.evaluated(200, 0.5, 40.0, 100)
+    progress.update(200, 0.5, 40.0)
+    progress.update(300, 0.4, 40.0)  # not due: within plain_every_s
+    progress.close()  # the newest state, said at the end
+    lines = out.getvalue().splitlines()
+    assert [line.split(" [")[0] for line in lines] == ["200/1000 it", "300/1000 it"]
+    assert all(line.endswith("avg return 40.0 (it 100)]") for line in lines)
 
 
 def test_a_terminal_gets_a_redrawn_bar_with_the_artifacts_on_it():
     out = Terminal()
     progress = Progress(1000, stream=out)
     progress.update(100, 0.5, None)
-    progress.update(300, 0.25, 42.0)
+    progress.evaluated(300, 0.25, 42.0, 200)
     progress.message("a note above the bar")
     progress.stage("Drawing the plots")
     progress.artifact_progress(50, 200)
     progress.close()
     text = out.getvalue()
-    assert "\r" in text and "300/1000" in text and "loss 0.25, avg return 42.0" in text
+    assert "\r" in text and "300/1000" in text and "loss 0.25, avg return 42.0 (it 200)" in text
     assert "a note above the bar\n" in text
     assert "Drawing the plots | videos 50/200 frames" in text
 

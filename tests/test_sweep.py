@@ -79,14 +79,15 @@ def sweep(tmp_path_factory):
                "alive": [(c.pid, c.cmdline()) for c in alive if c.status() != psutil.STATUS_ZOMBIE],
                "runs": {name: read_run(str(folder / name)) for name in FIRST if (folder / name).is_dir()},
                "others": [n for n in os.listdir(folder) if n.startswith("learning_rate=2e-3")]}
-    return folder, stopped, continue_on_ray(args)
+    return folder, stopped, continue_on_ray(args, root / "home")
 
 
-def continue_on_ray(args: list) -> SimpleNamespace:
-    """The same command with --ray, on a Ray instance it starts on this machine: the finished process, and the
-    processes of that instance left after it (they name its session folder, which ends with the driver's pid)."""
-    env = cli_env()
-    env.pop("RAY_ADDRESS", None)
+def continue_on_ray(args: list, home) -> SimpleNamespace:
+    """The same command with --ray, on a Ray instance it starts on this machine, with `home` as HOME: the finished
+    process, the processes of that instance left after it (they name its session folder, which ends with the
+    driver's pid), and what it left in `home`."""
+    os.makedirs(home, exist_ok=True)
+    env = cli_env(HOME=str(home))  # RAY_ADDRESS=local (conftest): a private instance, whatever runs on the machine
     driver = subprocess.Popen(cli_command(*args, "--ray"), cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
@@ -97,7 +98,8 @@ def continue_on_ray(args: list) -> SimpleNamespace:
             driver.wait()
     session = f"_{driver.pid}/"
     left = [p.pid for p in psutil.process_iter(["cmdline"]) if session in " ".join(p.info["cmdline"] or [])]
-    return SimpleNamespace(returncode=driver.returncode, stdout=out, stderr=err, left=left)
+    in_home = [os.path.relpath(os.path.join(d, f), home) for d, _, files in os.walk(home) for f in files]
+    return SimpleNamespace(returncode=driver.returncode, stdout=out, stderr=err, left=left, in_home=in_home)
 
 
 def test_ctrl_c_stops_every_run_with_a_checkpoint(sweep):
@@ -118,6 +120,8 @@ def test_the_same_command_on_ray_resumes_the_stopped_runs_on_its_workers_and_run
     assert "started a local Ray instance" in proc.stdout and "on Ray" in proc.stdout
     assert "0 already done, 4 finished now, 0 failed" in proc.stdout
     assert not proc.left, f"the local Ray instance outlived its command: {proc.left}"
+    # Its token was the command's own (a 0600 file, removed): nothing under HOME, no ~/.ray/auth_token.
+    assert not any(path.startswith(".ray") for path in proc.in_home), proc.in_home
     for name in FIRST:  # each travelled to a Ray worker with its checkpoints and resumed there
         run = read_run(str(folder / name))
         assert str(run.get("resumed_from")).startswith(str(folder / name) + os.sep) and run.get("run_dir") == str(
@@ -172,10 +176,11 @@ def test_compare_groups_by_learning_rate_with_confidence_intervals(sweep, tmp_pa
         assert os.path.getsize(os.path.join(folder, name, "plots", "atoms.png")) > 0, name
     for row in rows:
         cells = row.strip("| ").split(" | ")
-        assert cells[1] == "2" and cells[2].endswith("/2 (" + cells[2].split("(")[1])
+        # the smoke config checks for no solve (stop_when_solved: false): no "0/2 solved" for runs that never checked
+        assert cells[1] == "2" and cells[2] == "no solve check (stop_when_solved: false)"
         assert "[" in cells[6] or cells[6].count(".") == 1  # IQM [low, high] unless both seeds agree exactly
     header = (out / "table.csv").read_text().splitlines()[0]
-    assert "best return (IQM) ci_low" in header and "solved fraction" in header
+    assert "best return (IQM) ci_low" in header and "solve checked,solved fraction" in header
     assert rows[0] in proc.stdout
     assert_page_links_resolve(str(out / "report.html"), expected_links=4)
     browser = find_chromium()

@@ -249,8 +249,31 @@ def test_a_server_that_ends_or_never_answers_before_it_is_ready_is_one_line(tmp_
         loop.supervise(StopRequest())
     loop, placement = supervised(tmp_path / "second")
     placement.events.append(Ended(Role(SERVER), 2, "error: replay.reverb_port: port 8000 is already in use"))
-    with pytest.raises(UserError, match="did not start: error: replay.reverb_port: port 8000 is already in use"):
+    with pytest.raises(UserError, match="did not start: it exited with status 2: error: replay.reverb_port: port "
+                                        "8000 is already in use"):
         loop.supervise(StopRequest())
+    # A server that started and was killed before the first probe saw it (its log says it was ready) did not fail
+    # to start: it is restarted, as at any time, and the run goes on.
+    monkeypatch.setattr(policy, "SERVER_START_S", 60.0)
+    loop, placement = supervised(tmp_path / "third")
+    placement.log.clear()
+    placement.events.append(Ended(Role(SERVER), -9, "replay server ready at port 8000"))
+    restarted = []
+
+    def answers(address, timeout_s=0):
+        restarted.append(("start", "replay server", True) in placement.log)
+        return restarted[-1]
+
+    def until_restarted(timeout_s):  # the run's own end (the learner's), once the server is back
+        assert len(restarted) < 200, "the killed server was never started again"
+        if restarted and restarted[-1]:
+            placement.events.append(Ended(Role(LEARNER), 0))
+        return FakePlacement.wait(placement, timeout_s)
+
+    monkeypatch.setattr(policy, "replay_answers", answers)
+    monkeypatch.setattr(placement, "wait", until_restarted)
+    assert loop.supervise(StopRequest()) == 0
+    assert placement.log[0] == ("start", "replay server", True)
 
 
 # ---------------------------------------------------------------------------- the Ray placement on a fake Ray
@@ -382,3 +405,26 @@ def test_where_answers_the_place_of_the_run_it_names_not_an_earlier_one(tmp_path
             mock.patch("ray.get_runtime_context") as context:
         context.return_value.get_node_id.return_value = "n1"
         assert asyncio.run(scenario())["pid"] == 222
+
+
+def test_a_role_not_started_yet_is_never_recorded_as_running_without_a_process(tmp_path):
+    """`where` answers pid None while the role's process is not started (its node's warm process still imports):
+    no placement is recorded then, and the placement asks again until the role runs."""
+    from dqn_cartpole.distributed.ray_placement import RayPlacement
+
+    ray = FakeRay()
+    node = {"node_id": "ab" * 28, "node_ip": "10.0.0.1"}
+    placement = RayPlacement(ray, str(tmp_path / "run"), "config: 1\n", 1234, node, False, True)
+    placement.start(Role(SERVER), restart=False)
+    where = {"node_ip": "10.0.0.1", "node_id": "n1", "worker_pid": 50, "token": "t"}
+    ray.answer("replay server", "where", {**where, "pid": None})
+    assert [e for e in placement.wait(0) if isinstance(e, Placed)] == []
+    asked = [r for r in ray.calls if r.call == ("replay server", "where")]
+    assert len(asked) == 2 and not asked[-1].done  # asked again, for the same `run`
+    assert asked[-1].args == asked[0].args
+    ray.answer("replay server", "where", {**where, "pid": 4242})
+    (placed,) = [e for e in placement.wait(0) if isinstance(e, Placed)]
+    assert placed.where["pid"] == 4242
+    record = PlacementRecord(str(tmp_path / "run"), "ray")
+    record.placed("replay server", {"node_ip": "10.0.0.1", "pid": None}, 0)  # even if told so, not "running"
+    assert read_placement(str(tmp_path / "run"))["roles"]["replay server"]["state"] == "starting"

@@ -55,7 +55,8 @@ def test_config_is_fully_resolved(smoke_run):
     with open(os.path.join(run_dir, "config.yaml")) as handle:
         saved = yaml.safe_load(handle)
     assert set(saved) == {"env", "network", "agent", "replay", "training", "collection", "distributed", "evaluation",
-                         "video", "output"}
+                         "video", "output", "tracking"}
+    assert saved["tracking"]["backend"] is None  # nothing is tracked unless asked (--track)
     assert saved["training"]["num_iterations"] == 300
     assert saved["agent"]["td_loss"] == "squared"  # a default, written out
 

@@ -18,8 +18,10 @@ from dqn_cartpole.report.run_page import fmt, outcome_line
 from dqn_cartpole.run_folder import RunRecord
 
 MAX_EMBED_BYTES = 8 * 2**20  # per file; base64 makes it a third larger in the .ipynb
-STYLE = ("font-family: system-ui, sans-serif; line-height: 1.4; max-width: 1250px",
-         "color: #1a7f37; font-weight: 600", "color: #b35900; font-weight: 600")
+STYLE = "font-family: system-ui, sans-serif; line-height: 1.4; max-width: 1250px"
+# the outcome's colour by its kind (`outcome_line`): green solved, orange not (or unfinished), grey not checked
+OUTCOME_STYLE = {"solved": "color: #1a7f37; font-weight: 600", "unsolved": "color: #b35900; font-weight: 600",
+                 "unfinished": "color: #b35900; font-weight: 600", "unchecked": "color: #444; font-weight: 600"}
 
 
 def data_uri(path: str, mime: str) -> Optional[str]:
@@ -50,9 +52,9 @@ def facts_line(record: RunRecord) -> str:
 def run_html(record: RunRecord) -> str:
     """The outcome, the facts, the returns plot and the trained agent's video, as one HTML fragment."""
     layout = record.layout
-    text, solved = outcome_line(record, run_facts(record))
+    text, kind = outcome_line(record, run_facts(record))
     parts = [f'<p><code>{html.esc(record.root)}</code></p>',
-             f'<p style="{STYLE[1] if solved else STYLE[2]}">{html.esc(text)}</p>']
+             f'<p style="{OUTCOME_STYLE[kind]}">{html.esc(text)}</p>']
     if record.finished:
         parts.append(f"<p>{facts_line(record)}</p>")
     plot = data_uri(layout.returns_plot, "image/png")
@@ -62,4 +64,4 @@ def run_html(record: RunRecord) -> str:
     parts.append(f'<p><b>The trained agent</b> (greedy)</p><video controls loop src="{video}" '
                  f'style="width: 600px; max-width: 100%; background: #222"></video>' if video
                  else missing(layout.trained_video, "trained agent's video"))
-    return f'<div style="{STYLE[0]}">' + "".join(parts) + "</div>"
+    return f'<div style="{STYLE}">' + "".join(parts) + "</div>"

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from dqn_cartpole.api.configs import Overrides, override_items
+from dqn_cartpole.api.configs import Overrides, override_items, shortcut_items
 from dqn_cartpole.api.run import Run, RunFailed
 from dqn_cartpole.config import locate_config
 from dqn_cartpole.errors import UserError
@@ -75,12 +75,13 @@ def grid_texts(grid: Optional[Mapping[str, Sequence[Any]]]) -> list[str]:
 def sweep(config: "str | os.PathLike[str] | None" = None, *, seeds: Union[str, Iterable[int]] = "0",
           grid: Optional[Mapping[str, Sequence[Any]]] = None, overrides: Overrides = None,
           jobs: Optional[int] = None, name: Optional[str] = None, progress: bool = True, ray: bool = False,
-          address: Optional[str] = None) -> list[Run]:
+          address: Optional[str] = None, track: Optional[str] = None) -> list[Run]:
     """`python -m dqn_cartpole sweep`: every (grid point, seed) pair as its own run folder under
     <output.root>/sweeps/NAME/, `jobs` runs at a time (reused train processes, as the command's); calling it again
     with the same name continues it. With `ray=True`, as `sweep --ray`: the runs on the Ray cluster at `address`
     (else RAY_ADDRESS, else a local Ray instance started for the call), their folders gathered into the same sweep
-    folder. Returns the members' Runs; raises RunFailed (with every member) when one failed."""
+    folder. With `track` ("mlflow" or "wandb", as `--track`), every run is sent there in the sweep's group.
+    Returns the members' Runs; raises RunFailed (with every member) when one failed."""
     import argparse
 
     from dqn_cartpole.cli import experiments as commands
@@ -92,7 +93,8 @@ def sweep(config: "str | os.PathLike[str] | None" = None, *, seeds: Union[str, I
     runner = commands.ray_runner(args, "sweep")  # Ray's checks (the extra installed, the address) before any folder
     seeds_text = seeds if isinstance(seeds, str) else ",".join(str(seed) for seed in seeds)
     config_path = locate_config(None if config is None else os.fspath(config))
-    plan = sweep_module.plan_sweep(config_path, seeds_text, grid_texts(grid), override_items(overrides), jobs, name)
+    items = [item.item for item in shortcut_items(None, None, None, track)] + override_items(overrides)
+    plan = sweep_module.plan_sweep(config_path, seeds_text, grid_texts(grid), items, jobs, name)
     start = time.time()
     if runner:
         import dataclasses

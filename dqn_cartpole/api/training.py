@@ -20,11 +20,12 @@ import shutil
 import sys
 from typing import Union
 
-from dqn_cartpole.api.configs import ConfigLike, Overrides, as_config, override_items
+from dqn_cartpole.api.configs import ConfigLike, Overrides, as_config, override_items, shortcut_items
 from dqn_cartpole.api.run import Run, RunFailed, cli_args
 from dqn_cartpole.config import Config
 from dqn_cartpole.console.exit_status import EXIT_FAILED
-from dqn_cartpole.console.progress import Progress, in_jupyter
+from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.console.quiet import in_jupyter
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder.checkpointing import ResumePlan
 from dqn_cartpole.training.run import announce_new, announce_resume, run_here, warn_about_checkpoints
@@ -37,7 +38,7 @@ def resume_hint(run_dir: str, change: str = "") -> str:
 
 def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None" = None, *,
           overrides: Overrides = None, overwrite: bool = False, resume: Union[Run, str, None] = None,
-          progress: bool = True) -> Run:
+          progress: bool = True, track: "str | None" = None) -> Run:
     """Trains an agent in this process and returns its run folder as a `Run`.
 
     Args:
@@ -49,6 +50,8 @@ def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None"
         overwrite: replace an existing run at `output_dir` (as `--overwrite`).
         resume: a `Run` (or its folder) to continue from its newest good checkpoint, as `train --resume`.
         progress: show the progress bar (False: as `--quiet`, only the summary).
+        track: `"mlflow"` or `"wandb"`, as `--track`: the run is sent there once it ended (docs/tracking.md); a
+            resumed run that was tracked continues its tracked run without it.
 
     Raises:
         UserError: bad input (a `ValueError`): the CLI's one line; nothing was touched.
@@ -60,8 +63,8 @@ def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None"
                             "keys with overrides={...})")
         if output_dir is not None or overwrite:
             raise UserError("train(resume=...): a resumed run keeps its folder; give no output_dir or overwrite")
-        return _resume(os.fspath(resume.path if isinstance(resume, Run) else resume), overrides, progress)
-    return _train_new(as_config(config, overrides), output_dir, overwrite, progress)
+        return _resume(os.fspath(resume.path if isinstance(resume, Run) else resume), overrides, track, progress)
+    return _train_new(as_config(config, overrides, track), output_dir, overwrite, progress)
 
 
 def _train_new(config: Config, output_dir: "str | os.PathLike[str] | None", overwrite: bool, progress: bool) -> Run:
@@ -79,12 +82,13 @@ def _train_new(config: Config, output_dir: "str | os.PathLike[str] | None", over
         return _run(config, run_dir, bar, None, created)
 
 
-def _resume(run_dir: str, overrides: Overrides, progress: bool) -> Run:
-    """`train --resume RUN_DIR --set ...`'s checks, lock and plan (the CLI's own), then the run here."""
+def _resume(run_dir: str, overrides: Overrides, track: "str | None", progress: bool) -> Run:
+    """`train --resume RUN_DIR --set ... [--track ...]`'s checks, lock and plan (the CLI's own), then the run here."""
     from dqn_cartpole.cli.single_process import lock_and_plan_resume
 
-    args = cli_args("train", "--resume", run_dir, *[word for item in override_items(overrides)
-                                                    for word in ("--set", item)])
+    args = cli_args("train", "--resume", run_dir)
+    # As `--set` items, each naming the argument as it was written.
+    args.overrides = override_items(overrides) + shortcut_items(None, None, None, track)
     config, plan, lock = lock_and_plan_resume(run_dir, args)
     with contextlib.closing(lock):
         warn_about_checkpoints(run_dir, plan)

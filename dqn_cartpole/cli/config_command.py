@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from dqn_cartpole.cli.args import add_config_args, config_overrides, config_path, preset_note
+from dqn_cartpole.cli.shortcuts import add_track_arg
 
 
 def add_parsers(sub: Any) -> None:
@@ -22,6 +23,7 @@ def add_parsers(sub: Any) -> None:
                                         "description and its default, and the keys this config changes marked. "
                                         "Nothing runs; the output is a valid --config file.")
     add_config_args(config, shortcuts=True)
+    add_track_arg(config)
     shown = config.add_mutually_exclusive_group()
     shown.add_argument("--plain", action="store_true", help="the resolved YAML only, as a run's config.yaml")
     shown.add_argument("--reference", action="store_true",

@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import time
 
-from dqn_cartpole.cli.shortcuts import add_shortcut_args, shortcut_overrides
+from dqn_cartpole.cli.shortcuts import add_shortcut_args, add_track_arg, shortcut_overrides
 from dqn_cartpole.config import locate_config, locate_space
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, for_signal
 
@@ -37,6 +37,7 @@ def add_sweep_parser(sub) -> None:
     sweep.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[], dest="overrides",
                        help="override one config key for every run (repeatable)")
     add_shortcut_args(sweep, seed=False)  # --seeds says the seeds
+    add_track_arg(sweep)
     sweep.add_argument("--jobs", type=int, help="runs at a time (default: cores, capped at ~700 MB of free "
                                                 "memory per run; with --ray, one per CPU of the cluster)")
     add_ray_args(sweep, "run")
@@ -86,17 +87,20 @@ def add_tune_parser(sub) -> None:
                            "seconds (about the wall time of an idle machine, and steady when others share the "
                            "cores). An unsolved run scores twice its budget")
     add_shortcut_args(tune, seed=False)  # its --seed is the sampler's
+    add_track_arg(tune)
     add_ray_args(tune, "trial")
 
 
 def add_ray_args(parser, what: str) -> None:
     parser.add_argument("--ray", action="store_true",
                         help=f"run each {what} on a Ray cluster, one per CPU: the cluster at --address, else "
-                             f"RAY_ADDRESS, else a local Ray instance started for this command (needs the ray extra: "
+                             f"RAY_ADDRESS, else the cluster `ray start` began on this machine, else a local Ray "
+                             f"instance started for this command (needs the ray extra: "
                              f'pip install "dqn_cartpole[ray]")')
     parser.add_argument("--address", metavar="HOST:PORT",
-                        help="the Ray cluster's head (with --ray), e.g. 10.0.0.1:6379, or auto for the one `ray start` "
-                             "began on this machine")
+                        help="the Ray cluster's head (with --ray), e.g. 10.0.0.1:6379 (default: RAY_ADDRESS, else "
+                             "the cluster `ray start` began on this machine, else a private instance; local: always "
+                             "a private instance)")
 
 
 def ray_runner(args: argparse.Namespace, command: str) -> tuple:
@@ -116,7 +120,7 @@ def ray_runner(args: argparse.Namespace, command: str) -> tuple:
     if address is not None and address.startswith("ray://"):
         raise UserError(f"{flag} {address}: the Ray client (ray://) is not supported here; run the command on a node "
                         f"of the cluster (e.g. its head) with HOST:PORT")
-    if address is not None:
+    if address is not None and address != ray_cluster.LOCAL:
         ray_cluster.check_answers(address, RAY_CONNECT_TIMEOUT_S, flag)
     return ("--ray", "--address", args.address) if args.address else ("--ray",)
 
@@ -204,10 +208,9 @@ def ray_cluster_session(args: argparse.Namespace, what: str):
         import ray  # pylint: disable=import-outside-toplevel
 
         cluster = check_cluster(ray)
-        how = "started a local Ray instance" if session.started_here else f"joined the Ray cluster at {session.address}"
         nodes = f"{cluster['nodes']} node{'s' if cluster['nodes'] != 1 else ''}"
         hosts = ", ".join(cluster["hosts"])
-        yield ray, f"{how} in {time.time() - start:.1f} s: {cluster['cpus']} CPUs on {nodes} ({hosts})"
+        yield ray, f"{session.how} in {time.time() - start:.1f} s: {cluster['cpus']} CPUs on {nodes} ({hosts})"
 
 
 COMMANDS = {"sweep": cmd_sweep, "compare": cmd_compare, "tune": cmd_tune}

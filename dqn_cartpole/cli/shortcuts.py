@@ -11,7 +11,7 @@ from dqn_cartpole.config import Flagged
 
 # argparse dest -> (config key, the flag's name in errors).
 SHORTCUTS = {"env_id": ("env.id", "--env"), "seed": ("training.seed", "--seed"),
-             "iterations": ("training.num_iterations", "-n")}
+             "iterations": ("training.num_iterations", "-n"), "track": ("tracking.backend", "--track")}
 
 
 def add_shortcut_args(parser: Any, seed: bool = True) -> None:
@@ -22,6 +22,16 @@ def add_shortcut_args(parser: Any, seed: bool = True) -> None:
         parser.add_argument("--seed", metavar="N", type=int, help="shortcut for --set training.seed=N")
     parser.add_argument("-n", "--iterations", metavar="N", type=int,
                         help="shortcut for --set training.num_iterations=N")
+
+
+def add_track_arg(parser: Any) -> None:
+    """`--track mlflow | wandb` (train, sweep, tune): a shortcut for --set tracking.backend=NAME."""
+    from dqn_cartpole.config.schema import TRACKERS
+
+    parser.add_argument("--track", choices=TRACKERS,
+                        help="send the run (each run) to MLflow (a local store under outputs/ unless "
+                             "MLFLOW_TRACKING_URI) or W&B (offline unless tracking.online); needs the extra: pip "
+                             "install \"dqn_cartpole[mlflow]\" (docs/tracking.md)")
 
 
 def shortcut_overrides(args: Any, seed: bool = True, flagged: bool = False) -> list:

@@ -14,6 +14,7 @@ import shutil
 import sys
 from typing import Any, Callable, Optional
 
+from dqn_cartpole.cli.shortcuts import add_track_arg
 from dqn_cartpole.cli.args import (add_config_args, check_positive, check_seed, config_overrides, config_path,
                                    preset_note)
 from dqn_cartpole.config import (Config, dump_written, load, load_config, override_values, to_dict,
@@ -28,7 +29,8 @@ from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.record import read_written
 from dqn_cartpole.run_folder.lock import lock_run
-from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_policy, resolve_run_dir
+from dqn_cartpole.run_folder.resolve import check_recording_path, create_run_dir, resolve_policy, resolve_run_dir
+from dqn_cartpole.tracking.send import send_run
 from dqn_cartpole.training import finished
 
 
@@ -38,6 +40,7 @@ def add_parsers(sub: Any) -> None:
                            description="Train a DQN agent. Writes config, metrics, plots, videos, the policy, "
                                        "report.html and TensorBoard events to outputs/<run-name>/.")
     add_config_args(train, shortcuts=True)
+    add_track_arg(train)
     train.add_argument("--output-dir", metavar="DIR", help="run folder (default: outputs/<env>__s<seed>__<time>)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --output-dir")
     train.add_argument("--resume", metavar="RUN_DIR",
@@ -52,8 +55,9 @@ def add_parsers(sub: Any) -> None:
     train.add_argument("--collectors", type=int, default=None,
                        help="collectors of --topology local or ray (default 2)")
     train.add_argument("--address", metavar="HOST:PORT",
-                       help="--topology ray: the Ray cluster's head (default: RAY_ADDRESS, else a Ray instance "
-                            "started on this machine for the run)")
+                       help="--topology ray: the Ray cluster's head (default: RAY_ADDRESS, else the cluster `ray "
+                            "start` began on this machine, else a Ray instance started for the run; local: always "
+                            "that private instance)")
 
     evaluate = sub.add_parser("evaluate", help="average return of a saved policy",
                               description="Load a saved policy and report the return over N greedy episodes.")
@@ -69,10 +73,12 @@ def add_parsers(sub: Any) -> None:
     record.add_argument("--final", action="store_true", help="use the run's policy/final (default: policy/best)")
     record.add_argument("--random", action="store_true", help="record the uniformly random policy instead")
     record.add_argument("--output", "-o", metavar="MP4",
-                        help="output file, replaced if it exists (default: a new file in the run's videos/, or ./)")
+                        help="output file; an existing one is refused without --overwrite, and inside a run folder "
+                             "only its videos/ takes one (default: a new file in the run's videos/, or ./)")
     record.add_argument("--overwrite", action="store_true",
-                        help="without -o: replace the run's own videos/trained-agent.mp4 (which report.html shows) "
-                             "instead of writing a new file next to it")
+                        help="replace the -o file if it exists; without -o, replace the run's own "
+                             "videos/trained-agent.mp4 (which report.html shows) instead of writing a new file next to "
+                             "it")
     record.add_argument("--episodes", type=int, default=1, help="episodes to record (default 1)")
     record.add_argument("--fps", type=int,
                         help="frames per second (default: the run's video.fps, as its own videos; else "
@@ -224,6 +230,8 @@ def launch_on_ray(args: argparse.Namespace, config: Any, run_dir: str, address: 
                     shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
                 raise
     launcher.redraw(run_dir)
+    ray_topology.command_time_line(run_dir, session.how, ready_s, time.monotonic() - started)
+    send_run(config, run_dir)  # --track: once every role stopped and the plots are final
     return status
 
 
@@ -388,6 +396,16 @@ def record_output(args: argparse.Namespace, run_dir: Optional[str]) -> str:
     return f"{stem}-{number}{ext}"
 
 
+# How `record`'s checks name its arguments: the command's flags, or the Python API's (`Run.record`) keywords.
+CLI_WORDS = {"output": "--output", "overwrite": "--overwrite"}
+PYTHON_WORDS = {"output": "output", "overwrite": "overwrite=True"}
+
+
+def check_record_output(output: str, overwrite: bool, words: dict = CLI_WORDS) -> None:
+    """`record`'s output: `run_folder.resolve.check_recording_path`, its errors naming `words`' arguments."""
+    check_recording_path(output, overwrite, words["output"], words["overwrite"])
+
+
 def record_fps(run_dir: Optional[str]) -> int:
     """`record`'s frame rate without --fps: the run's video.fps (what its own videos use), else the default's."""
     return load_config(os.path.join(run_dir, layout.CONFIG_FILE)).video.fps if run_dir else Config().video.fps
@@ -399,12 +417,13 @@ def cmd_record(args: argparse.Namespace) -> int:
     check_seed("--seed", args.seed)
     if args.random == bool(args.policy):
         raise UserError("record: give either a run folder / policy folder or --random")
+    if args.output:  # before anything is read: the file named is checked first
+        check_record_output(args.output, args.overwrite)
     policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
     env_id, max_steps = env_for(args, run_dir)
     fps = args.fps or record_fps(run_dir)
     output = record_output(args, run_dir)
-    if os.path.isdir(output):
-        raise UserError(f"--output {output}: is a folder; give an .mp4 file name")
+    check_record_output(output, args.overwrite)
     with heavy_imports():
         from tf_agents.specs import tensor_spec
 

@@ -23,6 +23,8 @@ def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
         (hint,) = [a for a in args if a is not type(None)]
     if hint is tuple:
         return _integers(value, key, source)
+    if hint == tuple[str, ...]:
+        return _strings(value, key, source)
     problem = f"{source}: {key}: expected {type_name(hint)}, got {describe(value)}"
     coerced = _SCALARS[hint](value) if hint in _SCALARS else _unsupported(hint)
     if coerced is _BAD:
@@ -76,6 +78,15 @@ def _integers(value: Any, key: str, source: str) -> tuple:
         if not isinstance(item, int) or isinstance(item, bool):
             raise ConfigError(f"{source}: {key}: expected a list of integers, but item {number} is "
                               f"{describe(item)}")
+    return tuple(value)
+
+
+def _strings(value: Any, key: str, source: str) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{source}: {key}: expected a list of strings, got {describe(value)}")
+    for number, item in enumerate(value, 1):
+        if not isinstance(item, str):
+            raise ConfigError(f"{source}: {key}: expected a list of strings, but item {number} is {describe(item)}")
     return tuple(value)
 
 

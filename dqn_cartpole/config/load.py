@@ -162,9 +162,14 @@ def parse_override(item: str, where: Optional[str] = None) -> tuple[str, str, An
     return section, key, coerce(value, hints[key], f"{section}.{key}", where)
 
 
+def override_source(override: Override) -> tuple[str, str]:
+    """(the `section.key=value` item, where the user wrote it) of a `--set` item or a `Flagged` override."""
+    return (override.item, override.flag) if isinstance(override, Flagged) else (override, f"--set {override}")
+
+
 def _parse(override: Override) -> tuple[str, str, Any, str]:
     """(section, key, value, where the user wrote it) of a `--set` item or a `Flagged` override."""
-    item, where = (override.item, override.flag) if isinstance(override, Flagged) else (override, f"--set {override}")
+    item, where = override_source(override)
     return (*parse_override(item, where), where)
 
 

@@ -55,9 +55,6 @@ class AgentConfig:
     double_dqn: Optional[bool] = _f("deprecated: write kind: double_dqn (true) or kind: dqn (false); loading it "
                                     "prints a note and sets kind (null = not given)")
     learning_rate: float = _f("Adam learning rate", check=positive())
-    solved_learning_rate_factor: float = _f(
-        "the learning rate is multiplied by this at the run's first confirmed solve, for a run that trains on after "
-        "it (evaluation.stop_when_solved false; 1 = no change)", check=between(0, 1, low_open=True))
     td_loss: str = _f("TD loss: huber is linear beyond an error of 1, so large errors move the weights less (C51's "
                       "loss is the cross-entropy of the projected target distribution)", choices=("squared", "huber"),
                       kinds=("dqn", "double_dqn"))
@@ -93,11 +90,6 @@ class ReplayConfig:
     backend: str = _f("replay buffer: reverb (an embedded server, opens a port), tf_uniform or py_uniform (one env "
                       "only)", choices=("reverb", "tf_uniform", "py_uniform"))
     capacity: int = _f("maximum transitions kept; the oldest are evicted first", check=positive())
-    solved_early_share: float = _f(
-        "share of every batch drawn from the experience written before the run's first confirmed solve, for a run "
-        "that trains on after it (evaluation.stop_when_solved false), so the states near a fall stay in the batches "
-        "(0 = uniform over everything; tf_uniform read directly and a learner's own replay, the others sample "
-        "uniformly)", check=between(0, 1))
     sampling: str = _f("dataset (tf.data, parallel + prefetch), direct (in program order, reproducible; uniform "
                        "buffers only) or auto (direct for the uniform buffers, dataset for Reverb)",
                        choices=("auto", "dataset", "direct"))
@@ -225,6 +217,31 @@ class OutputConfig:
     tensorboard: bool = _f("write TensorBoard event files")
 
 
+TRACKERS = ("mlflow", "wandb")
+TRACKING = When("backend", TRACKERS)
+
+
+@dataclass(frozen=True)
+@_section_defaults("tracking")
+class TrackingConfig:
+    """Where the finished run is sent (train/sweep/tune --track, docs/tracking.md): MLflow to a local store under
+    output.root unless MLFLOW_TRACKING_URI names a server; W&B offline unless online is asked for."""
+
+    backend: Optional[str] = _f("the tracking service: mlflow or wandb (null = none: nothing is imported or sent; "
+                                "--track NAME sets it)", choices=TRACKERS)
+    project: Optional[str] = _f("MLflow experiment or W&B project (null = dqn_cartpole)", when=TRACKING,
+                                check=Check(bool, "a non-empty name", repr))
+    run_name: Optional[str] = _f("the tracked run's name (null = the run folder's name)", when=TRACKING,
+                                 check=Check(bool, "a non-empty name", repr))
+    group: Optional[str] = _f("runs that belong together: a W&B group, an MLflow tag (a sweep or a study sets its "
+                              "name; null = none)", when=TRACKING, check=Check(bool, "a non-empty name", repr))
+    tags: tuple[str, ...] = _f("extra tags, each NAME or NAME=VALUE", when=TRACKING,
+                     check=Check(lambda tags: all(tag.split("=", 1)[0].strip() for tag in tags),
+                                 "a list of NAME or NAME=VALUE strings"))
+    online: bool = _f("W&B: send as the run goes (needs `wandb login`); false = offline, synced later with `wandb "
+                      "sync`", when=When("backend", ("wandb",)))
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration of a run."""
@@ -239,6 +256,7 @@ class Config:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     video: VideoConfig = field(default_factory=VideoConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)

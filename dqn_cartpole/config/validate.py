@@ -47,7 +47,7 @@ def check_key(section: str, spec: dataclasses.Field, values: Any, fail: Fail) ->
     kind leaves it at its default; the constraint on its value (for a kind's key, when the kind is one of its own)."""
     dotted, value, meta = f"{section}.{spec.name}", getattr(values, spec.name), spec.metadata
     choices = meta["choices"] + REGISTERED_CHOICES.get(dotted, ()) if meta["choices"] else ()
-    if choices and value not in choices:
+    if choices and value is not None and value not in choices:  # null: an optional key left out
         fail(dotted, f"must be one of {', '.join(choices)}, got {value!r}{suggest(value, choices)}")
     condition = meta["condition"]
     if meta["exclusive"] and not condition.holds({condition.key: getattr(values, condition.key)}):
@@ -126,8 +126,24 @@ def _py_uniform_holds_one_stream(config: Config, fail: Fail) -> None:
                                f"{config.env.num_envs}) or use replay.backend: tf_uniform", "env.num_envs")
 
 
+def _tracking_keys_need_a_backend(config: Config, fail: Fail) -> None:
+    """A tracking key given without a tracker would be silently ignored: name it, and how to track."""
+    tracking, defaults = config.tracking, type(config.tracking)()
+    for spec in dataclasses.fields(tracking):
+        value = getattr(tracking, spec.name)
+        if spec.name == "backend" or value == getattr(defaults, spec.name):
+            continue
+        if tracking.backend is None:
+            fail(f"tracking.{spec.name}", f"is set, but the run is not tracked: add --track mlflow or --track "
+                                          f"wandb (or remove it)", "tracking.backend")
+        if spec.name == "online" and tracking.backend != "wandb":
+            fail("tracking.online", f"applies to --track wandb only, not {tracking.backend} (MLflow sends to "
+                                    f"MLFLOW_TRACKING_URI when it is set)", "tracking.backend")
+
+
 BETWEEN_KEYS = (_c51_support, _batch_fits_the_replay, _reverb_reads_a_dataset, _first_sample_finds_a_window,
-                _collect_steps_split_over_envs, _ratio_has_an_error_buffer, _py_uniform_holds_one_stream)
+                _collect_steps_split_over_envs, _ratio_has_an_error_buffer, _py_uniform_holds_one_stream,
+                _tracking_keys_need_a_backend)
 
 
 def _check_solve_return(config: Config, source: str) -> None:

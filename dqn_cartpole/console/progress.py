@@ -35,7 +35,9 @@ class Progress:
         self.tty = notebook or bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.time()
         self.plain_every_s, self._last_plain = plain_every_s, 0.0
-        self._last_values: tuple = ()
+        self._last_values: Optional[tuple] = None  # the plain training line printed last: (iteration, postfix)
+        self._pending: Optional[tuple] = None  # the newest training state: (iteration, postfix)
+        self._evaluation: Optional[tuple] = None  # the latest evaluation: (average return, iteration evaluated)
         self._bar: Optional[tqdm] = None  # the training bar, then the artifacts' (a terminal only)
         self._stage: Optional[str] = None  # the artifact phase's current stage
         self._frames = (0, 0)  # the videos' frames rendered, and in all
@@ -43,26 +45,57 @@ class Progress:
         self._lock = threading.Lock()  # the renderer's progress arrives on another thread
 
     # -- training
-    def update(self, iteration: int, loss: Optional[float], average_return: Optional[float],
-               force: bool = False) -> None:
+    def update(self, iteration: int, loss: Optional[float], average_return: Optional[float]) -> None:
+        """The training line at `iteration`: the latest loss and average return; once an evaluation came in
+        (`evaluated`), its return and the iteration whose weights it evaluated."""
         if not self.enabled or self._stage is not None:
             return
+        with self._lock:
+            self._set(iteration, loss, average_return)
+            if not self.tty and (time.time() - self._last_plain >= self.plain_every_s or iteration >= self.total):
+                self._write_pending()
+
+    def evaluated(self, iteration: int, loss: Optional[float], average_return: float, evaluated_at: int) -> None:
+        """An evaluation came in at `iteration`, of the weights of iteration `evaluated_at` (one beside the training
+        is taken in at a later iteration: without that iteration its return would read as the current weights').
+        A terminal's bar shows it at once; elsewhere the next training line says it (due whatever the interval),
+        or the next message, or the end of the training: one iteration is never printed twice when two
+        evaluations come in at it (the one beside the training, then the one of these weights)."""
+        if not self.enabled or self._stage is not None:
+            return
+        with self._lock:
+            self._evaluation = (average_return, evaluated_at)
+            self._set(iteration, loss, average_return)
+            self._last_plain = 0.0
+
+    def _set(self, iteration: int, loss: Optional[float], average_return: Optional[float]) -> None:
+        """The newest training state; a terminal's bar is redrawn with it."""
+        evaluated_at = None
+        if self._evaluation is not None and self._evaluation[0] == average_return:
+            evaluated_at = self._evaluation[1]
+        self._pending = (iteration, self._postfix(loss, average_return, evaluated_at))
+        if self.tty:
+            bar = self._bar or self._new_bar(total=self.total, initial=iteration, unit="it", bar_format=TRAIN_FORMAT)
+            bar.n = iteration
+            bar.set_postfix_str(self._pending[1], refresh=False)
+            bar.refresh()
+
+    @staticmethod
+    def _postfix(loss: Optional[float], average_return: Optional[float], evaluated_at: Optional[int]) -> str:
         loss_text = f"{loss:.4g}" if loss is not None else "-"
         return_text = f"{average_return:.1f}" if average_return is not None else "-"
-        postfix = f"loss {loss_text}, avg return {return_text}"
-        with self._lock:
-            if self.tty:
-                bar = self._bar or self._new_bar(total=self.total, initial=iteration, unit="it",
-                                                 bar_format=TRAIN_FORMAT)
-                bar.n = iteration
-                bar.set_postfix_str(postfix, refresh=False)
-                bar.refresh()
-            elif (force or time.time() - self._last_plain >= self.plain_every_s or iteration >= self.total) \
-                    and (iteration, loss, average_return) != self._last_values:
-                self._write(tqdm.format_meter(iteration, self.total, time.time() - self.start, unit="it",
-                                              bar_format=PLAIN_TRAIN_FORMAT, postfix=postfix))
-                self._last_plain = time.time()
-                self._last_values = (iteration, loss, average_return)
+        at = f" (it {evaluated_at})" if average_return is not None and evaluated_at is not None else ""
+        return f"loss {loss_text}, avg return {return_text}{at}"
+
+    def _write_pending(self) -> None:
+        """The plain training line of the newest state, unless that line was already printed."""
+        if self._pending is None or self._pending == self._last_values:
+            return
+        iteration, postfix = self._pending
+        self._write(tqdm.format_meter(iteration, self.total, time.time() - self.start, unit="it",
+                                      bar_format=PLAIN_TRAIN_FORMAT, postfix=postfix))
+        self._last_plain = time.time()
+        self._last_values = self._pending
 
     # -- the artifact phase
     def stage(self, text: str) -> None:
@@ -72,6 +105,8 @@ class Progress:
         with self._lock:
             if self._stage is None:
                 self._close_bar()
+                if not self.tty:
+                    self._write_pending()  # the training's last state, evaluations in, before the artifacts
                 if self.tty:
                     self._new_bar(total=None, bar_format=ARTIFACTS_FORMAT)
             self._stage = text
@@ -103,12 +138,16 @@ class Progress:
         with self._lock:
             if self._bar is not None:
                 self._bar.clear()
+            elif self._stage is None and not self.tty:
+                self._write_pending()  # what led to the message (e.g. the evaluation that solved) comes first
             self._write(text)
             if self._bar is not None:
                 self._bar.refresh()
 
     def close(self) -> None:
         with self._lock:
+            if self.enabled and self._stage is None and not self.tty:
+                self._write_pending()
             self._close_bar()
 
     def _new_bar(self, **kwargs) -> tqdm:
@@ -175,13 +214,6 @@ def counter(total: int, desc: str, enabled: bool = True, stream: Optional[TextIO
     if enabled and not bool(getattr(stream, "isatty", lambda: False)()):
         return PlainCounter(total, desc, stream)
     return tqdm(total=total, desc=desc, file=stream, disable=not enabled, **tqdm_options)
-
-
-def in_jupyter() -> bool:
-    """Whether this process is a Jupyter kernel (IPython's kernel app), as `tqdm.auto` decides it."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
-    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
 def notebook_bar_class() -> type:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
+import atexit
 import logging
 import os
 import re
@@ -22,12 +21,7 @@ def silence() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module=r"(gym|gymnasium|tensorflow|tf_agents|keras)")
-    # tf_agents.environments imports the legacy `gym`, which prints a notice to stderr on import.
-    with contextlib.redirect_stderr(io.StringIO()):
-        try:
-            import gym  # noqa: F401
-        except ImportError:  # pragma: no cover - tf-agents always brings gym
-            pass
+    silence_gym_notice()
     import absl.logging
 
     absl.logging.set_verbosity(absl.logging.ERROR)
@@ -37,6 +31,53 @@ def silence() -> None:
     tf.get_logger().setLevel(logging.ERROR)
     tf.autograph.set_verbosity(0)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
+def silence_gym_notice() -> None:
+    """Drops gym's "unmaintained since 2022" notice at its source, before gym is imported.
+
+    TF-Agents 0.19 (pinned) imports the legacy `gym` package for its gym suite, and gym, on import, prints the
+    notice that the `gym_notices` package keeps for its version: that gym is unmaintained and its user should move
+    to gymnasium. This project already runs on gymnasium; the import is TF-Agents' and cannot be avoided at our
+    pins, so the notice asks for nothing a user of this project can do. Its entries are removed from gym_notices'
+    table (a notice of another kind, such as 0.24.0's warning about `gym.make`, is kept). Hiding stderr around our
+    own `import gym` missed every import of gym that did not come through us first (a notebook that imports
+    `dqn_cartpole.core` before training)."""
+    if "gym" in sys.modules:
+        return
+    try:
+        from gym_notices import notices
+    except ImportError:  # no gym_notices: gym prints nothing
+        return
+    for version, text in list(notices.notices.items()):
+        if text.startswith("Gym has been unmaintained"):
+            del notices.notices[version]
+
+
+def in_jupyter() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's kernel app), as `tqdm.auto` decides it."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+_KERNEL_FILTER: Optional["NativeStderrFilter"] = None
+
+
+def filter_kernel_stderr() -> None:
+    """In a Jupyter kernel, filters the native noise (`ALL_NOISE`) out of its stderr for the kernel's life.
+
+    The commands filter it around what they run; a notebook imports TensorFlow, TF-Agents and Reverb in its own
+    cells (`from dqn_cartpole.core.envs import ...`), whose C++ lines (TF's cuDNN/cuFFT/cuBLAS `E` lines, its CPU
+    notices, Reverb's info lines) reach the cell's output through the kernel's fd 2. So in a kernel the filter
+    stays in place from `import dqn_cartpole` on; it passes everything else (Python's stderr, the libraries'
+    real warnings and errors) through, and is stopped when the kernel exits. Elsewhere (a script, the CLI) it does
+    nothing: a process-wide pipe on fd 2 would outlive what a crash prints."""
+    global _KERNEL_FILTER  # pylint: disable=global-statement
+    if _KERNEL_FILTER is not None or not in_jupyter():
+        return
+    _KERNEL_FILTER = NativeStderrFilter().start()
+    atexit.register(_KERNEL_FILTER.stop)
 
 
 # C++ log lines that carry no information for the user (XLA announces its first compile once).

@@ -39,6 +39,7 @@ from dqn_cartpole.processes.commands import child_command, resume_command
 from dqn_cartpole.processes.supervisor import Child, stop_all
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.tracking.send import send_run
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.lock import RunLock
 from dqn_cartpole.run_folder.placement import PlacementRecord
@@ -167,6 +168,7 @@ def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[c
     with signals.StopRequest() as stop:
         status = topology.run(stop)
     redraw(run_dir)
+    send_run(config, run_dir)  # --track: once every role stopped and the plots are final
     return status
 
 

@@ -56,6 +56,7 @@ class RayPlacement:
         self.lost: set = set()  # roles whose actor died: Ray is starting it again
         self.idle: set = set()  # roles whose actor process answered their end (alive, running nothing)
         self.run_ids = 0  # the last `run` call's id (`where` asks for the place of that one)
+        self.run_ids_of: dict = {}  # Role -> the id of its current `run` call
         self.appender = RunFolderAppender(run_dir)
         self.console = LogTail(os.path.join(self.layout.roles, Role(policy.LEARNER).log_name))
         self.mirrored_at = 0.0
@@ -133,6 +134,7 @@ class RayPlacement:
         self.idle.discard(role)
         self.run_ids += 1
         actor = self.actors[role]
+        self.run_ids_of[role] = self.run_ids
         self.runs[actor.run.remote(*run_args, self.run_ids)] = role
         self.wheres[actor.where.remote(self.run_ids)] = role
 
@@ -166,11 +168,16 @@ class RayPlacement:
             return Ended(role, None, lost_reason(exc))
 
     def placed(self, ref: Any, role: Role) -> Optional[Placed]:
+        """Where `role` runs, once its process has started (a role is never recorded as running without one)."""
         try:
             where = self.ray.get(ref)
         except self.ray.exceptions.RayError:
             return None  # that actor died before it answered: its next start asks again
         self.tokens[role] = where.pop("token")
+        if where["pid"] is None:  # not started yet (a warm process still importing): ask again while it starts
+            if role in self.runs.values():
+                self.wheres[self.actors[role].where.remote(self.run_ids_of[role])] = role
+            return None
         return Placed(role, where)
 
     def restarted(self, ref: Any, role: Role, run_args: tuple) -> list:

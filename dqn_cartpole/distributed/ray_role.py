@@ -6,10 +6,12 @@ run's warm start-up process on its node (`processes.warm_start`: Python and Tens
 once per role), so neither a role's start nor its restart imports them. The warm process listens on a Unix socket
 of its node (`warm_socket`), serves every actor of the run there, and outlives them: when Ray restarts an actor in
 a new process on the same node (its worker was killed, or the driver asked for a new process with
-`ray.kill(no_restart=False)`), the role's old process is gone (the warm process kills the forks of a client that
-went) and the new actor connects to the same warm process. A warm process with no client ends after
-`warm_start.LINGER_S`, at once when its node's raylet (the actors' parent) ends, and when the last actor's `close`
-asks it to. A role's SIGTERM (the stop order) goes through `stop`.
+`ray.kill(no_restart=False)`), the role's old process is gone (a fork ends with the client that asked for it) and
+the new actor connects to the same warm process. The warm process is only a fork server: a role, once forked,
+depends on its actor alone, so a fault of the warm process (a reset socket, its crash, a SIGKILL) stops no role;
+the next start on the node starts a new one. A warm process with no client ends after `warm_start.LINGER_S`, at
+once when its node's raylet (the actors' parent) ends, and when the last actor's `close` asks it to. A role's
+SIGTERM (the stop order) goes through `stop`.
 
 A role that must not need the run folder's file system (a collector) runs in a folder of its node
 (`node_local`): the actor writes the run's config.yaml there, substitutes the folder for NODE_LOCAL in the
@@ -24,6 +26,7 @@ The methods are coroutines (an async actor): `run` waits for the role while `whe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import hashlib
 import os
@@ -34,6 +37,7 @@ import time
 import uuid
 from typing import Optional
 
+from dqn_cartpole.console import exit_status
 from dqn_cartpole.distributed import mirror
 from dqn_cartpole.processes.supervisor import Child
 from dqn_cartpole.processes.warm_start import WARM_MODULES, WarmChild, WarmStarter, remove_stale
@@ -43,7 +47,7 @@ NODE_LOCAL = "{node-local}"  # in a command: the role's folder on its node
 # 1 s more), so that a fork imports nothing.
 ROLE_MODULES = ("dqn_cartpole.distributed.server", "dqn_cartpole.distributed.learner",
                 "dqn_cartpole.distributed.evaluator", "dqn_cartpole.distributed.collector")
-WHERE_WAIT_S = 60.0  # `where` waits this long for `run` to start the role
+WHERE_WAIT_S = 30.0  # `where` waits this long for `run` to start the role (then says pid None: ask again)
 POLL_S = 0.1
 
 
@@ -56,7 +60,8 @@ class RoleHost:
         self.run_id: Optional[int] = None  # the driver's id of the current `run`
         self.starter = WarmStarter(signal.SIGKILL, (*WARM_MODULES, "dqn_cartpole.cli.main", *ROLE_MODULES),
                                    socket_path=warm_socket(run_name), lifeline=os.getppid())
-        self.starter.ensure()  # its imports overlap the driver's call (a restarted actor: Ray's own restart)
+        with contextlib.suppress(OSError):  # `run` says it if it still cannot start its role
+            self.starter.ensure()  # its imports overlap the driver's call (a restarted actor: Ray's own restart)
         self.root: Optional[str] = None
         if config_text is not None:
             self.root = node_local_folder(run_name, role_name)
@@ -77,9 +82,11 @@ class RoleHost:
         if previous is not None and previous.returncode is None:
             previous.process.kill()
             await asyncio.to_thread(previous.process.wait)
-        self.starter.ensure()  # again if it died (from a thread that lives as long as the actor: see `supervisor`)
         child = WarmChild(self.role_name, self.command(argv), log_path, starter=self.starter)
-        await asyncio.to_thread(child.start)  # the first one waits for the warm process's imports
+        try:  # the first one waits for the warm process's imports; a new warm process's if that one died
+            await asyncio.to_thread(child.start)
+        except OSError as exc:  # the warm process could not start it: this start fails, as a role's crash would
+            return {"status": exit_status.EXIT_CRASHED, "why": f"its process could not be started: {exc}"}
         self.child = child
         while child.returncode is None:
             await asyncio.sleep(POLL_S)
@@ -94,11 +101,14 @@ class RoleHost:
         given, started it)."""
         import ray  # pylint: disable=import-outside-toplevel  # in the actor's process
 
+        def started() -> bool:
+            return self.child is not None and (run_id is None or self.run_id == run_id)
+
         deadline = time.monotonic() + WHERE_WAIT_S
-        while (self.child is None or run_id is not None and self.run_id != run_id) and time.monotonic() < deadline:
+        while not started() and time.monotonic() < deadline:
             await asyncio.sleep(POLL_S)
         return {"node_ip": ray.util.get_node_ip_address(), "node_id": ray.get_runtime_context().get_node_id(),
-                "pid": self.child.process.pid if self.child else None, "worker_pid": os.getpid(),
+                "pid": self.child.process.pid if started() else None, "worker_pid": os.getpid(),
                 "token": self.token}
 
     async def send(self, signum: int) -> None:

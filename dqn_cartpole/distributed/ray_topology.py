@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import time
@@ -25,7 +26,9 @@ from dqn_cartpole.distributed import launcher, policy
 from dqn_cartpole.distributed.ray_placement import RayPlacement
 from dqn_cartpole.distributed.supervision import Supervision
 from dqn_cartpole.run_folder import checkpointing
+from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.placement import PlacementRecord
+from dqn_cartpole.run_folder.record import write_summary
 
 RAY_ERRORS_LOG = "ray-errors.log"  # what Ray's own processes report to the driver (a worker died, ...)
 
@@ -41,10 +44,9 @@ def driver_node(ray: Any) -> dict:
     return {"node_id": node_id, "node_ip": found.get("NodeManagerAddress") or ray.util.get_node_ip_address()}
 
 
-def cluster_line(ray: Any, started_here: bool, seconds: float) -> str:
+def cluster_line(ray: Any, how: str, seconds: float) -> str:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
-    how = "started a local Ray instance" if started_here else "joined a Ray cluster"
     return f"Ray: {how} in {seconds:.1f} s ({len(nodes)} node(s), {cpus:g} CPUs)"
 
 
@@ -60,7 +62,7 @@ def run(config: Config, run_dir: str, collectors: int, plan: Optional[checkpoint
     port = config.replay.reverb_port or launcher.free_port()
     check_port_free(port)
     layout = launcher.prepare_folder(config, run_dir, plan)
-    print(cluster_line(ray, session.started_here, started_s), flush=True)
+    print(cluster_line(ray, session.how, started_s), flush=True)
     print(f"Ray topology: a replay server on {node['node_ip']} port {port}, a learner and an evaluator beside it, "
           f"{collectors} collector(s) spread over the cluster -> {run_dir} (logs in {layout.roles})", flush=True)
     placement = RayPlacement(ray, run_dir, dump_yaml(config), port, node, plan is not None, quiet)
@@ -72,6 +74,23 @@ def run(config: Config, run_dir: str, collectors: int, plan: Optional[checkpoint
     finally:
         placement.close()
     return status
+
+
+def command_time_line(run_dir: str, how: str, ray_start_s: float, command_s: float) -> None:
+    """After the learner's summary (whose "Done in" is the learner's own time, over every command of the run): this
+    command's whole time and Ray's start-up in it, on the console and in summary.json (`command_wall_s`,
+    `ray_start_s`)."""
+    path = RunLayout(run_dir).summary
+    try:
+        with open(path, encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except (OSError, ValueError):
+        return  # the learner never finished: nothing to add to
+    summary.update(command_wall_s=round(command_s, 2), ray_start_s=round(ray_start_s, 2))
+    with contextlib.suppress(OSError):
+        write_summary(path, summary)
+    print(f"The whole command took {command_s:.1f} s: Ray's start-up {ray_start_s:.1f} s ({how}), then the roles' "
+          f"start and the run (\"Done in\" above is the learner's own time).", flush=True)
 
 
 @contextlib.contextmanager

@@ -111,9 +111,9 @@ class Supervision:
                 self.placement.send(self.learner, stop.signum)  # the learner checkpoints (the table too) first
                 forwarded = True
             for event in self.placement.wait(POLL_S):
-                if not ready and isinstance(event, Ended) and event.role == self.server:
-                    raise UserError(f"the replay server did not start: {event.why or 'no output'} "
-                                    f"(log {self.placement.log_path(self.server)})")
+                if not ready and isinstance(event, Ended) and event.role == self.server and self.failed_start(event):
+                    raise UserError(f"the replay server did not start: it {policy.how_it_ended(event.status)}: "
+                                    f"{event.why or 'no output'} (log {self.placement.log_path(self.server)})")
                 outcome = self.take(event, stop)
                 if outcome is not None:
                     return outcome
@@ -126,6 +126,13 @@ class Supervision:
                 failed = self.restart_due()
                 if failed is not None:
                     return failed
+
+    @staticmethod
+    def failed_start(event: Ended) -> bool:
+        """Whether the server's end before it answered is its own failure to start (bad input, a port taken: exit
+        status 2, or 1), which would happen again; a server that was killed, lost or crashed (its process could not
+        be started) is restarted as at any time, under the policy's bound."""
+        return event.status in (exit_status.EXIT_USAGE, exit_status.EXIT_FAILED)
 
     def take(self, event: Event, stop: Optional[signals.StopRequest] = None) -> Optional[int]:
         """Records a placement or handles an end (`stop` None: only records it); the run's exit status if it

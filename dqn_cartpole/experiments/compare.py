@@ -25,7 +25,7 @@ from dqn_cartpole.run_folder.metrics import column
 from dqn_cartpole.run_folder.record import find_runs
 
 IGNORED_KEYS = ("training.seed",)
-IGNORED_SECTIONS = ("output",)
+IGNORED_SECTIONS = ("output", "tracking")  # where a run went, not what it trained
 OUTPUT_FILES = ("returns.png", "table.md", "table.csv", "report.html")
 PAGE_FILE = "report.html"
 CURVE_POINTS = 100
@@ -217,13 +217,15 @@ def group_row(group: Group) -> dict:
     fresh episodes): its IQM, and the share of those runs whose score reaches the solve target."""
     runs = group.runs
     solved = [r for r in runs if r.solved]
+    checked = [r for r in runs if r.solve_checked]
     steps = [r.get("solved_env_steps") for r in solved if r.get("solved_env_steps") is not None]
     wall = [r.get("solved_wall_s") for r in solved if r.get("solved_wall_s") is not None]
     final = [r.get("final_return") for r in runs if r.get("final_return") is not None]
     best = [r.get("best_return") for r in runs if r.get("best_return") is not None]
     scored = final_policy_scores(runs)
     holds = [target is not None and score >= target for score, target in scored]
-    return {"group": group.label, "runs": len(runs), "solved": len(solved) / len(runs),
+    return {"group": group.label, "runs": len(runs), "checked": len(checked),
+            "solved": len(solved) / len(checked) if checked else float("nan"),
             "env steps to solve (median)": stats.estimate(steps, stats.median),
             "wall s to solve (median)": stats.estimate(wall, stats.median),
             "final return (IQM)": stats.estimate(final, stats.iqm),
@@ -239,7 +241,7 @@ def markdown_table(rows: Sequence[dict], groups: Sequence[Group]) -> str:
     for row in rows:
         cells = [row[c].format(digits.get(c, 0)) if isinstance(row[c], stats.Estimate) else str(row[c])
                  for c in TABLE_COLUMNS]
-        cells[2] = f"{round(row['solved'] * row['runs'])}/{row['runs']} ({row['solved']:.0%})"
+        cells[2] = solved_cell(row)
         share = row["final policy solves"]
         cells[-1] = "-" if share is None else f"{round(share * row['scored'])}/{row['scored']} ({share:.0%})"
         lines.append("| " + " | ".join(cells) + " |")
@@ -248,6 +250,9 @@ def markdown_table(rows: Sequence[dict], groups: Sequence[Group]) -> str:
                  "Final policy: policy/final, the weights at the last step of a run that did not stop on a solve, "
                  "scored over evaluation.final_episodes fresh greedy episodes at its end (the fixed-budget "
                  "protocol), and the share of those runs whose score reaches the solve target.")
+    if any(row["checked"] < row["runs"] for row in rows):
+        lines.append("Solved counts only the runs that checked for a solve; a run from before the check ran in "
+                     "every run (with evaluation.stop_when_solved: false) did not, and its best return is not a solve.")
     if groups and not groups[0].named_by_keys:
         lines += ["", "The config keys that differ between the groups (every other key that applies is the same):",
                   "", "| key | " + " | ".join(g.label for g in groups) + " |", "|" + "---|" * (len(groups) + 1)]
@@ -256,17 +261,27 @@ def markdown_table(rows: Sequence[dict], groups: Sequence[Group]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def solved_cell(row: dict) -> str:
+    """`3/5 (60%)` of the runs that checked for a solve; says how many did not check, or that none did."""
+    runs, checked = row["runs"], row["checked"]
+    if not checked:
+        return "no solve check (stop_when_solved: false)"
+    cell = f"{round(row['solved'] * checked)}/{checked} ({row['solved']:.0%})"
+    return cell if checked == runs else f"{cell}; {runs - checked} of {runs} not checked"
+
+
 def csv_table(rows: Sequence[dict]) -> str:
     header = []
     for name in TABLE_COLUMNS:
-        header += [name] if name in ("group", "runs") else [f"{name} fraction"] if name in SHARE_COLUMNS else \
-            [name, f"{name} ci_low", f"{name} ci_high"]
+        header += [name] if name in ("group", "runs") else ["solve checked", "solved fraction"] if name == "solved" \
+            else [f"{name} fraction"] if name in SHARE_COLUMNS else [name, f"{name} ci_low", f"{name} ci_high"]
     lines = []
     for row in rows:
         cells = []
         for name in TABLE_COLUMNS:
             value = row[name]
-            cells += [value.value, value.low, value.high] if isinstance(value, stats.Estimate) else [value]
+            cells += [value.value, value.low, value.high] if isinstance(value, stats.Estimate) \
+                else [row["checked"], value] if name == "solved" else [value]
         lines.append(["" if c is None or (isinstance(c, float) and np.isnan(c)) else c for c in cells])
     return csv_text(header, lines)
 

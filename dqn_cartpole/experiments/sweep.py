@@ -17,10 +17,12 @@ from typing import Optional, Sequence
 
 import yaml
 
+from dqn_cartpole.config import Override, override_source
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid, train_worker
+from dqn_cartpole.experiments.tracking_group import group_overrides
 from dqn_cartpole.processes.commands import child_command, continue_command, resume_argv, train_argv
 from dqn_cartpole.processes.supervisor import ChildSet
 from dqn_cartpole.run_folder import layout, read_run
@@ -86,14 +88,15 @@ class Outcome:
 # ---------------------------------------------------------------------------- planning
 
 
-def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], overrides: Sequence[str],
+def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], overrides: Sequence[Override],
                jobs: Optional[int], name: Optional[str]) -> SweepPlan:
-    """Parses and checks the whole sweep; raises UserError (one line) on any bad input."""
+    """Parses and checks the whole sweep; raises UserError (one line) on any bad input. An override is a `--set`
+    item or a `Flagged` one (the Python API's, whose errors name the argument as it was written)."""
     seeds = grid.parse_seeds(seeds_text)
     points = grid.expand([grid.parse_axis(text) for text in grid_texts])
-    for item in overrides:
+    for item, where in map(override_source, overrides):
         if item.split("=", 1)[0].strip() == grid.SEED_KEY:
-            raise UserError(f"--set {item}: give seeds with --seeds")
+            raise UserError(f"{where}: give seeds with " + ("--seeds" if where.startswith("--set") else "seeds="))
     if not seeds or not points:
         raise UserError("the sweep is empty: give at least one seed and one value per --grid key")
     if jobs is not None and jobs <= 0:
@@ -109,10 +112,12 @@ def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], ove
         for seed in seeds:
             member_name = f"{point.label}__s{seed}"
             members.append(Member(member_name, os.path.join(folder, member_name),
-                                  (*point.overrides, f"{grid.SEED_KEY}={seed}"), config["training"]["num_iterations"],
+                                  (*point.overrides, f"{grid.SEED_KEY}={seed}",
+                                   *group_overrides(config.get("tracking") or {}, name)),
+                                  config["training"]["num_iterations"],
                                   config["training"]["train_steps_per_iteration"]))
     manifest = {"config": os.path.abspath(config_path), "seeds": seeds, "grid": list(grid_texts),
-                "set": list(overrides), "members": [m.name for m in members]}
+                "set": [override_source(o)[0] for o in overrides], "members": [m.name for m in members]}
     _check_manifest(folder, manifest)
     return SweepPlan(name, folder, os.path.abspath(config_path), manifest, tuple(members),
                      jobs or default_jobs(len(members)))

@@ -39,6 +39,7 @@ from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid, space, storage, study_checks, train_worker
 from dqn_cartpole.processes import commands
+from dqn_cartpole.experiments.tracking_group import group_overrides, trial_tags
 from dqn_cartpole.processes.commands import child_command, train_argv
 from dqn_cartpole.processes.supervisor import Child, ChildSet
 
@@ -80,6 +81,7 @@ class TunePlan:
     seeds: tuple = ()  # each trial trains these seeds (empty: the config's training.seed, once)
     objective: str = "env_steps"
     runner: tuple = ()  # where the trials run, as the continue command says it: () here, ("--ray", ...) on Ray
+    tracking: Optional[dict] = None  # the config's tracking section (--track: each trial tracked in the study's group)
 
     @property
     def trials_dir(self) -> str:
@@ -121,7 +123,7 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
                                  objective, OBJECTIVES[objective][1])
     return TunePlan(name, folder, os.path.abspath(config_path), os.path.abspath(space_path), tuple(params), trials,
                     jobs, storage_url or os.path.join(folder, JOURNAL_FILE), tuple(overrides), sampler_seed,
-                    budget // 3, rdb, seeds, objective)
+                    budget // 3, rdb, seeds, objective, tracking=base.get("tracking"))
 
 
 def env_step_budget(config: dict) -> int:
@@ -314,7 +316,8 @@ def start_trial(trial, plan: TunePlan, worker: str) -> tuple[list[str], str]:
     for key, value in ((storage.WORKER_ATTR, worker), ("run_dir", os.path.abspath(folder)),
                        ("overrides", list(overrides)), ("objective", plan.objective)):
         trial.set_user_attr(key, value)
-    return overrides, folder
+    tracked = group_overrides(plan.tracking or {}, plan.study_name, trial_tags(trial.number, overrides))
+    return [*overrides, *tracked], folder
 
 
 def run_result(trial, ended: RunEnded, pruned_at: Optional[str], seeds: bool = False):

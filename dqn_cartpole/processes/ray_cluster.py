@@ -1,11 +1,14 @@
 """Ray, for the commands that ask for it: the optional extra, the cluster a command joins, or the local
 instance it starts for itself, and the one-line errors of both.
 
-`train --topology ray`, `sweep --ray` and `tune --ray` take the cluster from `--address HOST:PORT`, else from
-`RAY_ADDRESS`; with neither they start a Ray instance on this machine for the command and shut it down at its
-end. Ray is an extra (`pip install "dqn_cartpole[ray]"`): without it such a command is one line and exit
-status 2, before anything is created. An address where nothing answers is one line too, within the
-command's connect timeout: `ray.init` itself would retry for minutes.
+`train --topology ray`, `sweep --ray` and `tune --ray` find their cluster as Ray's own `ray.init()` does: from
+`--address HOST:PORT`, else from `RAY_ADDRESS`, else the cluster that the latest `ray start` began on this machine
+(they say so in one line); with none of these, or with `--address local`, they start a private Ray instance on this
+machine for the command and shut it down at its end. A private instance's token (Ray turns token authentication on
+for it) is kept in a file of the command's own, mode 0600, removed at its end: nothing is written under HOME. Ray is
+an extra (`pip install "dqn_cartpole[ray]"`): without it such a command is one line and exit status 2, before
+anything is created. An address where nothing answers is one line too, within the command's connect timeout:
+`ray.init` itself would retry for minutes.
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
+import shutil
+import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
@@ -23,6 +30,7 @@ INSTALL_HINT = 'pip install "dqn_cartpole[ray]" (in a checkout: pip install -e "
 ADDRESS_ENV = "RAY_ADDRESS"
 # A local instance's object store: a run's results are small (a run folder, some MB); Ray's default is 30% of RAM.
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+START_ATTEMPTS = 2  # a private instance that does not come up is started once more (see `init_ray`)
 
 
 def import_ray(what: str) -> Any:
@@ -31,7 +39,23 @@ def import_ray(what: str) -> Any:
         import ray  # pylint: disable=import-outside-toplevel
     except ImportError:
         raise UserError(f"{what} needs Ray, which is not installed: {INSTALL_HINT}") from None
+    check_pydantic(what)
     return ray
+
+
+def check_pydantic(what: str) -> None:
+    """A one-line UserError where pydantic 1 is installed (the mlflow and wandb extras bring it): Ray 2.60 refuses it,
+    and a local Ray instance would never start (its dashboard process exits on the import)."""
+    from importlib import metadata  # pylint: disable=import-outside-toplevel
+
+    try:
+        version = metadata.version("pydantic")
+    except metadata.PackageNotFoundError:
+        return
+    if version.split(".")[0] == "1":
+        raise UserError(f"{what}: Ray cannot start beside pydantic {version}, which the mlflow and wandb extras "
+                        f"install (Ray 2.60 needs pydantic 2, or none): use an environment without them for Ray runs "
+                        f"(docs/tracking.md)")
 
 
 def ray_installed() -> bool:
@@ -40,21 +64,33 @@ def ray_installed() -> bool:
     return importlib.util.find_spec("ray") is not None
 
 
+LOCAL = "local"  # as an address: a private instance, even beside a `ray start` cluster (Ray's own word)
+
+
 def cluster_address(given: Optional[str]) -> Optional[str]:
-    """The cluster to join: `--address`, else RAY_ADDRESS, else None (start a local instance)."""
+    """The cluster named: `--address`, else RAY_ADDRESS, else None (this machine's `ray start` cluster, if any)."""
     return given or os.environ.get(ADDRESS_ENV) or None
+
+
+def this_machines_cluster() -> Optional[str]:
+    """The address of the cluster that the latest `ray start` began on this machine, as Ray records it for its own
+    `ray.init()` (None: there is none). The one read of Ray's private API here; tests/test_ray_units.py fails
+    loudly if a Ray release moves it."""
+    from ray._private.utils import read_ray_address  # pylint: disable=import-outside-toplevel,protected-access
+
+    return read_ray_address() or None
 
 
 def parse_cluster_address(address: str, flag: str = "--address") -> Optional[tuple[str, int]]:
     """HOST:PORT (or ray://HOST:PORT) -> (host, port); None for 'auto' (a cluster `ray start` began on this
-    machine, which ray.init finds itself); a one-line UserError otherwise."""
-    if address == "auto":
+    machine, which ray.init finds itself) and 'local' (a private instance); a one-line UserError otherwise."""
+    if address in ("auto", LOCAL):
         return None
     text = address[len("ray://"):] if address.startswith("ray://") else address
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UserError(f"{flag} {address!r}: expected HOST:PORT of a Ray cluster's head, e.g. 10.0.0.1:6379, "
-                        f"or auto")
+                        f"auto, or local (a private instance)")
     return host.strip("[]"), int(port)
 
 
@@ -131,36 +167,116 @@ def _token_problem(channel, timeout_s: float) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Session:
-    """The cluster a command runs on: its address and whether this command started it."""
+    """The cluster a command runs on: its address, and how the command came to it (its one line)."""
 
     address: str
-    started_here: bool
+    how: str
+
+
+def choose_cluster(address: Optional[str], connect_timeout_s: float, flag: str) -> tuple[Optional[str], str]:
+    """(the address to join, None for a private instance; how it was chosen), as `ray.init()` chooses: the
+    address named, else this machine's `ray start` cluster, else a private instance. A named address that does
+    not answer is a one-line UserError; a `ray start` cluster that no longer answers is passed over, in one line."""
+    if address is not None and address != LOCAL:
+        check_answers(address, connect_timeout_s, flag)
+        return address, f"joined the Ray cluster at {address}"
+    if address is None:
+        found = this_machines_cluster()
+        if found is not None:
+            try:
+                check_answers(found, connect_timeout_s)
+            except UserError as exc:
+                why = str(exc).split(": ", 1)[-1].split(";")[0]
+                print(f"note: the Ray cluster that `ray start` began on this machine, at {found}, does not answer "
+                      f"({why}); starting a local Ray instance instead", file=sys.stderr, flush=True)
+            else:
+                return found, (f"joined the Ray cluster that `ray start` began on this machine, at {found} "
+                               f"(--address local for a private instance instead)")
+    return None, "started a local Ray instance"
+
+
+@contextlib.contextmanager
+def private_token() -> Iterator[None]:
+    """For a private instance, unless the user gave a token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH): a new token in
+    a file of this command's own (mode 0600, in a folder only its owner reads), for the block. Ray would otherwise
+    write one to ~/.ray/auth_token, readable by others, which every later `ray start --head` on the machine takes
+    as an order to turn token authentication on."""
+    if os.environ.get(TOKEN_ENV) or os.environ.get(TOKEN_PATH_ENV):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="dqn_cartpole-ray-")  # mode 0700
+    path = os.path.join(folder, "auth_token")
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(secrets.token_hex(32))
+    os.environ[TOKEN_PATH_ENV] = path
+    try:
+        yield
+    finally:
+        if os.environ.get(TOKEN_PATH_ENV) == path:
+            del os.environ[TOKEN_PATH_ENV]
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def init_ray(ray: Any, address: Optional[str], options: dict, flag: str, attempts: int = START_ATTEMPTS) -> Any:
+    """`ray.init`: joins `address`, or starts a private instance (LOCAL: never one that `ray start` left running on
+    this machine). A private instance that does not come up in time is started again once: on a loaded machine
+    (load 15-20 on 2 cores) Ray's raylet missed Ray's own fixed 30 s to register, and Ray raised a bare Exception,
+    leaving its processes running. What failed is one line (a UserError)."""
+    for attempt in range(1, attempts + 1):
+        ours = set(own_processes())
+        try:
+            return ray.init(address=address or LOCAL, **options)
+        except Exception as exc:  # pylint: disable=broad-except  # Ray's start-up raises bare Exceptions too
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            stop_processes(set(own_processes()) - ours)  # what the failed start left (none if it joined)
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            if address is not None or attempt == attempts:
+                where = f"{flag} {address}" if address else "a local Ray instance"
+                raise UserError(f"{where}: cannot start Ray: {first}") from None
+            load = "/".join(f"{value:.1f}" for value in os.getloadavg())
+            print(f"note: the local Ray instance did not start ({first}; load average {load}); starting it again",
+                  file=sys.stderr, flush=True)
+    raise AssertionError("unreachable")
+
+
+def own_processes() -> list:
+    import psutil  # pylint: disable=import-outside-toplevel
+
+    return psutil.Process().children(recursive=True)
+
+
+def stop_processes(processes: set) -> None:
+    import psutil  # pylint: disable=import-outside-toplevel
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(list(processes), timeout=10)
 
 
 @contextlib.contextmanager
 def ray_session(address: Optional[str], connect_timeout_s: float, what: str, num_cpus: Optional[int] = None,
                 flag: str = "--address") -> Iterator[Session]:
-    """Joins the cluster `address` (or RAY_ADDRESS) names, or starts a local Ray instance with `num_cpus`
-    (None: the machine's), for the `with` block; `ray.shutdown()` at its end (a local instance stops with it).
+    """Joins the cluster `address` (or RAY_ADDRESS, or this machine's `ray start`) names, or starts a private Ray
+    instance with `num_cpus` (None: the machine's), for the `with` block; `ray.shutdown()` at its end (a private
+    instance stops with it).
 
     Bad input (no Ray, a malformed or silent address) is a one-line UserError raised before Ray starts.
     """
     ray = import_ray(what)
-    address = cluster_address(address)
-    if address is not None:
-        check_answers(address, connect_timeout_s, flag)
+    address, how = choose_cluster(cluster_address(address), connect_timeout_s, flag)
     options: dict = {"log_to_driver": False, "configure_logging": False}
     if address is None:
         options.update(num_cpus=num_cpus, include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES)
         # Ray turns token authentication on for a local instance, and says so in a warning on every start.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    try:  # "local": a new instance, never one that `ray start` left running on this machine (ray.init's default)
-        context = ray.init(address=address or "local", **options)
-    except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        where = f"{flag} {address}" if address else "a local Ray instance"
-        raise UserError(f"{where}: cannot start Ray: {first}") from None
-    try:
-        yield Session(address=context.address_info.get("gcs_address", address or ""), started_here=address is None)
-    finally:
-        ray.shutdown()
+    with contextlib.ExitStack() as stack:
+        if address is None:
+            stack.enter_context(private_token())
+        context = init_ray(ray, address, options, flag)
+        try:
+            yield Session(address=context.address_info.get("gcs_address", address or ""), how=how)
+        finally:
+            ray.shutdown()

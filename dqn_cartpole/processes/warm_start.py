@@ -2,7 +2,7 @@
 
 A role's process spends most of its start in Python's and TensorFlow's import (measured under `--topology ray` on
 2 loaded cores: 9-20 s of a collector's 11-24 s to its first write). A `WarmStarter` keeps one process that has
-imported them (`python -m dqn_cartpole.processes.warm_process`, its parent's child, dying with it) and starts each
+imported them (`python -m dqn_cartpole.processes.warm_process`) and starts each
 command as a fork of it, which runs `python -m dqn_cartpole ARGV` in-process (`runpy`): the same code, arguments,
 log and exit status as a fresh `python -m dqn_cartpole ARGV`, without the import. A restarted role (its process
 killed) is back in the seconds its own build takes.
@@ -10,14 +10,15 @@ killed) is back in the seconds its own build takes.
 * The warm process imports with `heavy_imports` (the collector paused, then the heap frozen: its pages stay shared
   with the forks) and stays single-threaded (OPENBLAS_NUM_THREADS=1: numpy's and scipy's OpenBLAS start no pool;
   TensorFlow starts its threads at its first op, in the fork), so a fork inherits no lock held by another thread.
-* Protocol (`warm_process`) on its stdin and stdout, one JSON object a line: {"argv": [...], "log": PATH} ->
-  {"pid": N}; when a fork ends, {"pid": N, "status": S} (S as `subprocess.Popen.returncode`: negative for a
-  signal). Or on a Unix socket, where it outlives its client (a Ray actor restarted in a new process finds its
-  role's warm process still warm): the client's forks die when it goes, and the warm process waits `linger_s`
-  for the next client.
-* A fork starts a new session, dies with the warm process (SIGKILL as its parent-death signal), has no signal
-  blocked or ignored, and appends its output to its log. The role's exit runs its `atexit` handlers and joins its
-  threads as an interpreter's exit would.
+* Protocol (`warm_process`): JSON lines on a Unix socket, each request sent with two pipe ends of its own. The
+  warm process is a fork server and nothing more: a fork is tied to its client, not to it (it ends when its
+  client dies or releases it: its lifeline pipe), and tells its client how it ended (its status pipe, written by
+  the fork at its exit and by the warm process when it reaps it). So a fault of the warm process (a reset socket,
+  a bad request, its own death) costs at most the request in flight: the roles it forked run on, and the next
+  start starts a new warm process. On a shared socket it outlives its clients (a Ray actor restarted in a new
+  process finds its node's warm process still warm) and waits `linger_s` for the next client.
+* A fork starts a new session, has no signal blocked or ignored, and appends its output to its log. The role's
+  exit runs its `atexit` handlers and joins its threads as an interpreter's exit would.
 * `WarmProcess` is a `subprocess.Popen` look-alike for `supervisor.Child` (`pid`, `poll`, `wait`, `send_signal`,
   `kill`), so a role keeps its signals, its stop and its log; `WarmChild` is a `Child` started this way.
 """
@@ -29,6 +30,7 @@ import fcntl
 import glob
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
+from dqn_cartpole.processes.warm_process import close_fds
 
 COMMAND_ROOM = 4096  # bytes of a fork's command line (`ps`, /proc/PID/cmdline)
 WARM_ENV = {"OPENBLAS_NUM_THREADS": "1"}  # one thread at the fork (see the module docstring)
@@ -51,14 +54,41 @@ WARM_MODULES = ("tensorflow", "tf_agents.agents", "tf_agents.drivers", "tf_agent
 
 
 class WarmProcess:
-    """A fork of the warm process, seen as a `subprocess.Popen` (what `supervisor.Child` calls)."""
+    """A fork of the warm process, seen as a `subprocess.Popen` (what `supervisor.Child` calls). Its end comes
+    through its status pipe (see `warm_process`), so it is known whether the warm process still runs or not;
+    closing `life_w` (`release`) ends it."""
 
-    def __init__(self, pid: int, starter: "WarmStarter"):
-        self.pid, self.starter = pid, starter
+    def __init__(self, pid: int, status_r: int, life_w: int):
+        self.pid, self.status_r, self.life_w = pid, status_r, life_w
+        self.said = b""  # what the status pipe brought so far
+        self._returncode: Optional[int] = None
+        self._reading = threading.Lock()  # an actor's threads may ask at once: one reads (and closes) the pipe
+        os.set_blocking(status_r, False)
 
     @property
     def returncode(self) -> Optional[int]:
-        return self.starter.status(self.pid)
+        with self._reading:
+            if self._returncode is None and self.status_r >= 0:
+                self._read_status()
+            return self._returncode
+
+    def _read_status(self) -> None:
+        while True:
+            try:
+                data = os.read(self.status_r, 4096)
+            except BlockingIOError:
+                return  # it runs
+            except InterruptedError:
+                continue
+            if not data:
+                break
+            self.said += data
+        os.close(self.status_r)
+        self.status_r = -1
+        lines = [line.split() for line in self.said.decode(errors="replace").splitlines()]
+        codes = [int(words[1]) for words in lines if len(words) == 2 and words[0] == "exit"]
+        self._returncode = codes[-1] if codes else KILLED  # ended with no word: killed before it could say
+        self.release()
 
     def poll(self) -> Optional[int]:
         return self.returncode
@@ -66,9 +96,11 @@ class WarmProcess:
     def wait(self, timeout: Optional[float] = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
-            if deadline is not None and time.monotonic() >= deadline:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout)
-            time.sleep(0.02)
+            with contextlib.suppress(InterruptedError, ValueError, OSError):
+                select.select([self.status_r], [], [], min(0.5, remaining) if remaining is not None else 0.5)
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
@@ -81,12 +113,19 @@ class WarmProcess:
         except ProcessLookupError:
             pass
 
+    def release(self) -> None:
+        """Lets the fork go: it ends at once if it still runs (its lifeline pipe ends)."""
+        if self.life_w >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.life_w)
+            self.life_w = -1
+
 
 class WarmStarter:
-    """The warm process of one parent (started at the first `start`, again if it died) and its forks' statuses.
-
-    With `socket_path`, the warm process outlives this one (see `warm_process`): `ensure` connects to the one
-    listening there (a process of the same role before this one started it: it is still warm) or starts one."""
+    """The client of a warm process: it starts one (its own child, dying with it) or, with `socket_path`, connects
+    to the one that listens there (a process of the same node and run started it: it is still warm) or starts one
+    there, which outlives it (see `warm_process`). A fault of the warm process costs no fork already started: each
+    is tied to this client by its own pipes. If the warm process is gone, the next `start` starts another."""
 
     def __init__(self, parent_death_signal: int = signal.SIGKILL, modules: Optional[tuple] = None,
                  program: str = "dqn_cartpole", socket_path: Optional[str] = None, linger_s: float = LINGER_S,
@@ -98,51 +137,85 @@ class WarmStarter:
         self.modules = WARM_MODULES if modules is None else modules
         self.socket_path, self.linger_s, self.lifeline = socket_path, linger_s, lifeline
         self.process: Optional[subprocess.Popen] = None  # the warm process, if this one started it
-        self.channel: Optional[tuple] = None  # (the requests' writer, the socket or None) while connected
-        self.warm_pid: Optional[int] = None  # the warm process's pid, once it answered on a socket
-        self.statuses: dict = {}  # pid -> its exit status (None while it runs)
-        self.pending: Optional[int] = None  # the pid of the fork just started
+        self.channel: Optional[socket.socket] = None  # while connected
+        self.warm_pid: Optional[int] = None  # the warm process's pid, once it answered
+        self.answer: Optional[dict] = None  # the answer to the request in flight
+        self.forks: list = []  # the WarmProcesses started by this client
         self.lock = threading.RLock()  # one request at a time
-        self.started = threading.Condition()
+        self.answered = threading.Condition()
 
     def start(self, argv: list, log_path: str) -> WarmProcess:
-        """Forks `python -m dqn_cartpole ARGV` (its output appended to `log_path`) from the warm process."""
+        """Forks `python -m dqn_cartpole ARGV` (its output appended to `log_path`) from the warm process; once
+        more, from a new warm process, if the one asked ended before it answered."""
         with self.lock:
-            self.ensure()
-            with self.started:
-                channel = self.channel
-                channel[0].write(json.dumps({"argv": argv, "log": log_path}) + "\n")
-                channel[0].flush()
-                self.started.wait_for(lambda: self.pending is not None or self.channel is not channel)
-                pid, self.pending = self.pending, None
-            if pid is None:
-                raise OSError("the warm start-up process ended")
-            return WarmProcess(pid, self)
+            try:
+                return self.request(argv, log_path)
+            except ConnectionError:
+                return self.request(argv, log_path)
+
+    def request(self, argv: list, log_path: str) -> WarmProcess:
+        self.ensure()
+        status_r, status_w = os.pipe()
+        life_r, life_w = os.pipe()
+        channel = self.channel
+        try:
+            with self.answered:
+                self.answer = None
+                try:
+                    socket.send_fds(channel, [(json.dumps({"argv": argv, "log": log_path}) + "\n").encode()],
+                                    [status_w, life_r])
+                except OSError:  # the warm process has gone
+                    self.disconnect(channel)
+                self.answered.wait_for(lambda: self.answer is not None or self.channel is not channel)
+                answer = self.answer
+        finally:
+            close_fds([status_w, life_r])  # the fork's (and the warm process's) now
+        if answer is None or "pid" not in answer:
+            close_fds([status_r, life_w])  # a fork that started all the same ends with its lifeline
+            if answer is None:
+                self.disconnect(channel)
+                raise ConnectionError("the warm start-up process ended before it answered")
+            raise OSError(f"the warm start-up process could not start {' '.join(argv[:1])}: {answer['error']}")
+        fork = WarmProcess(answer["pid"], status_r, life_w)
+        self.forks = [earlier for earlier in self.forks if earlier.life_w >= 0] + [fork]  # those still held
+        return fork
 
     def ensure(self) -> None:
         """Starts the warm process, or connects to it, unless connected (from the thread that must outlive it: see
         `supervisor`)."""
         with self.lock:
-            if self.channel is not None and self.socket_path is None and self.process.poll() is not None:
-                self.channel = None  # it died: its reader may not have seen the end yet
+            if self.channel is not None and self.process is not None and self.socket_path is None \
+                    and self.process.poll() is not None:
+                self.disconnect(self.channel)  # it died: its reader may not have seen the end yet
             if self.channel is None:
                 if self.socket_path is None:
-                    self.launch()
+                    self.launch_private()
                 else:
                     self.connect_or_launch()
 
-    def launch(self, *extra: str) -> None:
+    def command(self, *extra: str) -> list:
         # The room argument reserves space in the argv area for each fork's own command line (`show_command`).
-        command = [sys.executable, "-m", "dqn_cartpole.processes.warm_process", self.program, ",".join(self.modules),
-                   " " * COMMAND_ROOM, *extra]
-        on_socket = bool(extra)
+        return [sys.executable, "-m", "dqn_cartpole.processes.warm_process", self.program, ",".join(self.modules),
+                " " * COMMAND_ROOM, *extra]
+
+    def launch_private(self) -> None:
+        """A warm process of this client's alone, on a socket pair; it dies with this process."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+                self.command("--fd", str(theirs.fileno())), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                env={**child_env(), **WARM_ENV}, start_new_session=True, pass_fds=(theirs.fileno(),),
+                preexec_fn=lambda: die_with_parent(self.parent_death_signal))
+        finally:
+            theirs.close()
+        self.attach(mine)
+
+    def launch_shared(self) -> None:
+        lifeline = ("--lifeline", str(self.lifeline)) if self.lifeline else ()
         self.process = subprocess.Popen(  # pylint: disable=consider-using-with
-            command, stdin=subprocess.DEVNULL if on_socket else subprocess.PIPE,
-            stdout=subprocess.DEVNULL if on_socket else subprocess.PIPE, text=True,
-            env={**child_env(), **WARM_ENV}, start_new_session=True,
-            preexec_fn=None if on_socket else lambda: die_with_parent(self.parent_death_signal))
-        if not on_socket:
-            self.attach(self.process.stdin, self.process.stdout, None)
+            self.command("--socket", self.socket_path, "--linger", str(self.linger_s), *lifeline),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env={**child_env(), **WARM_ENV},
+            start_new_session=True)
 
     def connect_or_launch(self) -> None:
         """Connects to the warm process on `socket_path`, or starts one there (a socket no process listens on is a
@@ -153,8 +226,7 @@ class WarmStarter:
                 return
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.socket_path)
-            lifeline = ("--lifeline", str(self.lifeline)) if self.lifeline else ()
-            self.launch("--socket", self.socket_path, "--linger", str(self.linger_s), *lifeline)
+            self.launch_shared()
             deadline = time.monotonic() + CONNECT_WAIT_S
             while not self.connect():
                 if self.process.poll() is not None or time.monotonic() > deadline:
@@ -169,63 +241,56 @@ class WarmStarter:
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
             return False
-        self.attach(sock.makefile("w", encoding="utf-8"), sock.makefile("r", encoding="utf-8"), sock)
+        self.attach(sock)
         return True
 
-    def attach(self, writer, reader, sock: Optional[socket.socket]) -> None:
-        with self.started:
-            self.channel, self.pending = (writer, sock), None
-        threading.Thread(target=self.read, args=(reader, self.channel), daemon=True).start()
+    def attach(self, sock: socket.socket) -> None:
+        with self.answered:
+            self.channel, self.answer = sock, None
+        threading.Thread(target=self.read, args=(sock,), name="warm-answers", daemon=True).start()
 
-    def read(self, reader, channel: tuple) -> None:
-        """The warm process's answers, until it ends (or the socket does); then every fork it started that still
-        ran is gone."""
-        mine: set = set()
-        with contextlib.suppress(OSError):  # a socket reset: the warm process died
-            for line in reader:
-                self.take(line, mine)
-        if channel[1] is None:
-            self.process.wait()
-        with self.started:
-            for pid in mine:
-                if self.statuses[pid] is None:
-                    self.statuses[pid] = KILLED
-            if self.channel is channel:
-                self.channel = None
-            self.started.notify_all()
+    def read(self, sock: socket.socket) -> None:
+        """The warm process's answers, until it ends (or the socket does)."""
+        with contextlib.suppress(OSError, ValueError):  # a socket reset: the warm process died
+            for line in sock.makefile("r", encoding="utf-8"):
+                self.take(line)
+        self.disconnect(sock)
 
-    def take(self, line: str, mine: set) -> None:
+    def take(self, line: str) -> None:
         try:
             answer = json.loads(line)
         except ValueError:
-            return  # not an answer (a library's note on its stdout)
-        with self.started:
+            return  # not an answer
+        with self.answered:
             if "warm" in answer:
                 self.warm_pid = answer["warm"]
-            elif "status" in answer:
-                self.statuses[answer["pid"]] = answer["status"]
             else:
-                self.statuses[answer["pid"]] = None
-                self.pending = answer["pid"]
-                mine.add(answer["pid"])
-            self.started.notify_all()
+                self.answer = answer
+            self.answered.notify_all()
 
-    def status(self, pid: int) -> Optional[int]:
-        with self.started:
-            return self.statuses.get(pid)
+    def disconnect(self, sock: socket.socket) -> None:
+        with self.answered:
+            if self.channel is sock:
+                self.channel = None
+                with contextlib.suppress(OSError):
+                    sock.close()
+            self.answered.notify_all()
 
     def close(self) -> None:
-        """Ends the warm process (on a socket: asks it to end) and its forks."""
-        channel, self.channel = self.channel, None
-        if channel is not None and channel[1] is not None:
+        """Ends the forks this client started and still run, and the warm process (on a socket: asks it to end;
+        it does once its last client asked)."""
+        for fork in self.forks:
+            fork.release()
+        with self.answered:
+            channel, self.channel = self.channel, None
+        if channel is not None:
             with contextlib.suppress(OSError):
-                channel[0].write(json.dumps({"close": True}) + "\n")
-                channel[0].flush()
+                channel.sendall((json.dumps({"close": True}) + "\n").encode())
             with contextlib.suppress(OSError):
-                channel[1].shutdown(socket.SHUT_RDWR)
-            channel[1].close()
+                channel.shutdown(socket.SHUT_RDWR)
+            channel.close()
         if self.process is not None and self.process.poll() is None:
-            if channel is None or channel[1] is None:
+            if self.socket_path is None:
                 self.process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(CONNECT_WAIT_S)

@@ -106,12 +106,6 @@ class Replay:
         self._iterators.append(iterator)  # keep it alive as long as the replay
         return lambda: iterator.get_next()[0]
 
-    def keep_early(self, boundary: Optional[int] = None) -> Optional[int]:
-        """Draws `replay.solved_early_share` of every batch from the experience written so far, from now on: only the
-        in-graph uniform buffer read directly and a learner's own replay do (`uniform.EarlyExperience`); the others
-        go on sampling uniformly (None)."""
-        return None
-
     def single_pass(self) -> Any:
         """Everything stored, each item once, oldest first, as a nest of numpy arrays (eager only).
 

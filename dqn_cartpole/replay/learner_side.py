@@ -159,7 +159,7 @@ class LearnerSideReplay(TFUniformReplay):
         if sample_batch_size is None:
             (windows, tags), _ = self.buffer.get_next()
         else:  # the ops a batch needs (sample_windows), not the library's get_next with its lock and probabilities
-            windows, tags = sample_windows(self.buffer, sample_batch_size, None, self.early)
+            windows, tags = sample_windows(self.buffer, sample_batch_size, None)
         if tf.executing_eagerly():
             return to_numpy(windows), to_numpy(tags)
         return windows, tags

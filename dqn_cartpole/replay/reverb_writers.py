@@ -29,8 +29,11 @@ from dqn_cartpole.replay.packing import StepPacker
 log = logging.getLogger(__name__)
 
 LAST = int(ts.StepType.LAST)
-# Items a writer lets wait for the server's confirmation before it waits itself (Reverb warns from 50 on):
-# a full queue or a samples-per-insert ratio holds a collector here, in slices it can give up on.
+# Items a writer lets wait for the server's confirmation before it waits itself, and the items it creates between two
+# such waits: at most MAX_PENDING + CHECK_EVERY (48) are ever unconfirmed, under the 50-odd from which Reverb's writer
+# warns "The number of pending items is alarmingly high". Counted in items, not windows: a window is an item in
+# each of its tables (two in a single-process or `server`-mode replay). A full queue or a samples-per-insert ratio
+# holds a collector here, in slices it can give up on.
 MAX_PENDING, CHECK_EVERY = 32, 16
 # An item's priority in the first table when no collector tagged it (Reverb's and TF-Agents' default).
 DEFAULT_PRIORITY = 1.0
@@ -104,7 +107,7 @@ class WindowWriter:
         self._padding = padding  # the packed boundary step that ends an episode's windows (None: no episodes)
         self._refs: collections.deque = collections.deque(maxlen=sequence_length)  # the newest steps' references
         self._held: collections.deque = collections.deque(maxlen=sequence_length - 1)
-        self._created = 0
+        self._unchecked = 0  # items created since the writer last waited for the server (see MAX_PENDING)
 
     def append(self, row: np.ndarray, boundary: bool, next_index: Callable[[], int]) -> None:
         """Appends one packed step; `boundary`: a LAST step, which ends its episode's windows (with `episodes`)."""
@@ -127,9 +130,10 @@ class WindowWriter:
         window, index = [list(self._refs)], float(next_index())
         for table in self._tables:  # uniform sampling and a queue ignore the priority
             self._cpp.CreateItem(table, self.priority if table == self._tables[0] else index, window, [False])
-        self._created += 1
-        if self._created % CHECK_EVERY == 0:
+        self._unchecked += len(self._tables)
+        if self._unchecked >= CHECK_EVERY:
             self._writer.flush(block_until_num_items=MAX_PENDING)
+            self._unchecked = 0
 
     def held(self) -> list:
         """The packed steps that start no window yet (an episode's newest n), oldest first."""

@@ -27,7 +27,6 @@ class TFUniformReplay(Replay):
         buffer = buffer_class(data_spec, batch_size=num_envs, max_length=math.ceil(config.capacity / num_envs))
         super().__init__(buffer, data_spec, num_envs, config)
         self._cleared_inserts = 0
-        self.early = EarlyExperience(config.solved_early_share)
 
     @staticmethod
     def buffer_class(config: ReplayConfig) -> type:
@@ -38,17 +37,7 @@ class TFUniformReplay(Replay):
     def sampler(self, sample_batch_size: int, num_steps: int, with_tags: bool = False) -> Any:
         if with_tags or sampling_mode(self.config) != "direct":
             return super().sampler(sample_batch_size, num_steps, with_tags)
-        return lambda: sample_windows(self.buffer, sample_batch_size, num_steps, self.early)
-
-    def keep_early(self, boundary: Optional[int] = None) -> Optional[int]:
-        """From now on, `replay.solved_early_share` of every batch is drawn from the items written so far (or before
-        the id `boundary`, a resumed run's); returns that boundary (None: the share is 0)."""
-        if self.early.share == 0:
-            return None
-        if boundary is None:
-            boundary = int(self.buffer._get_last_id().numpy()) + 1  # pylint: disable=protected-access
-        self.early.boundary.assign(boundary)
-        return boundary
+        return lambda: sample_windows(self.buffer, sample_batch_size, num_steps)
 
     def single_pass(self) -> Any:
         # Not as_dataset(single_deterministic_pass=True): in tf-agents 0.19 that dataset reads
@@ -85,33 +74,8 @@ class ProgramOrderUniformReplayBuffer(tf_uniform_replay_buffer.TFUniformReplayBu
         return self._last_id.assign_add(increment).value()
 
 
-class EarlyExperience:
-    """The experience written before a run's first confirmed solve, of which `share` of every batch is drawn once the
-    run has one (`TFUniformReplay.keep_early`: ids below `boundary`; -1 until then).
-
-    After a solve the buffer fills with the solved policy's long episodes, and the states near a fall, which the
-    experience before it holds, become a smaller and smaller share of the batches: a run that trains on then forgets
-    what it learnt there (docs/benchmarks.md measures it). The early draw is made after the batch's own draws, so a
-    run's batches are the same numbers as without it until its solve.
-    """
-
-    def __init__(self, share: float):
-        self.share = share
-        self.boundary = tf.Variable(-1, dtype=tf.int64, trainable=False, name="early_experience_boundary") \
-            if share > 0 else None
-
-    def mix(self, ids: tf.Tensor, min_id: tf.Tensor, max_id: tf.Tensor, sample_batch_size: int) -> tf.Tensor:
-        """`ids` with their first share drawn below the boundary instead, once it lies inside the valid range."""
-        early = round(self.share * sample_batch_size)
-        if early == 0 or self.boundary is None:
-            return ids
-        high = tf.minimum(self.boundary.read_value(), max_id)
-        drawn = tf.random.uniform([early], minval=min_id, maxval=tf.maximum(high, min_id + 1), dtype=tf.int64)
-        return tf.where(high > min_id, tf.concat([drawn, ids[early:]], axis=0), ids)
-
-
 def sample_windows(buffer: tf_uniform_replay_buffer.TFUniformReplayBuffer, sample_batch_size: int,
-                   num_steps: Optional[int], early: Optional[EarlyExperience] = None) -> Any:
+                   num_steps: Optional[int]) -> Any:
     """`buffer.get_next(sample_batch_size, num_steps)`'s items, built from only the ops a training batch needs
     (`num_steps=None`: single items [batch, ...], as the library's).
 
@@ -128,8 +92,6 @@ def sample_windows(buffer: tf_uniform_replay_buffer.TFUniformReplayBuffer, sampl
     min_id, max_id = tf_uniform_replay_buffer._valid_range_ids(buffer._last_id.read_value(), max_length, num_steps)
     ids = tf.random.uniform([sample_batch_size], minval=min_id, maxval=max_id, dtype=tf.int64)
     columns = tf.random.uniform([sample_batch_size], minval=0, maxval=buffer._batch_size, dtype=tf.int64)
-    if early is not None:  # (after the draws above: their random streams stay the same)
-        ids = early.mix(ids, min_id, max_id, sample_batch_size)
     if num_steps is None:
         return buffer._data_table.read(tf.math.mod(ids, max_length) + columns * max_length)
     rows = tf.math.mod(ids[:, tf.newaxis] + tf.range(num_steps, dtype=tf.int64), max_length)

@@ -22,7 +22,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 
 h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-top: 2rem;
   border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
 .outcome { font-size: 1.15rem; font-weight: 600; margin: .4rem 0; }
-.solved { color: #1a7f37; } .unsolved { color: #b35900; }
+.solved { color: #1a7f37; } .unsolved, .unfinished { color: #b35900; } .unchecked { color: #444; }
 .facts { display: flex; flex-wrap: wrap; gap: .5rem 2rem; margin: .5rem 0; }
 .facts div span { color: #666; margin-right: .4rem; }
 .figures { display: flex; flex-wrap: wrap; gap: 1rem; }

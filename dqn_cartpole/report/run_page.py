@@ -53,24 +53,45 @@ def fmt(value: Optional[float], digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def outcome_line(record: RunRecord, facts: RunFacts) -> tuple[str, bool]:
-    """One sentence: solved (where and when) or not, and how the run ended. Returns (text, solved)."""
+def outcome_line(record: RunRecord, facts: RunFacts) -> tuple[str, str]:
+    """One sentence: solved (where and when), not solved, or not checked, and how the run ended. Returns (text,
+    kind): kind is "solved", "unsolved", "unchecked" (the solve check was off) or "unfinished"."""
     if not record.finished:
         return ("Unfinished: this run has no summary.json yet (still running, or stopped before its end; "
-                "resume it with train --resume)."), False
+                "resume it with train --resume)."), "unfinished"
     target = f"{facts.solve_return:g}" if facts.solve_return is not None else "the target"
+    iterations = f"after {record.get('iterations', 0):,} iterations"
+    best = record.get("best_return")
     if record.solved:
-        text = (f"Solved at iteration {record.get('solved_at_iteration'):,}, after "
-                f"{fmt(record.get('solved_env_steps'), 0)} env steps and {fmt(record.get('solved_wall_s'))} s "
-                f"(greedy average return >= {target}).")
+        kind, text = "solved", (f"Solved at iteration {record.get('solved_at_iteration'):,}, after "
+                                f"{fmt(record.get('solved_env_steps'), 0)} env steps and "
+                                f"{fmt(record.get('solved_wall_s'))} s (greedy average return >= {target}).")
+    elif not record.solve_checked:
+        kind, text = "unchecked", (f"No solve check ran (evaluation.stop_when_solved: false): "
+                                   f"{unchecked_words(best, facts)}, {iterations}.")
+    elif best is not None and facts.solve_return is not None and best >= facts.solve_return:
+        kind, text = "unsolved", (f"Not solved: no solve check confirmed it; {unchecked_words(best, facts)}, "
+                                  f"{iterations}.")
     else:
-        text = (f"Not solved: the best greedy average return was {fmt(record.get('best_return'))}, the target is "
-                f"{target}, after {record.get('iterations', 0):,} iterations.")
+        kind, text = "unsolved", (f"Not solved: the best greedy average return was {fmt(best)}, the target is "
+                                  f"{target}, {iterations}.")
     if record.get("stopped_by"):
         text += f" Stopped early by {record.get('stopped_by')}; it can be resumed."
     if record.get("diverged_at_iteration") is not None:
         text += f" Training diverged at iteration {record.get('diverged_at_iteration'):,}."
-    return text, record.solved
+    return text, kind
+
+
+def unchecked_words(best: Optional[float], facts: RunFacts) -> str:
+    """A run without a solve check: its best evaluation against the threshold, without calling it solved (the
+    check would have played `evaluation.solve_episodes` fresh episodes)."""
+    said = f"the best greedy average return was {fmt(best)}"
+    if best is None or facts.solve_return is None:
+        return said
+    if best >= facts.solve_return:
+        return (f"{said}, at or above the target {facts.solve_return:g} in an evaluation, not confirmed on fresh "
+                f"episodes")
+    return f"{said}, below the target {facts.solve_return:g}"
 
 
 def policy_fact(record: RunRecord, name: str) -> str:
@@ -85,7 +106,7 @@ def policy_fact(record: RunRecord, name: str) -> str:
 
 
 def header(record: RunRecord, facts: RunFacts) -> str:
-    text, solved = outcome_line(record, facts)
+    text, kind = outcome_line(record, facts)
     warning = final_much_worse_line(record.get("policies"), facts.solve_return)
     best = best_eval_row(record.eval_rows)
     best_at = ""
@@ -104,9 +125,8 @@ def header(record: RunRecord, facts: RunFacts) -> str:
         ("env steps", fmt(record.get("env_steps"), 0)),
         ("peak memory", f"{fmt(peak, 0)} MB" if peak is not None else "-"),
     ))
-    cls = "solved" if solved else "unsolved"
     warned = f'<p class="outcome unsolved final-worse">{html.esc(warning)}</p>' if warning else ""
-    return f'<p class="outcome {cls}">{html.esc(text)}</p>{warned}<div class="facts">{facts_html}</div>'
+    return f'<p class="outcome {kind}">{html.esc(text)}</p>{warned}<div class="facts">{facts_html}</div>'
 
 
 def plots_section(record: RunRecord, page_dir: str) -> str:
@@ -185,9 +205,17 @@ def config_section(record: RunRecord) -> str:
             changed.append(differs)
     kind = "a distributed run" if distributed else "a single-process run"
     note = (f'<p class="note">The resolved config of this run (config.yaml): {len(rows)} keys that apply to {kind}'
-            f"{f' ({hidden} that do not are left out)' if hidden else ''}. Highlighted: the {sum(changed)} the "
-            f"user changed from {html.esc(source)} (an <code>auto</code> the run resolved is no change).</p>")
+            f"{f' ({hidden} that do not are left out)' if hidden else ''}. {changed_words(sum(changed), source)} "
+            f"(an <code>auto</code> the run resolved is no change).</p>")
     return note + html.table(("key", "this run", source), rows, highlight=changed)
+
+
+def changed_words(count: int, source: str) -> str:
+    """How many keys the user changed from `source`, in words: none, one, or the number highlighted."""
+    if count == 0:
+        return f"Every key has {html.esc(source)}'s value: the user changed none"
+    keys = "the key" if count == 1 else f"the {count} keys"
+    return f"Highlighted: {keys} the user changed from {html.esc(source)}"
 
 
 def provenance_section(record: RunRecord) -> str:

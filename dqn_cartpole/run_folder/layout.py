@@ -27,6 +27,7 @@ FINAL_POLICY = "final"  # policy/final: the policy at the end of the run
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 SUMMARY_FILE = "summary.json"
+TRACKING_FILE = "tracking.json"  # the tracked run (MLflow or W&B) this run folder was sent to, and how far
 LOCK_FILE = "run.lock"  # held by the process that owns the run, and passed to the roles it starts (run_folder.lock)
 ROLES_LOCK_FILE = "roles.lock"  # held shared by every role of a distributed run (run_folder.lock)
 ROLES_DIR = "roles"  # a distributed run: each role's log, and each collector's metrics CSV
@@ -126,6 +127,10 @@ class RunLayout:
     @property
     def tensorboard(self) -> str:
         return self.path(TENSORBOARD_DIR)
+
+    @property
+    def tracking(self) -> str:
+        return self.path(TRACKING_FILE)
 
     @property
     def summary(self) -> str:

@@ -44,7 +44,8 @@ class PlacementRecord:
         before = list(previous.get("before", [])) if previous else []
         if previous and previous.get("pid") is not None:
             before.append({key: previous.get(key) for key in ("node_ip", "node_id", "pid", "since_unix_s", "ended")})
-        roles[role] = {**where, "restarts": self.base.get(role, 0) + restarts, "state": "running",
+        state = "running" if where.get("pid") is not None else "starting"  # never running without a process
+        roles[role] = {**where, "restarts": self.base.get(role, 0) + restarts, "state": state,
                        "since_unix_s": round(time.time(), 1), "before": before[-KEEP_BEFORE:]}
         self.write()
 

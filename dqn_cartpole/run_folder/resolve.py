@@ -62,6 +62,36 @@ def check_can_create(path: str, label: str = "") -> None:
         raise UserError(f"{label}{path}: cannot write there (no permission on {probe})")
 
 
+def check_recording_path(output: str, overwrite: bool, output_arg: str = "--output",
+                         overwrite_arg: str = "--overwrite") -> None:
+    """A recording loses no file: an existing `output` is replaced only with `overwrite`, a folder never, and a file in
+    a run folder (one with config.yaml, at any depth above it) only in that run's videos/: its config, checkpoints,
+    policies and metrics are what resume, report and compare read. One line (UserError) otherwise."""
+    if os.path.isdir(output):
+        raise UserError(f"{output_arg} {output}: is a folder; give an .mp4 file name")
+    run = enclosing_run_folder(output)
+    if run is not None:
+        videos = os.path.join(run, layout.VIDEOS_DIR)
+        if os.path.dirname(os.path.realpath(output)) != videos:
+            raise UserError(f"{output_arg} {output}: is in the run folder {run}; a recording goes in its "
+                            f"{layout.VIDEOS_DIR}/ or outside the run, never among the run's own files")
+    if os.path.lexists(output) and not overwrite:
+        raise UserError(f"{output_arg} {output}: exists; pass {overwrite_arg} to replace it, or give another name")
+
+
+def enclosing_run_folder(path: str) -> Optional[str]:
+    """The run folder `path` (a file, existing or not) would be written in, at any depth (symbolic links resolved);
+    None when no folder above it is one."""
+    folder = os.path.dirname(os.path.realpath(path))
+    while True:
+        if is_run_folder(folder):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
 def create_run_dir(path: str, overwrite: bool, beside_roles: bool = False) -> tuple[bool, RunLock]:
     """Creates (or, with `overwrite`, empties) the run folder and locks it for this process (`lock.lock_run`).
 

@@ -1,8 +1,6 @@
 """What a run that does not stop on its solve does about it: at the first confirmed solve the target network's updates
-change (`agent.solved_target_update_period` and `_tau`: Polyak averaging in the default), the learning rate may drop
-(`agent.solved_learning_rate_factor`) and a share of every batch may come from the experience written until then
-(`replay.solved_early_share`); policy/final, the weights at the last step, is scored over `evaluation.final_episodes`
-fresh episodes (the fixed-budget protocol's score).
+change (`agent.solved_target_update_period` and `_tau`: Polyak averaging in the default); policy/final, the weights at
+the last step, is scored over `evaluation.final_episodes` fresh episodes (the fixed-budget protocol's score).
 
 What they do to the default is measured in docs/benchmarks.md (issue 37). A run that stops at its solve (the
 default's headline protocol) never reaches them: its time to solve is unchanged.
@@ -13,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from dqn_cartpole.config import AgentConfig, Config
+from dqn_cartpole.config import Config
 from dqn_cartpole.core import build
 from dqn_cartpole.core.evaluation import make_episode_runner
 from dqn_cartpole.core.policies import greedy_policy
@@ -21,17 +19,23 @@ from dqn_cartpole.core.policies import greedy_policy
 FINAL_SEED_OFFSET = 40_000  # the final score's env copies: seeds neither training nor the checks use
 
 
-def learning_rate(agent: AgentConfig, solved: bool) -> float:
-    """The learning rate a run trains at: `learning_rate`, times `solved_learning_rate_factor` once it solved."""
-    return agent.learning_rate * (agent.solved_learning_rate_factor if solved else 1.0)
+def acts_on_solve(config: Config) -> bool:
+    """Whether a run that trains on past its solve changes something there (`agent.solved_target_update_*`): then
+    it checks for its solve, as a run that stops on it does (`checks_for_solve`)."""
+    agent = config.agent
+    return agent.solved_target_update_period is not None or agent.solved_target_update_tau is not None
+
+
+def checks_for_solve(config: Config) -> bool:
+    """Whether an evaluation that reaches the solve return starts the solve check: in a run that stops on its solve
+    (`evaluation.stop_when_solved`), and in one that acts on it (`acts_on_solve`). The tutorial's does neither."""
+    return config.evaluation.stop_when_solved or acts_on_solve(config)
 
 
 class AfterSolve:
     """After each compiled chunk: the run's first confirmed solve (its own check, or the evaluator's), for a run that
-    trains on after it, changes the target updates (`agent.solved_target_update_*`), the learning rate
-    (`agent.solved_learning_rate_factor`) and keeps the experience written until then in every batch
-    (`replay.solved_early_share`, `Replay.keep_early`), once. A resumed run's target updates come back with its
-    checkpoint (their variables are the agent's)."""
+    trains on after it, changes the target updates (`agent.solved_target_update_*`), once. A resumed run's target
+    updates come back with its checkpoint (their variables are the agent's)."""
 
     def __init__(self, config: Config, solved_already: bool):
         self.config, self.applied = config, solved_already  # a resumed run's are set at its restore (`restore`)
@@ -41,18 +45,8 @@ class AfterSolve:
         if self.applied or state.solved_at_iteration is None or state.stop:
             return
         self.applied = True
-        agent = session.pipeline.agent
-        if agent_config.solved_learning_rate_factor != 1:
-            agent.set_learning_rate(learning_rate(agent_config, solved=True))
-        agent.set_target_updates(agent_config.solved_target_update_period, agent_config.solved_target_update_tau)
-        state.early_replay_id = session.pipeline.replay.keep_early()
-
-    @staticmethod
-    def restore(config: Config, state: Any, pipeline: Any) -> None:
-        """A resumed run's learning rate and early experience, as they were at its checkpoint."""
-        pipeline.agent.set_learning_rate(learning_rate(config.agent, state.solved_at_iteration is not None))
-        if state.early_replay_id is not None:
-            pipeline.replay.keep_early(state.early_replay_id)
+        session.pipeline.agent.set_target_updates(agent_config.solved_target_update_period,
+                                                  agent_config.solved_target_update_tau)
 
 
 def score_final(session: Any) -> None:

@@ -16,6 +16,7 @@ from dqn_cartpole.processes.commands import resume_command
 from dqn_cartpole.run_folder.checkpointing import ResumePlan
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.training.host import custom_gradients_released, shared_process
+from dqn_cartpole.tracking.send import send_run
 from dqn_cartpole.training.outcome import RunEnd
 
 
@@ -66,7 +67,9 @@ def run(config: Config, run_dir: str, progress: Progress, plan: Optional[ResumeP
 
     with RunEnd(run_dir, created, progress, resume_command(run_dir)) as end:
         end.summary = train(config, RunLayout(run_dir), progress, plan)
-    return end.finish()
+    status = end.finish()
+    send_run(config, run_dir)  # --track: after the summary (nothing without it); at worst one warning line
+    return status
 
 
 @dataclass(frozen=True)
@@ -102,4 +105,5 @@ def run_here(config: Config, run_dir: str, progress: Progress, plan: Optional[Re
             custom_gradients_released():
         end.summary = train(config, RunLayout(run_dir), progress, plan, host)
     status = end.finish()
+    send_run(config, run_dir)
     return Ending(end.summary, status, end.failure)

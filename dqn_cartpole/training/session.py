@@ -229,6 +229,7 @@ class TrainingSession:
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last, self.clock.cpu())
         target = local.solve_return(self.config)
         summary["solve_return_target"] = target if target != float("inf") else None  # the average that counts as solved
+        summary["solve_checked"] = summary["solve_return_target"] is not None and final_policy.checks_for_solve(self.config)
         summary["policies"] = {name: policy_files.describe_policy(path, name) for name, path in
                                (("final", layout.final_policy), ("best", layout.best_policy))}
         return ending.seal(self, {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb,

@@ -13,7 +13,7 @@ from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
 
 # The fields a checkpoint carries over to a resumed run; the rest are per process or per outcome.
 RESUMED_FIELDS = ("loss", "last_return", "best_return", "best_iteration", "solved_at_iteration", "solved_return",
-                  "solved_wall_s", "solved_env_steps", "solved_cpu_s", "early_replay_id")
+                  "solved_wall_s", "solved_env_steps", "solved_cpu_s")
 
 
 @dataclass
@@ -31,7 +31,6 @@ class RunState:
     solved_env_steps: Optional[int] = None
     solved_cpu_s: Optional[float] = None  # CPU seconds of the process that confirmed the solve, until then
     stop: bool = False  # solved: stop early
-    early_replay_id: Optional[int] = None  # replay ids below it were written before the first confirmed solve
     final_policy_return: Optional[float] = None  # policy/final's average over evaluation.final_episodes (unsolved end)
     final_policy_episodes: Optional[int] = None
     # per process

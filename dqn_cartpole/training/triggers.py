@@ -25,7 +25,7 @@ from dqn_cartpole.core.q_probe import MaxQ
 from dqn_cartpole.run_folder import export
 from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import phases as phase_names
+from dqn_cartpole.training import final_policy, phases as phase_names
 from dqn_cartpole.training.phases import Phases, measure
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
@@ -195,7 +195,7 @@ def checks_solves(config: Config, state: RunState, train_step: int) -> bool:
     solve, and in a run that trains on after it (`evaluation.stop_when_solved` false) only once the exploration is
     over (`agent.epsilon_decay_steps`): what its solve changes (`final_policy.AfterSolve`) waits for a policy that
     learnt, not one that balanced by luck in the first few hundred steps."""
-    if state.solved_at_iteration is not None:
+    if state.solved_at_iteration is not None or not final_policy.checks_for_solve(config):
         return False
     return config.evaluation.stop_when_solved or train_step >= config.agent.epsilon_decay_steps
 
@@ -254,10 +254,8 @@ class SolveCheck:
                                snapshot=at)
         state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), self.clock.cpu()
         above = f", {cfg.evaluation.solve_margin:g} standard errors ({margin:.1f}) above it" if margin else ""
-        factor = cfg.agent.solved_learning_rate_factor
         if not stops:
-            stopping = "training on (evaluation.stop_when_solved is false)" + (
-                f", the learning rate x{factor:g} from here" if factor != 1 else "")
+            stopping = "training on (evaluation.stop_when_solved is false)"
         elif iteration == state.iteration:
             stopping = "stopping early"
         else:
@@ -306,7 +304,7 @@ class Evaluate:
                         "num_episodes": len(result.returns), "wall_s": at.wall_s, **spread})
         self.scalars.write("eval", at.train_step, {"average_return": result.average_return,
                                                    "average_episode_length": result.average_length, **spread})
-        self.progress.update(state.iteration, state.loss, state.last_return, force=True)
+        self.progress.evaluated(state.iteration, state.loss, result.average_return, at.iteration)
 
 
 class PeriodicCheckpoint:

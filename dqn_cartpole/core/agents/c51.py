@@ -28,8 +28,7 @@ from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
 from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig, c51_values
-from dqn_cartpole.core.agents.common import (EpisodeWindowsTrainMixin, TfAgentAdapter, adjustable_target_updates,
-                                             epsilon_schedule)
+from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
 from dqn_cartpole.core.agents.n_step import valid_mask, window_length
 from dqn_cartpole.core.agents.protocol import ReturnDistribution
 from dqn_cartpole.core.policies import NumpyQNetwork
@@ -150,5 +149,4 @@ def build_c51_agent(
         train_step_counter=train_step,
     )
     agent.initialize()
-    adjustable_target_updates(agent, agent_config)
     return C51ValueAgent(agent)

@@ -55,12 +55,6 @@ class TargetUpdates(tf.Module):
                           else target.assign(online) for online, target in self._pairs])
 
 
-def adjustable_target_updates(agent: Any, config: AgentConfig) -> None:
-    """Puts `TargetUpdates` in the place of a built TF-Agents DQN-family agent's target updater."""
-    agent._update_target = TargetUpdates(agent._q_network, agent._target_q_network,  # pylint: disable=protected-access
-                                         config.target_update_period, config.target_update_tau)
-
-
 class EpisodeWindowsTrainMixin:
     """Changes to a TF-Agents DQN-family agent that every agent here shares:
 
@@ -82,6 +76,11 @@ class EpisodeWindowsTrainMixin:
         """The loss a train step minimises (`agent.loss` would use gamma 1: the library's `_loss` default)."""
         return self._loss(experience, td_errors_loss_fn=self._td_errors_loss_fn, gamma=self._gamma,
                           reward_scale_factor=self._reward_scale_factor, weights=weights, training=training)
+
+    def _get_target_updater(self, tau=1.0, period=1):
+        """The library's factory of the target updater, overridden: `TargetUpdates`, whose period and tau a run can
+        change as it goes (`TfAgentAdapter.set_target_updates`)."""
+        return TargetUpdates(self._q_network, self._target_q_network, period, tau)
 
     def _train(self, experience, weights):
         variables = self._q_network.trainable_weights

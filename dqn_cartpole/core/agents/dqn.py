@@ -14,8 +14,7 @@ from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
 from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig
-from dqn_cartpole.core.agents.common import (EpisodeWindowsTrainMixin, TfAgentAdapter, adjustable_target_updates,
-                                             epsilon_schedule)
+from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
 from dqn_cartpole.core.agents.n_step import valid_mask, window_length
 from dqn_cartpole.core.networks import build_q_network
 from dqn_cartpole.core.policies import NumpyQNetwork
@@ -89,5 +88,4 @@ def build_dqn_agent(
         train_step_counter=train_step,
     )
     agent.initialize()
-    adjustable_target_updates(agent, agent_config)
     return DqnFamilyAgent(agent)

@@ -57,7 +57,7 @@ class ValueAgent(Protocol):
         """The collect policy's exploration rate now (the train log's `epsilon` column)."""
 
     def set_learning_rate(self, learning_rate: float) -> None:
-        """A resumed run's learning rate (the config may change it), or the rate after a solve."""
+        """A resumed run's learning rate (the config may change it)."""
 
     def set_target_updates(self, period: Optional[int] = None, tau: Optional[float] = None) -> None:
         """The target network's update period and factor from now on (None: as it is), after a run's solve."""

@@ -1,0 +1,69 @@
+"""`send_run`: a run folder sent where its config's `tracking` section says, once its run ended. A failure of any
+kind (the extra not installed, a server that does not answer, a full disk in the store) is one warning line: the
+run, its folder and its exit status are never touched by it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import sys
+from typing import Callable, Optional
+
+from dqn_cartpole.config import Config
+
+EXTRAS = {"mlflow": "mlflow", "wandb": "wandb"}  # backend -> the module its extra installs
+
+
+def send_run(config: Config, run_dir: str, say: Callable[[str], None] = None) -> Optional[str]:
+    """Sends `run_dir` to `config.tracking.backend` (nothing without one: no import); returns the tracked run's
+    id, or None after one warning line (`say`, default stderr) when it could not be sent."""
+    backend = config.tracking.backend
+    if backend is None:
+        return None
+    say = say or (lambda line: print(line, file=sys.stderr))
+    try:
+        importlib.import_module(EXTRAS[backend])  # the extra: pip install "dqn_cartpole[mlflow]"
+    except ImportError:
+        say(f"warning: --track {backend}: {EXTRAS[backend]} is not installed (pip install "
+            f"\"dqn_cartpole[{backend}]\"); the run is not tracked")
+        return None
+    try:
+        with quiet_libraries():
+            return _send(backend, config, run_dir, say)
+    except Exception as exc:  # pylint: disable=broad-except  # tracking never fails the run
+        problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        problem = problem if len(problem) <= 300 else problem[:300] + "..."
+        say(f"warning: --track {backend}: the run was not sent ({type(exc).__name__}: {problem}); it is saved in "
+            f"{run_dir}")
+        return None
+
+
+def _send(backend: str, config: Config, run_dir: str, say: Callable[[str], None]) -> str:
+    from dqn_cartpole.tracking.sent import what_is_sent
+
+    sent = what_is_sent(run_dir, dataclasses.asdict(config.tracking))
+    if backend == "mlflow":
+        from dqn_cartpole.tracking import mlflow_run
+
+        return mlflow_run.send(sent, config.output.root)
+    from dqn_cartpole.tracking import wandb_run
+
+    return wandb_run.send(sent, config.output.root, config.tracking.online, say)
+
+
+class quiet_libraries:
+    """MLflow's and W&B's own log lines (retries, banners) kept off the console while a run is sent: the one
+    warning line says what went wrong."""
+
+    NAMES = ("mlflow", "wandb", "urllib3", "alembic", "git")
+
+    def __enter__(self) -> "quiet_libraries":
+        self.levels = {name: logging.getLogger(name).level for name in self.NAMES}
+        for name in self.NAMES:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        for name, level in self.levels.items():
+            logging.getLogger(name).setLevel(level)
