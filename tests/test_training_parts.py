@@ -313,5 +313,5 @@ def test_the_learner_takes_the_evaluators_results_in_and_stops_on_its_confirmed_
     assert "Solved at iteration 500 (the evaluator's check" in session.messages[0]
     kept = fake_session(tmp_path, **{"evaluation.stop_when_solved": "false"})
     follow(kept, Evaluation(1000, 2000, 500.0, 500.0, 500, solved=True, solved_return=498.5, solved_episodes=100))
-    assert not kept.state.stop and kept.state.solved_at_iteration == 1000  # marked (the rate drops), no stop
+    assert not kept.state.stop and kept.state.solved_at_iteration == 1000  # marked (the target updates change), no stop
     assert "training on" in kept.messages[0]
