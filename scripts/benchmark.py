@@ -35,6 +35,9 @@ markers, naming the run: date, command, load average, the reference loop's rate)
 With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py instead (see there).
 With `--capacity [1,2,4,8,16] [--seconds 8]` it runs scripts/benchmark_capacity.py instead (see there).
 With `--sweep [--seeds 0-7]` it runs scripts/benchmark_sweep.py instead (sweep --ray against sweep --jobs 2).
+With `--fixed-budget N [--seeds 100-109] [--topology local --collectors 2] [--jobs 2]`, the fixed-budget protocol
+instead (scripts/benchmark_fixed_budget.py): N iterations per seed with the early stop off, policy/final scored over 100
+fresh episodes, the IQM with its 95% CI and the share of seeds whose final policy solves.
 With `--compare-tracking`, the default run also with `--track mlflow` and `--track wandb` on each seed (issue 40: at
 most 5% more time to the policy); `--tracking [--seeds 0,1]` runs only that, between two reference-loop rates.
 Absolute times drift on shared machines; the ratios are measured side by side.
@@ -480,6 +483,11 @@ def main() -> None:
         import benchmark_sweep
 
         benchmark_sweep.main(sys.argv[1:])
+        return
+    if any(a == "--fixed-budget" or a.startswith("--fixed-budget=") for a in sys.argv[1:]):
+        import benchmark_fixed_budget  # the fixed-budget protocol: scripts/benchmark_fixed_budget.py
+
+        benchmark_fixed_budget.main(sys.argv[1:])
         return
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables, naming this run, into PATH "
                                                             "between its benchmark.py markers (e.g. docs/benchmarks.md)")

@@ -82,6 +82,9 @@ class FakeQAgent:
     def set_learning_rate(self, learning_rate: float) -> None:
         self.optimizer.learning_rate = learning_rate
 
+    def set_target_updates(self, period=None, tau=None) -> None:
+        self.target_updates = (period, tau)  # no target network here
+
     def checkpoint_objects(self) -> dict:
         return {CHECKPOINT_NAME: self.network, "fake_q_optimizer": self.optimizer,
                 "fake_q_train_step": self.train_step_counter}

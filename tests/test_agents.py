@@ -65,3 +65,33 @@ def test_a_checkpoint_restores_into_a_fresh_agent_at_once_and_a_new_learning_rat
     fresh.set_learning_rate(0.5)
     fresh.train(windows())  # a slot restored late would bring the checkpoint's 0.01 back here
     assert float(tf.keras.backend.get_value(fresh.tf_agent._optimizer.learning_rate)) == pytest.approx(0.5)
+
+
+def test_the_target_updates_copy_as_the_library_does_until_a_run_changes_their_period_and_tau():
+    """`TargetUpdates` in the place of TF-Agents' updater: every `target_update_period`-th train step a copy (tau 1),
+    and after `set_target_updates` (a run's solve) the new period and a soft update."""
+    from dqn_cartpole.core.agents.common import TargetUpdates
+
+    agent = build(target_update_period=3, target_update_tau=1.0)
+    updates = agent.tf_agent._update_target  # pylint: disable=protected-access
+    assert isinstance(updates, TargetUpdates)
+    online, target = agent.tf_agent._q_network.variables, agent.tf_agent._target_q_network.variables
+
+    def differ() -> bool:
+        return any(not np.array_equal(o.numpy(), t.numpy()) for o, t in zip(online, target))
+
+    def finite_windows():  # (the spec's random sample holds values near 1e37, which make the loss NaN)
+        sample = windows()
+        return sample._replace(observation=tf.random.normal(tf.shape(sample.observation), seed=1),
+                               reward=tf.ones_like(sample.reward))
+
+    agent.train(finite_windows())
+    agent.train(finite_windows())
+    assert differ()  # two steps: no copy yet
+    agent.train(finite_windows())
+    assert not differ()  # the third: the online weights exactly
+    agent.set_target_updates(period=1, tau=0.5)
+    before = [t.numpy() for t in target]
+    agent.train(finite_windows())
+    for o, t, old in zip(online, target, before):
+        np.testing.assert_allclose(t.numpy(), 0.5 * old + 0.5 * o.numpy(), rtol=1e-6, atol=1e-7)

@@ -65,10 +65,10 @@ CASES = {
                                  "the Ray client (ray://) is not supported here"),
     "tune-ray-silent-address": (*tune(GOOD_SPACE, "--ray", "--address", f"127.0.0.1:{_closed_port()}"),
                                 "no Ray cluster answers there within"),
-    # a study every trial of which would score the same penalty (smoke.yaml never checks for a solve)
+    # a study every trial of which would score the same penalty (smoke.yaml never stops at a solve)
     "tune-never-solves": (*tune(GOOD_SPACE), f"error: {SMOKE}: evaluation.stop_when_solved is false, so no run "
-                                             f"checks for a solve; --objective env_steps is measured at a confirmed "
-                                             f"solve"),
+                                             f"stops at a solve (each trains its whole budget past it); --objective "
+                                             f"env_steps is measured at a confirmed solve"),
     "tune-negative-sampler-seed": (*tune(GOOD_SPACE, "--seed", "-3"), "error: --seed -3: must be in [0, 2147483647]"),
 }
 

@@ -153,3 +153,27 @@ def test_keys_that_do_not_apply_to_any_run_are_not_differences():
     runs[1].config["replay"] = {"backend": "tf_uniform", "prefetch": 7}
     runs[0].config["replay"] = {"backend": "tf_uniform", "prefetch": 2}
     assert [g.label for g in compare.group_runs(runs)] == ["all runs"]
+
+
+def test_the_table_has_the_fixed_budget_protocols_final_policy_and_the_share_that_solves():
+    """Runs that scored policy/final at their end (early stop off): its IQM over them and the share that reaches the
+    solve target (the env's threshold, else the config's); runs without a score are left out of both."""
+    def run(seed, score, env="CartPole-v1", target=None):
+        config = {"env": {"id": env}, "evaluation": {"solve_return": target}, "training": {"seed": seed}}
+        summary = {"final_policy_return": score, "final_return": 500.0, "best_return": 500.0}
+        return RunRecord(root=f"/runs/s{seed}", version=1, config=config, summary=summary)
+
+    scores = [500.0, 500.0, 391.3, 500.0, 474.9]
+    groups = compare.group_runs([run(seed, score) for seed, score in enumerate(scores)] + [run(9, None)])
+    row = compare.group_row(groups[0])
+    assert row["scored"] == 5 and row["final policy solves"] == pytest.approx(3 / 5)
+    assert row["final policy, fresh episodes (IQM)"].value == pytest.approx(stats.iqm(np.array(scores)))
+    table = compare.markdown_table([row], groups)
+    assert "| final policy, fresh episodes (IQM) | final policy solves |" in table.splitlines()[0] + " |"
+    assert table.splitlines()[2].endswith("| 3/5 (60%) |")
+    assert "final policy solves fraction" in compare.csv_table([row]).splitlines()[0]
+    own_target = compare.group_row(compare.group_runs([run(0, 300.0, target=250.0)])[0])
+    assert own_target["final policy solves"] == 1.0  # the config's solve_return, not CartPole's 475
+    unscored = compare.group_row(compare.group_runs([run(0, None)])[0])
+    assert unscored["final policy solves"] is None
+    assert compare.markdown_table([unscored], []).splitlines()[2].endswith("| - | - |")

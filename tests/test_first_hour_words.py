@@ -71,6 +71,21 @@ def test_a_run_with_the_check_on_is_solved_or_not_solved(tmp_path):
     assert outcome(open(write_run_report(solved), encoding="utf-8").read()).startswith("Solved at iteration 1,000")
 
 
+def test_a_run_that_trains_on_past_its_solve_checks_for_it_and_an_unconfirmed_best_is_not_called_a_solve(tmp_path):
+    """stop_when_solved false with the default's solved_target_update_* keys: the run checks for its solve (its
+    summary says so), so it is solved or not solved; a best evaluation at the target that no check confirmed is said
+    to be just that, not a bare "Not solved" beside 200 >= 195."""
+    run = make_run(str(tmp_path / "on"), ["evaluation.stop_when_solved=false"])
+    summary_path = RunLayout(run).summary
+    summary = yaml.safe_load(open(summary_path, encoding="utf-8"))
+    write_summary(summary_path, {**summary, "solve_checked": True, "solve_return_target": 195.0})
+    text = outcome(open(write_run_report(run), encoding="utf-8").read())
+    assert text.startswith("Not solved: no solve check confirmed it; the best greedy average return was 200.0, at or "
+                           "above the target 195 in an evaluation, not confirmed on fresh episodes"), text
+    write_summary(summary_path, {**summary, "solve_checked": False, "solve_return_target": 195.0})
+    assert outcome(open(write_run_report(run), encoding="utf-8").read()).startswith("No solve check ran")
+
+
 def test_compare_counts_solves_only_among_runs_that_checked(tmp_path):
     off = [make_run(str(tmp_path / f"off{i}"), ["evaluation.stop_when_solved=false", f"training.seed={i}"])
            for i in range(2)]

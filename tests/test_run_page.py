@@ -126,3 +126,42 @@ def test_a_written_key_this_version_does_not_know_is_ignored(tmp_path):
         handle.write("agent:\n  learning_rate: 0.001\n  retired_key: 3\nold_section:\n  x: 1\n")  # a newer or older run
     config = section(open(write_run_report(layout.root), encoding="utf-8").read(), "Config")
     assert re.findall(r'<tr class="changed"><td class="key">([^<]+)</td>', config) == ["agent.learning_rate"]
+
+
+def with_policies(layout: RunLayout, final: float, best: float) -> None:
+    """summary.json's `policies`, as a run that trained on past its best writes them."""
+    import json
+
+    with open(layout.summary, encoding="utf-8") as handle:
+        summary = json.load(handle)
+    summary["policies"] = {
+        "final": {"what": "the weights at the last step", "iteration": 20000, "env_steps": 21000,
+                  "average_return": final, "episodes": 100, "solved": False},
+        "best": {"what": "the weights of the best periodic evaluation", "iteration": 12500, "env_steps": 13500,
+                 "average_return": best, "episodes": 10, "solved": False}}
+    write_summary(layout.summary, summary)
+
+
+@pytest.mark.parametrize("final, warned", [(121.8, True), (455.0, False), (500.0, False)])
+def test_the_report_says_in_one_line_when_policy_final_is_much_worse_than_policy_best(tmp_path, final, warned):
+    layout = make_run(str(tmp_path / "run"))
+    with_policies(layout, final=final, best=500.0)
+    page = open(write_run_report(layout.root), encoding="utf-8").read()
+    intro = page.split("<h2>", 1)[0]
+    # What each policy is, with its score, in the facts at the top.
+    assert (f"<span>policy/final</span>{final:.1f} over 100 episodes, iteration 20,000: the weights at the last "
+            f"step") in intro
+    assert ("<span>policy/best</span>500.0 over 10 episodes, iteration 12,500: the weights of the best periodic "
+            "evaluation") in intro
+    lines = re.findall(r'<p class="outcome unsolved final-worse">([^<]*)</p>', intro)
+    if warned:
+        assert lines == [f"policy/final ({final:.1f} over 100 episodes) is much worse than policy/best (500.0 at "
+                         f"iteration 12,500): the agent lost what it had learnt; keep policy/best (evaluate RUN uses "
+                         f"it by default)."]
+    else:
+        assert lines == [] and "much worse" not in page
+
+
+def test_a_run_without_scored_policies_has_no_line_about_them(tmp_path):
+    page = open(write_run_report(make_run(str(tmp_path / "run")).root), encoding="utf-8").read()
+    assert "<span>policy/final</span>-" in page and "much worse" not in page

@@ -19,8 +19,8 @@ def test_a_study_is_refused_only_when_no_trial_can_solve():
     """In-process on resolved configs (plan_tune's own checks of them spawn a process: test_experiments_bad_input)."""
     never = to_dict(load_config(SMOKE))  # smoke.yaml: stop_when_solved false
     solving = to_dict(load_config(SMOKE, ["evaluation.stop_when_solved=true"]))
-    with pytest.raises(UserError, match=f"^{SMOKE}: evaluation.stop_when_solved is false, so no run checks for a "
-                                        f"solve; --objective cpu_s is measured at a confirmed solve"):
+    with pytest.raises(UserError, match=f"^{SMOKE}: evaluation.stop_when_solved is false, so no run stops at a "
+                                        rf"solve \(each trains its whole budget past it\); --objective cpu_s is measured at a confirmed solve"):
         study_checks.check_can_solve(SMOKE, [], never, [never], "cpu_s", "solved_cpu_s")
     study_checks.check_can_solve(SMOKE, [], never, [never, solving], "cpu_s", "solved_cpu_s")  # a value of the space
     study_checks.check_can_solve(SMOKE, [], never, [], "best_return", "best_return")  # measured without a solve

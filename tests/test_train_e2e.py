@@ -7,8 +7,10 @@ one TensorFlow's import in a new process (a saved policy loading in a fresh proc
 from __future__ import annotations
 
 import csv
+import json
 import glob
 import os
+import re
 
 import imageio.v2 as imageio
 import matplotlib.image as mpimg
@@ -34,6 +36,16 @@ def test_console_is_clean_and_summarises(smoke_run):
     assert "best average return" in result.stdout and "final average return" in result.stdout
     assert "Done in" in result.stdout
     assert run_dir in result.stdout
+    # policy/final and policy/best say what they are, with their scores: smoke trains on (no early stop), so its
+    # final policy is the last step's, scored over evaluation.final_episodes fresh episodes
+    assert re.search(r"policy/final +-?[0-9.]+ over 100 episodes, iteration 300: the weights at the last step",
+                     result.stdout), result.stdout
+    assert re.search(r"policy/best +-?[0-9.]+ over 3 episodes, iteration \d+: the weights of the best periodic "
+                     r"evaluation", result.stdout), result.stdout
+    with open(os.path.join(run_dir, "summary.json")) as handle:
+        summary = json.load(handle)
+    assert summary["final_policy_episodes"] == 100 and summary["policies"]["final"]["episodes"] == 100
+    assert summary["policies"]["final"]["average_return"] == summary["final_policy_return"]
 
 
 def test_config_is_fully_resolved(smoke_run):

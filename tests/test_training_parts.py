@@ -282,8 +282,10 @@ def test_who_owns_the_solve_check_decides_whether_policy_final_is_exported_again
     assert own.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=True))
     assert own.keeps_solved_policy(fake_session(tmp_path, solved_at=100, trained=False))
     assert not own.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=False))  # trained on past it
-    # The evaluator's: a solve it confirmed is final, whatever the learner trained after the word came.
-    assert evaluator.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=False))
+    # The evaluator's: a solve it confirmed that stopped the run is final, whatever the learner trained after the
+    # word came; a run that trains on past its solve (stop_when_solved false) exports its last weights.
+    assert evaluator.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=True))
+    assert not evaluator.keeps_solved_policy(fake_session(tmp_path, solved_at=100, stop=False))
     assert not evaluator.keeps_solved_policy(fake_session(tmp_path))
     # A learner stopped by a signal ends lightly (its watchdog is counting); a single process never does.
     signalled = fake_session(tmp_path, signalled=True)
@@ -311,4 +313,5 @@ def test_the_learner_takes_the_evaluators_results_in_and_stops_on_its_confirmed_
     assert "Solved at iteration 500 (the evaluator's check" in session.messages[0]
     kept = fake_session(tmp_path, **{"evaluation.stop_when_solved": "false"})
     follow(kept, Evaluation(1000, 2000, 500.0, 500.0, 500, solved=True, solved_return=498.5, solved_episodes=100))
-    assert not kept.state.stop and kept.state.solved_at_iteration is None
+    assert not kept.state.stop and kept.state.solved_at_iteration == 1000  # marked (the target updates change), no stop
+    assert "training on" in kept.messages[0]

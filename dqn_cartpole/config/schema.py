@@ -17,8 +17,7 @@ from dqn_cartpole.errors import ConfigError
 
 
 MAX_SEED = 2**31 - 1  # NumPy takes seeds below 2^32, and the seed offsets are added to it
-REVERB, DATASET, VIDEO, SOLVE_CHECK = (When("backend", ("reverb",)), When("sampling", ("dataset",)),
-                                       When("enabled", (True,)), When("stop_when_solved", (True,)))
+REVERB, DATASET, VIDEO = When("backend", ("reverb",)), When("sampling", ("dataset",)), When("enabled", (True,))
 
 
 @dataclass(frozen=True)
@@ -66,6 +65,12 @@ class AgentConfig:
     target_update_period: int = _f("train steps between target-network updates", check=positive())
     target_update_tau: float = _f("target update factor, in (0, 1]; 1 copies the weights",
                                   check=between(0, 1, low_open=True))
+    solved_target_update_period: Optional[int] = _f(
+        "target_update_period from the run's first confirmed solve on, for a run that trains on after it "
+        "(evaluation.stop_when_solved false; null = unchanged)", check=positive())
+    solved_target_update_tau: Optional[float] = _f(
+        "target_update_tau from the run's first confirmed solve on, for a run that trains on after it (null = "
+        "unchanged)", check=between(0, 1, low_open=True))
     gradient_clipping: Optional[float] = _f("clip gradients to this global norm (null = off)", check=positive())
     n_step: int = _f("n-step TD update; replay holds sequences of n_step + 1 steps", check=positive())
     num_atoms: Optional[int] = _f(f"C51: atoms of each action's return distribution, at least 2 (null = "
@@ -175,11 +180,14 @@ class EvaluationConfig:
     stop_when_solved: bool = _f("stop early once the greedy policy reaches solve_return")
     solve_return: Optional[float] = _f("average return that counts as solved (null = the env's registered reward "
                                        "threshold; an env without one needs it)")
-    solve_episodes: int = _f("fresh greedy episodes that must average solve_return to stop early", check=positive(),
-                             when=SOLVE_CHECK)
+    solve_episodes: int = _f("fresh greedy episodes of the solve check, which an evaluation reaching solve_return "
+                             "starts: their average must reach it too to confirm a solve (which stops the run, or "
+                             "with stop_when_solved false only marks it)", check=positive())
     solve_margin: float = _f("standard errors of the check's average that must lie above solve_return (0: the "
-                             "average alone, gymnasium's definition of solved)",
-                             check=at_least(0, "0 or more"), when=SOLVE_CHECK)
+                             "average alone, gymnasium's definition of solved)", check=at_least(0, "0 or more"))
+    final_episodes: int = _f("fresh greedy episodes that score policy/final, the weights at the last step, when a "
+                             "run ends without stopping on a solve (the fixed-budget protocol's score)",
+                             check=positive())
     overlap: str = _f("where the evaluations and the solve check run: process (a child process on the other core, "
                       "on a copy of the weights, while the training goes on; the result is taken in one eval_interval "
                       "later, so a solve stops the run there and policy/final is the copy that passed), thread (the "

@@ -58,6 +58,7 @@ class Job:
 
     iteration: int
     layers: list  # [numpy_episodes.DenseLayer]
+    check: bool = True  # whether an evaluation reaching `check_above` is followed by the solve check
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class SnapshotEvaluator:
         act = greedy_act(job.layers, spec.minimum_action)
         result = run_episodes(act, self.env, spec.gamma)
         check = None
-        if spec.check_above is not None and result.average_return >= spec.check_above:
+        if job.check and spec.check_above is not None and result.average_return >= spec.check_above:
             if self.check_env is None:
                 self.check_env = make_vector_steps(spec.env_id, spec.check_episodes, spec.check_seed + job.iteration,
                                                    spec.max_episode_steps)

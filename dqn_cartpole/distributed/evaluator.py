@@ -106,7 +106,7 @@ class LiveEvaluator:
                     self.evaluate_now(train_step)
                 return
             if train_step >= due:
-                if self.evaluate_now(train_step):
+                if self.evaluate_now(train_step) and self.config.evaluation.stop_when_solved:
                     return
                 last, due = train_step, next_due(train_step, self.every)
             else:
@@ -120,7 +120,7 @@ class LiveEvaluator:
         self.evaluate()
         self.progress.message(f"train step {train_step}: average return {state.last_return:.1f} "
                               f"(best {state.best_return:.1f})")
-        solved = state.solved_at_iteration is not None
+        solved = state.solved_at_iteration is not None  # (a run that trains on after it says so in every result)
         status.publish_evaluation(self.client, status.Evaluation(
             train_step=train_step, env_steps=self.pipeline.env_step_count(), average_return=state.last_return,
             best_return=state.best_return, best_iteration=state.best_iteration, solved=solved,

@@ -41,7 +41,7 @@ class FollowEvaluator:
     def final(self, session: Any) -> None:
         """Pushes the final weights, tells every role to stop, and waits for the evaluation of those weights."""
         state, cfg, link = session.state, session.config, self.link
-        if state.solved_at_iteration is not None:  # the evaluator confirmed a solve, and has left
+        if state.solved_at_iteration is not None and state.stop:  # the evaluator confirmed a solve, and has left
             status.publish_stop(link.client, session.pipeline.train_step_count(), solved=True)
             return
         if state.failed:  # the learner crashed (no data, or the server is gone): no evaluation is coming
@@ -65,21 +65,22 @@ class FollowEvaluator:
 
 
 def follow(session: Any, evaluation: Optional[status.Evaluation]) -> Optional[status.Evaluation]:
-    """Takes the evaluator's newest result into the run state; a confirmed solve stops the run."""
+    """Takes the evaluator's newest result into the run state; a confirmed solve stops the run (with
+    `evaluation.stop_when_solved` false it is marked, and the learner trains on: `final_policy.AfterSolve`)."""
     if evaluation is None:
         return None
     state, cfg = session.state, session.config
     state.last_return = evaluation.average_return
     state.best_return, state.best_iteration = evaluation.best_return, evaluation.best_iteration
-    if evaluation.solved and state.solved_at_iteration is None and cfg.evaluation.stop_when_solved:
-        state.stop = True
+    if evaluation.solved and state.solved_at_iteration is None:
+        state.stop = cfg.evaluation.stop_when_solved
         state.solved_at_iteration = evaluation.train_step // cfg.training.train_steps_per_iteration
         state.solved_return, state.solved_env_steps = evaluation.solved_return, evaluation.env_steps
         state.solved_wall_s = session.clock.wall()
+        going_on = "training on" if not state.stop else f"stopping at iteration {state.iteration}"
         session.progress.message(
             f"Solved at iteration {state.solved_at_iteration} (the evaluator's check: average return "
-            f"{evaluation.solved_return:.1f} over {evaluation.solved_episodes} greedy episodes); stopping at "
-            f"iteration {state.iteration}.")
+            f"{evaluation.solved_return:.1f} over {evaluation.solved_episodes} greedy episodes); {going_on}.")
     return evaluation
 
 
@@ -93,8 +94,10 @@ class EvaluatorSolveCheck:
         self.crash = crash
 
     def keeps_solved_policy(self, session: Any) -> bool:
-        # The evaluator exported the policy it confirmed; the learner trained on a little while the word came.
-        return session.state.solved_at_iteration is not None and os.path.exists(session.layout.final_policy)
+        # The evaluator exported the policy it confirmed; the learner trained on a little while the word came. (A run
+        # that trains on after its solve exports its last weights.)
+        state = session.state
+        return state.solved_at_iteration is not None and state.stop and os.path.exists(session.layout.final_policy)
 
     def lightly(self, session: Any) -> bool:
         # After a stop signal the watchdog ends this process ROLE_GIVE_UP_S later: the checkpoint, policy/final

@@ -192,11 +192,29 @@ def group_curves(group: Group, statistic_name: str) -> GroupCurves:
 
 
 TABLE_COLUMNS = ("group", "runs", "solved", "env steps to solve (median)", "wall s to solve (median)",
-                 "final return (IQM)", "best return (IQM)")
+                 "final return (IQM)", "best return (IQM)", "final policy, fresh episodes (IQM)",
+                 "final policy solves")
+SHARE_COLUMNS = ("solved", "final policy solves")  # fractions of the group's runs (k/n in the markdown table)
+
+
+def solve_target(run: RunRecord) -> Optional[float]:
+    """The average return that counts as solved for `run`: its config's, else its env's registered threshold."""
+    from dqn_cartpole.env_ids import reward_threshold
+
+    target = run.config_value("evaluation.solve_return")
+    return target if target is not None else reward_threshold(run.config_value("env.id") or "CartPole-v1")
+
+
+def final_policy_scores(runs: Sequence[RunRecord]) -> list[tuple[float, Optional[float]]]:
+    """(score, solve target) of each run whose policy/final was scored at its end over fresh episodes (a run that
+    did not stop on a solve: the fixed-budget protocol)."""
+    return [(r.get("final_policy_return"), solve_target(r)) for r in runs if r.get("final_policy_return") is not None]
 
 
 def group_row(group: Group) -> dict:
-    """One table row; solve times are over the solved runs only; [low, high] is the 95% bootstrap CI."""
+    """One table row; solve times are over the solved runs only; [low, high] is the 95% bootstrap CI. The final
+    policy's columns are over the runs whose policy/final was scored at their end (`evaluation.final_episodes`
+    fresh episodes): its IQM, and the share of those runs whose score reaches the solve target."""
     runs = group.runs
     solved = [r for r in runs if r.solved]
     checked = [r for r in runs if r.solve_checked]
@@ -204,27 +222,37 @@ def group_row(group: Group) -> dict:
     wall = [r.get("solved_wall_s") for r in solved if r.get("solved_wall_s") is not None]
     final = [r.get("final_return") for r in runs if r.get("final_return") is not None]
     best = [r.get("best_return") for r in runs if r.get("best_return") is not None]
+    scored = final_policy_scores(runs)
+    holds = [target is not None and score >= target for score, target in scored]
     return {"group": group.label, "runs": len(runs), "checked": len(checked),
             "solved": len(solved) / len(checked) if checked else float("nan"),
             "env steps to solve (median)": stats.estimate(steps, stats.median),
             "wall s to solve (median)": stats.estimate(wall, stats.median),
             "final return (IQM)": stats.estimate(final, stats.iqm),
-            "best return (IQM)": stats.estimate(best, stats.iqm)}
+            "best return (IQM)": stats.estimate(best, stats.iqm),
+            "final policy, fresh episodes (IQM)": stats.estimate([score for score, _ in scored], stats.iqm),
+            "final policy solves": sum(holds) / len(holds) if holds else None, "scored": len(holds)}
 
 
 def markdown_table(rows: Sequence[dict], groups: Sequence[Group]) -> str:
-    digits = {"wall s to solve (median)": 1, "final return (IQM)": 1, "best return (IQM)": 1}
+    digits = {"wall s to solve (median)": 1, "final return (IQM)": 1, "best return (IQM)": 1,
+              "final policy, fresh episodes (IQM)": 1}
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---|" * len(TABLE_COLUMNS)]
     for row in rows:
         cells = [row[c].format(digits.get(c, 0)) if isinstance(row[c], stats.Estimate) else str(row[c])
                  for c in TABLE_COLUMNS]
         cells[2] = solved_cell(row)
+        share = row["final policy solves"]
+        cells[-1] = "-" if share is None else f"{round(share * row['scored'])}/{row['scored']} ({share:.0%})"
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("Medians and IQMs with [95% bootstrap CI] across runs; solve times over the solved runs only.")
+    lines.append("Medians and IQMs with [95% bootstrap CI] across runs; solve times over the solved runs only. "
+                 "Final policy: policy/final, the weights at the last step of a run that did not stop on a solve, "
+                 "scored over evaluation.final_episodes fresh greedy episodes at its end (the fixed-budget "
+                 "protocol), and the share of those runs whose score reaches the solve target.")
     if any(row["checked"] < row["runs"] for row in rows):
-        lines.append("Solved counts only the runs that checked for a solve; a run with evaluation.stop_when_solved: "
-                     "false never checks, and its best return is not a solve.")
+        lines.append("Solved counts only the runs that checked for a solve; a run from before the check ran in "
+                     "every run (with evaluation.stop_when_solved: false) did not, and its best return is not a solve.")
     if groups and not groups[0].named_by_keys:
         lines += ["", "The config keys that differ between the groups (every other key that applies is the same):",
                   "", "| key | " + " | ".join(g.label for g in groups) + " |", "|" + "---|" * (len(groups) + 1)]
@@ -246,7 +274,7 @@ def csv_table(rows: Sequence[dict]) -> str:
     header = []
     for name in TABLE_COLUMNS:
         header += [name] if name in ("group", "runs") else ["solve checked", "solved fraction"] if name == "solved" \
-            else [name, f"{name} ci_low", f"{name} ci_high"]
+            else [f"{name} fraction"] if name in SHARE_COLUMNS else [name, f"{name} ci_low", f"{name} ci_high"]
     lines = []
     for row in rows:
         cells = []
@@ -254,7 +282,7 @@ def csv_table(rows: Sequence[dict]) -> str:
             value = row[name]
             cells += [value.value, value.low, value.high] if isinstance(value, stats.Estimate) \
                 else [row["checked"], value] if name == "solved" else [value]
-        lines.append(["" if isinstance(c, float) and np.isnan(c) else c for c in cells])
+        lines.append(["" if c is None or (isinstance(c, float) and np.isnan(c)) else c for c in cells])
     return csv_text(header, lines)
 
 

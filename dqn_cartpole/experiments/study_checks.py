@@ -20,7 +20,7 @@ def why_never_solved(config: dict) -> Optional[tuple[str, tuple[str, ...], str]]
     it so, the fix); None when it can."""
     env, evaluation = config["env"], config["evaluation"]
     if not evaluation["stop_when_solved"]:
-        return ("is false, so no run checks for a solve", ("evaluation.stop_when_solved",),
+        return ("is false, so no run stops at a solve (each trains its whole budget past it)", ("evaluation.stop_when_solved",),
                 "let runs solve: --set evaluation.stop_when_solved=true")
     target = evaluation["solve_return"]
     target = reward_threshold(env["id"]) if target is None else target

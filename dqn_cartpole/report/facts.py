@@ -71,3 +71,28 @@ def best_eval_row(eval_rows: list[dict]) -> Optional[dict]:
         if value is not None and (best is None or value >= number(best["average_return"])):
             best = row
     return best
+
+
+MUCH_WORSE = 0.1  # policy/final is much worse than policy/best below it by this share of the best (or the target)
+
+
+def policy_score(policies: Optional[dict], name: str) -> Optional[tuple[float, Optional[int], Optional[int]]]:
+    """(average return, episodes, iteration) of summary.json's `policies[name]`, or None."""
+    entry = (policies or {}).get(name) or {}
+    value = number(entry.get("average_return"))
+    return None if value is None else (value, entry.get("episodes"), entry.get("iteration"))
+
+
+def final_much_worse_line(policies: Optional[dict], solve_return: Optional[float]) -> Optional[str]:
+    """One line when policy/final scores much worse than policy/best (by more than MUCH_WORSE of the larger of the
+    best's and the target's magnitude); None otherwise, or when either has no score."""
+    final, best = policy_score(policies, "final"), policy_score(policies, "best")
+    if final is None or best is None:
+        return None
+    scale = max(abs(best[0]), abs(solve_return or 0.0))
+    if best[0] - final[0] <= MUCH_WORSE * scale:
+        return None
+    at = f" at iteration {best[2]:,}" if best[2] is not None else ""
+    return (f"policy/final ({final[0]:.1f} over {final[1] or '?'} episodes) is much worse than policy/best "
+            f"({best[0]:.1f}{at}): the agent lost what it had learnt; keep policy/best "
+            f"(evaluate RUN uses it by default).")

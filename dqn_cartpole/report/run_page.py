@@ -11,7 +11,7 @@ import os
 from typing import Optional
 
 from dqn_cartpole.report import html
-from dqn_cartpole.report.facts import RunFacts, best_eval_row, run_facts
+from dqn_cartpole.report.facts import RunFacts, best_eval_row, final_much_worse_line, run_facts
 from dqn_cartpole.run_folder import RunRecord, read_run
 from dqn_cartpole.run_folder.layout import TENSORBOARD_DIR
 from dqn_cartpole.run_folder.metrics import number
@@ -69,6 +69,9 @@ def outcome_line(record: RunRecord, facts: RunFacts) -> tuple[str, str]:
     elif not record.solve_checked:
         kind, text = "unchecked", (f"No solve check ran (evaluation.stop_when_solved: false): "
                                    f"{unchecked_words(best, facts)}, {iterations}.")
+    elif best is not None and facts.solve_return is not None and best >= facts.solve_return:
+        kind, text = "unsolved", (f"Not solved: no solve check confirmed it; {unchecked_words(best, facts)}, "
+                                  f"{iterations}.")
     else:
         kind, text = "unsolved", (f"Not solved: the best greedy average return was {fmt(best)}, the target is "
                                   f"{target}, {iterations}.")
@@ -91,8 +94,20 @@ def unchecked_words(best: Optional[float], facts: RunFacts) -> str:
     return f"{said}, below the target {facts.solve_return:g}"
 
 
+def policy_fact(record: RunRecord, name: str) -> str:
+    """`500.0 over 100 episodes, iteration 20,000: the weights at the last step` (summary.json's `policies`)."""
+    entry = (record.get("policies") or {}).get(name)
+    if not entry:
+        return "-"
+    score = number(entry.get("average_return"))
+    iteration = entry.get("iteration")
+    return (f"{fmt(score)} over {entry.get('episodes') or '?'} episodes"
+            + (f", iteration {iteration:,}" if iteration is not None else "") + f": {entry.get('what')}")
+
+
 def header(record: RunRecord, facts: RunFacts) -> str:
     text, kind = outcome_line(record, facts)
+    warning = final_much_worse_line(record.get("policies"), facts.solve_return)
     best = best_eval_row(record.eval_rows)
     best_at = ""
     if best is not None:
@@ -103,12 +118,15 @@ def header(record: RunRecord, facts: RunFacts) -> str:
         ("best average return", fmt(record.get("best_return", number(best["average_return"]) if best else None))
          + best_at),
         ("final average return", fmt(record.get("final_return"))),
+        ("policy/final", policy_fact(record, "final")),
+        ("policy/best", policy_fact(record, "best")),
         ("wall time", f"{fmt(record.get('wall_s'))} s"),
         ("iterations", fmt(record.get("iterations"), 0)),
         ("env steps", fmt(record.get("env_steps"), 0)),
         ("peak memory", f"{fmt(peak, 0)} MB" if peak is not None else "-"),
     ))
-    return f'<p class="outcome {kind}">{html.esc(text)}</p><div class="facts">{facts_html}</div>'
+    warned = f'<p class="outcome unsolved final-worse">{html.esc(warning)}</p>' if warning else ""
+    return f'<p class="outcome {kind}">{html.esc(text)}</p>{warned}<div class="facts">{facts_html}</div>'
 
 
 def plots_section(record: RunRecord, page_dir: str) -> str:

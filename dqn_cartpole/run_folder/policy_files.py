@@ -79,3 +79,24 @@ def read_info(path: str) -> Optional[dict]:
 def is_solved(info: Optional[dict]) -> bool:
     """The policy passed the solve check (`policy_info.json` says `"solved": true`)."""
     return bool(info and info.get("solved"))
+
+
+POLICY_MEANINGS = {
+    "final": "the weights at the last step (or those that passed the solve check, in a run that stopped on it)",
+    "best": "the weights of the best periodic evaluation",
+}
+
+
+def describe_policy(path: str, name: str) -> Optional[dict]:
+    """summary.json's record of one saved policy (`name`: final or best): what it is, where in the run its weights
+    come from, and its score (average return over how many greedy episodes); None when it was not saved."""
+    info = read_info(path)
+    if info is None:
+        return None
+    solved = is_solved(info)
+    what = POLICY_MEANINGS[name]
+    if name == "final":
+        what = ("the weights that passed the solve check (the run stopped on it)" if solved else
+                "the weights at the last step")
+    return {"what": what, "iteration": info.get("iteration"), "env_steps": info.get("env_steps"),
+            "average_return": info.get("average_return"), "episodes": info.get("episodes"), "solved": solved}

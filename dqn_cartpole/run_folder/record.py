@@ -52,10 +52,16 @@ class RunRecord:
 
     @property
     def solve_checked(self) -> bool:
-        """Whether the run checked for a solve: `evaluation.stop_when_solved` (true unless its config.yaml says
-        false; a run solved before the check was turned off, by a resume past its solve, did check). A run without
-        the check is neither solved nor unsolved: its best return was never confirmed on fresh episodes."""
-        return self.solved or self.config_value("evaluation.stop_when_solved") is not False
+        """Whether the run checked for a solve: its summary's `solve_checked` (a run that stops on its solve, or
+        that trains on past it and acts on it: `training.final_policy.checks_for_solve`); a run from before that
+        field checked only with `evaluation.stop_when_solved` (true unless its config.yaml says false). A run solved
+        before the check was turned off, by a resume past its solve, did check. A run without the check is neither
+        solved nor unsolved: its best return was never confirmed on fresh episodes."""
+        if self.solved:
+            return True
+        if "solve_checked" in self.summary:
+            return bool(self.summary["solve_checked"])
+        return self.config_value("evaluation.stop_when_solved") is not False
 
     def get(self, key: str, default: Any = None) -> Any:
         """A summary field (None for a run without a summary)."""

@@ -16,6 +16,7 @@ from typing import Optional
 from dqn_cartpole.console.exit_status import EXIT_FAILED
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.report.facts import final_much_worse_line
 from dqn_cartpole.report.run_page import write_run_report
 from dqn_cartpole.run_folder import write_summary
 from dqn_cartpole.run_folder.checkpointing import CheckpointError, DiskFullError
@@ -105,6 +106,15 @@ def summary_lines(summary: dict) -> list[str]:
     if summary["solved_at_iteration"] is not None:
         lines.append(f"  solved                at iteration {summary['solved_at_iteration']}, "
                      f"policy saved after {summary['solved_wall_s']:.1f} s")
+    policies = summary.get("policies") or {}
+    for name in ("final", "best"):
+        entry = policies.get(name)
+        if entry and entry.get("average_return") is not None:
+            lines.append(f"  {'policy/' + name:<21} {entry['average_return']:.1f} over {entry.get('episodes')} "
+                         f"episodes, iteration {entry.get('iteration')}: {entry['what']}")
+    worse = final_much_worse_line(policies, summary.get("solve_return_target"))
+    if worse:
+        lines.append(f"  {worse}")
     if summary["resumed_from"]:
         lines.append(f"  resumed from          {summary['resumed_from']}")
     if summary["checkpoint_bytes"] is not None:

@@ -21,11 +21,11 @@ from dqn_cartpole.config import Config
 from dqn_cartpole.core import build
 from dqn_cartpole.core.policies import NumpyGreedy
 from dqn_cartpole.core.snapshot_evaluation import WORKERS, EvaluationSpec, Job
-from dqn_cartpole.training import phases as phase
+from dqn_cartpole.training import final_policy, phases as phase
 from dqn_cartpole.training.phases import Phases, measure
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
-from dqn_cartpole.training.triggers import Clock, Evaluate, Snapshot
+from dqn_cartpole.training.triggers import Clock, Evaluate, Snapshot, checks_solves
 
 
 class OverlappedEvaluation:
@@ -50,7 +50,9 @@ class OverlappedEvaluation:
 
     def submit(self) -> None:
         snapshot = Snapshot.take(self.pipeline, self.greedy, self.state, self.clock)
-        self.worker.submit(Job(snapshot.iteration, snapshot.layers))
+        # No check after a confirmed solve, nor before the exploration ends in a run that trains on (`checks_solves`).
+        self.worker.submit(Job(snapshot.iteration, snapshot.layers,
+                               check=checks_solves(self.evaluate.config, self.state, snapshot.train_step)))
         self.pending = snapshot
         self.submitted += 1
 
@@ -90,7 +92,7 @@ def spec_for(config: Config, greedy: NumpyGreedy, eval_seed: int, solve_return: 
     return EvaluationSpec(
         env_id=config.env.id, max_episode_steps=config.env.max_episode_steps, episodes=cfg.num_eval_episodes,
         seed=eval_seed, gamma=config.agent.gamma, minimum_action=greedy.minimum_action,
-        check_above=solve_return if cfg.stop_when_solved else None, check_episodes=cfg.solve_episodes,
+        check_above=solve_return if final_policy.checks_for_solve(config) else None, check_episodes=cfg.solve_episodes,
         check_seed=config.training.seed + build.SOLVE_SEED_OFFSET,
         max_return=env_ids.max_return(config.env.id, config.env.max_episode_steps))
 

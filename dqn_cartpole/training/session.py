@@ -21,13 +21,13 @@ from dqn_cartpole.core import build
 from dqn_cartpole.core.policies import greedy_policy
 from dqn_cartpole.core.q_probe import QProbe
 from dqn_cartpole.core.seeding import seed_everything
-from dqn_cartpole.run_folder import checkpointing
+from dqn_cartpole.run_folder import checkpointing, policy_files
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.metrics import TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import atoms, checkpoints as run_checkpoints, local, phases as phase, triggers
+from dqn_cartpole.training import atoms, checkpoints as run_checkpoints, final_policy, local, phases as phase, triggers
 from dqn_cartpole.training.artifacts import ArtifactWorkers
 from dqn_cartpole.training.host import Host, own_process
 from dqn_cartpole.training.loop import ChunkedLoop, make_iterations, run_ops_on_one_thread
@@ -155,6 +155,7 @@ class TrainingSession:
         if isinstance(pipeline.collect_driver, build.PyCollection):  # it goes on from the Python env's time step
             time_step = pipeline.envs.collect.current_time_step()
         due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
+        after_solve = final_policy.AfterSolve(cfg, state.solved_at_iteration is not None)
         if self.checkpoints.restored is None:
             with self.phases(phase.FIRST_EVALUATION):
                 self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
@@ -177,6 +178,7 @@ class TrainingSession:
             self.evaluation.after_chunk(self, chunk)
             for trigger in due:
                 trigger(state.iteration)
+            after_solve(self)
             self.progress.update(state.iteration, state.loss, state.last_return)
         self.evaluation.settle()
         if self.stop_request.requested and state.iteration < total and not state.stop:
@@ -184,6 +186,9 @@ class TrainingSession:
         if not self.stop_request.requested:
             self.evaluation.final(self)
             self.evaluation.settle()
+            if not state.stop and not state.failed and state.iteration >= total:
+                with self.phases(phase.EVALUATIONS):
+                    final_policy.score_final(self)  # policy/final is the last step's: its score
         with self.phases(phase.CHECKPOINTS):
             self.checkpoints.save()
 
@@ -202,7 +207,9 @@ class TrainingSession:
                                keep_solved=ending.solved_elsewhere, iteration=good["iteration"],
                                env_steps=good["env_steps"])
         elif trained and not ending.keeps_solved_policy(self):
-            self.exporter.save(layout.final_policy, state.last_return, keep_solved=ending.solved_elsewhere)
+            scored = state.final_policy_return is not None
+            self.exporter.save(layout.final_policy, state.final_policy_return if scored else state.last_return,
+                               episodes=state.final_policy_episodes, keep_solved=ending.solved_elsewhere)
         for name, path in (("best policy", layout.best_policy), ("final policy", layout.final_policy)):
             if os.path.exists(path):
                 artifacts[name] = path
@@ -220,6 +227,11 @@ class TrainingSession:
             artifacts["tensorboard"] = layout.tensorboard
         state.end(self.stop_request.signum)
         summary = state.summary(layout.root, *summary_inputs, self.clock.wall(), checkpoints.last, self.clock.cpu())
+        target = local.solve_return(self.config)
+        summary["solve_return_target"] = target if target != float("inf") else None  # the average that counts as solved
+        summary["solve_checked"] = summary["solve_return_target"] is not None and final_policy.checks_for_solve(self.config)
+        summary["policies"] = {name: policy_files.describe_policy(path, name) for name, path in
+                               (("final", layout.final_policy), ("best", layout.best_policy))}
         return ending.seal(self, {**summary, **self.phases.as_dict(), **self.workers.peak_rss_mb,
                                   "evaluator_peak_rss_mb": getattr(self.evaluate, "peak_rss_mb", None)})
 

@@ -31,6 +31,8 @@ class RunState:
     solved_env_steps: Optional[int] = None
     solved_cpu_s: Optional[float] = None  # CPU seconds of the process that confirmed the solve, until then
     stop: bool = False  # solved: stop early
+    final_policy_return: Optional[float] = None  # policy/final's average over evaluation.final_episodes (unsolved end)
+    final_policy_episodes: Optional[int] = None
     # per process
     loop_s: float = 0.0  # inside compiled chunks, excluding the first (which traces)
     loop_iterations: int = 0
@@ -85,6 +87,7 @@ class RunState:
         return {
             "run_dir": run_dir, "iterations": self.iteration, "train_steps": train_steps, "env_steps": env_steps,
             "best_return": self.best_return, "final_return": self.last_return,
+            "final_policy_return": self.final_policy_return, "final_policy_episodes": self.final_policy_episodes,
             "solved_at_iteration": self.solved_at_iteration, "solved_wall_s": self.solved_wall_s,
             "solved_env_steps": self.solved_env_steps, "solved_return": self.solved_return,
             "solved_cpu_s": self.solved_cpu_s, "wall_s": wall_s,

@@ -25,7 +25,7 @@ from dqn_cartpole.core.q_probe import MaxQ
 from dqn_cartpole.run_folder import export
 from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import phases as phase_names
+from dqn_cartpole.training import final_policy, phases as phase_names
 from dqn_cartpole.training.phases import Phases, measure
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
@@ -190,8 +190,19 @@ class LogTrain:
         return (train_step - self.previous[0]) / (wall_s - self.previous[1])
 
 
+def checks_solves(config: Config, state: RunState, train_step: int) -> bool:
+    """Whether an evaluation that reaches the solve return starts the solve check now: until the first confirmed
+    solve, and in a run that trains on after it (`evaluation.stop_when_solved` false) only once the exploration is
+    over (`agent.epsilon_decay_steps`): what its solve changes (`final_policy.AfterSolve`) waits for a policy that
+    learnt, not one that balanced by luck in the first few hundred steps."""
+    if state.solved_at_iteration is not None or not final_policy.checks_for_solve(config):
+        return False
+    return config.evaluation.stop_when_solved or train_step >= config.agent.epsilon_decay_steps
+
+
 class SolveCheck:
-    """Confirms a good evaluation on `evaluation.solve_episodes` fresh episodes; on success, stops the run.
+    """Confirms a good evaluation on `evaluation.solve_episodes` fresh episodes; on the first success, stops the run
+    (with `evaluation.stop_when_solved` false, marks the solve and trains on: `final_policy.AfterSolve`).
 
     Confirmed means their average is at least the solve return plus `evaluation.solve_margin` standard errors of
     that average. With a margin of 0 (gymnasium's definition), a policy whose true average is just below 475 passes
@@ -231,18 +242,24 @@ class SolveCheck:
         weights. Returns whether it was one."""
         cfg, state = self.config, self.state
         margin = cfg.evaluation.solve_margin * result.standard_error
-        if result.average_return < self.solve_return + margin:
+        if state.solved_at_iteration is not None or result.average_return < self.solve_return + margin:
             return False
         iteration = state.iteration if at is None else at.iteration
-        state.stop = True
+        stops = cfg.evaluation.stop_when_solved
+        state.stop = stops
         state.solved_at_iteration, state.solved_return = iteration, result.average_return
         state.solved_env_steps = self.pipeline.env_step_count() if at is None else at.env_steps
-        self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns), solved=True,
-                           snapshot=at)
+        if stops:  # a run that trains on exports policy/final at its last step
+            self.exporter.save(self.final_policy, result.average_return, episodes=len(result.returns), solved=True,
+                               snapshot=at)
         state.solved_wall_s, state.solved_cpu_s = self.clock.wall(), self.clock.cpu()
         above = f", {cfg.evaluation.solve_margin:g} standard errors ({margin:.1f}) above it" if margin else ""
-        stopping = "stopping early" if iteration == state.iteration else \
-            f"policy/final holds that iteration's weights; stopping at iteration {state.iteration}"
+        if not stops:
+            stopping = "training on (evaluation.stop_when_solved is false)"
+        elif iteration == state.iteration:
+            stopping = "stopping early"
+        else:
+            stopping = f"policy/final holds that iteration's weights; stopping at iteration {state.iteration}"
         self.progress.message(
             f"Solved at iteration {iteration}: average return {result.average_return:.1f} over "
             f"{len(result.returns)} greedy episodes (target {self.solve_return:g}{above}); {stopping}.")
@@ -265,7 +282,8 @@ class Evaluate:
         result = self.pipeline.evaluate_greedy()
         self.state.eval_s += time.perf_counter() - started
         self.record(result, Snapshot.now(self.pipeline, self.state, self.clock))
-        if self.config.evaluation.stop_when_solved and result.average_return >= self.solve_check.solve_return:
+        if checks_solves(self.config, self.state, self.pipeline.train_step_count()) and \
+                result.average_return >= self.solve_check.solve_return:
             self.solve_check()
 
     def record(self, result: EvalResult, at: Snapshot, max_q: Optional[float] = None) -> None:

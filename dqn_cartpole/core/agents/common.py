@@ -32,6 +32,29 @@ def epsilon_schedule(config: AgentConfig, train_step: tf.Variable) -> Callable[[
     return epsilon
 
 
+class TargetUpdates(tf.Module):
+    """The target network's updates, as TF-Agents' `Periodically(soft_variables_update)` makes them (every `period`-th
+    train step, `target = (1 - tau) * target + tau * online`), with `period` and `tau` in variables, so a run can
+    change them as it goes (`set_target_updates`: at its solve, `training.final_policy.AfterSolve`). With tau 1 the
+    update is the online weights exactly, the library's copy; non-trainable variables are always copied, as there.
+    It takes the library's place as the agent's `_update_target` (its counter keeps the checkpoint's name)."""
+
+    def __init__(self, online: Any, target: Any, period: int, tau: float):
+        super().__init__(name="periodic_update_targets")
+        self._pairs = list(zip(online.variables, target.variables))
+        self._counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="counter")
+        self.period = tf.Variable(period, dtype=tf.int64, trainable=False, name="period")
+        self.tau = tf.Variable(tau, dtype=tf.float32, trainable=False, name="tau")
+
+    def __call__(self) -> tf.Operation:
+        remainder = tf.math.mod(self._counter.assign_add(1), self.period)
+        return tf.cond(tf.equal(remainder, 0), self._update, tf.no_op)
+
+    def _update(self) -> tf.Operation:
+        return tf.group(*[target.assign((1 - self.tau) * target + self.tau * online) if target.trainable
+                          else target.assign(online) for online, target in self._pairs])
+
+
 class EpisodeWindowsTrainMixin:
     """Changes to a TF-Agents DQN-family agent that every agent here shares:
 
@@ -53,6 +76,11 @@ class EpisodeWindowsTrainMixin:
         """The loss a train step minimises (`agent.loss` would use gamma 1: the library's `_loss` default)."""
         return self._loss(experience, td_errors_loss_fn=self._td_errors_loss_fn, gamma=self._gamma,
                           reward_scale_factor=self._reward_scale_factor, weights=weights, training=training)
+
+    def _get_target_updater(self, tau=1.0, period=1):
+        """The library's factory of the target updater, overridden: `TargetUpdates`, whose period and tau a run can
+        change as it goes (`TfAgentAdapter.set_target_updates`)."""
+        return TargetUpdates(self._q_network, self._target_q_network, period, tau)
 
     def _train(self, experience, weights):
         variables = self._q_network.trainable_weights
@@ -103,6 +131,14 @@ class TfAgentAdapter:
     def set_learning_rate(self, learning_rate: float) -> None:
         """Changes the optimizer's learning rate (a resumed run may set a new one)."""
         self.tf_agent._optimizer.learning_rate = learning_rate  # pylint: disable=protected-access
+
+    def set_target_updates(self, period: Optional[int] = None, tau: Optional[float] = None) -> None:
+        """Changes the target network's update period and factor from now on (None: as it is)."""
+        updates = self.tf_agent._update_target  # pylint: disable=protected-access
+        if period is not None:
+            updates.period.assign(period)
+        if tau is not None:
+            updates.tau.assign(tau)
 
     def checkpoint_objects(self) -> dict:
         """The TF-Agents agent tracks the Q-network, the target network, the optimizer and the train step."""

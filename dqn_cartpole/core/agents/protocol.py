@@ -59,5 +59,8 @@ class ValueAgent(Protocol):
     def set_learning_rate(self, learning_rate: float) -> None:
         """A resumed run's learning rate (the config may change it)."""
 
+    def set_target_updates(self, period: Optional[int] = None, tau: Optional[float] = None) -> None:
+        """The target network's update period and factor from now on (None: as it is), after a run's solve."""
+
     def checkpoint_objects(self) -> dict:
         """Named trackables a checkpoint saves and restores: networks, optimizer (slots built), train step."""

@@ -1,0 +1,62 @@
+"""What a run that does not stop on its solve does about it: at the first confirmed solve the target network's updates
+change (`agent.solved_target_update_period` and `_tau`: Polyak averaging in the default); policy/final, the weights at
+the last step, is scored over `evaluation.final_episodes` fresh episodes (the fixed-budget protocol's score).
+
+What they do to the default is measured in docs/benchmarks.md (issue 37). A run that stops at its solve (the
+default's headline protocol) never reaches them: its time to solve is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from dqn_cartpole.config import Config
+from dqn_cartpole.core import build
+from dqn_cartpole.core.evaluation import make_episode_runner
+from dqn_cartpole.core.policies import greedy_policy
+
+FINAL_SEED_OFFSET = 40_000  # the final score's env copies: seeds neither training nor the checks use
+
+
+def acts_on_solve(config: Config) -> bool:
+    """Whether a run that trains on past its solve changes something there (`agent.solved_target_update_*`): then
+    it checks for its solve, as a run that stops on it does (`checks_for_solve`)."""
+    agent = config.agent
+    return agent.solved_target_update_period is not None or agent.solved_target_update_tau is not None
+
+
+def checks_for_solve(config: Config) -> bool:
+    """Whether an evaluation that reaches the solve return starts the solve check: in a run that stops on its solve
+    (`evaluation.stop_when_solved`), and in one that acts on it (`acts_on_solve`). The tutorial's does neither."""
+    return config.evaluation.stop_when_solved or acts_on_solve(config)
+
+
+class AfterSolve:
+    """After each compiled chunk: the run's first confirmed solve (its own check, or the evaluator's), for a run that
+    trains on after it, changes the target updates (`agent.solved_target_update_*`), once. A resumed run's target
+    updates come back with its checkpoint (their variables are the agent's)."""
+
+    def __init__(self, config: Config, solved_already: bool):
+        self.config, self.applied = config, solved_already  # a resumed run's are set at its restore (`restore`)
+
+    def __call__(self, session: Any) -> None:
+        state, agent_config = session.state, self.config.agent
+        if self.applied or state.solved_at_iteration is None or state.stop:
+            return
+        self.applied = True
+        session.pipeline.agent.set_target_updates(agent_config.solved_target_update_period,
+                                                  agent_config.solved_target_update_tau)
+
+
+def score_final(session: Any) -> None:
+    """Plays `evaluation.final_episodes` fresh greedy episodes with the live weights (policy/final's) and keeps their
+    average in the run state, for policy/final's policy_info.json and the summary."""
+    cfg, state, agent = session.config, session.state, session.pipeline.agent
+    episodes = cfg.evaluation.final_episodes
+    with contextlib.ExitStack() as stack:
+        env = build.make_env_copies(cfg, episodes, cfg.training.seed + FINAL_SEED_OFFSET, stack)
+        result = make_episode_runner(agent.numpy_greedy() or greedy_policy(agent), env)()
+    state.final_policy_return, state.final_policy_episodes = result.average_return, len(result.returns)
+    session.progress.message(f"policy/final (iteration {state.iteration}) averaged {result.average_return:.1f} over "
+                             f"{len(result.returns)} fresh greedy episodes")
