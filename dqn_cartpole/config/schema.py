@@ -19,6 +19,7 @@ from dqn_cartpole.errors import ConfigError
 MAX_SEED = 2**31 - 1  # NumPy takes seeds below 2^32, and the seed offsets are added to it
 REVERB, DATASET, VIDEO, SOLVE_CHECK = (When("backend", ("reverb",)), When("sampling", ("dataset",)),
                                        When("enabled", (True,)), When("stop_when_solved", (True,)))
+PRIORITIZED = When("prioritized", (True,))
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,19 @@ class ReplayConfig:
     reverb_num_workers_per_iterator: int = _f("threads sampling for each Reverb stream (-1 = Reverb picks)",
                                               check=Check(lambda threads: threads == -1 or threads > 0,
                                                           "-1 (Reverb picks) or positive"), when=REVERB)
+    prioritized: bool = _f("prioritized replay (Schaul et al., 2016): sample each item with probability p^alpha / "
+                           "sum p^alpha of its priority p, and scale its loss by its importance weight (reverb or "
+                           "py_uniform; false = uniform)")
+    priority_exponent: float = _f("alpha: how much the priorities count (0 = uniform sampling, 1 = in proportion)",
+                                  check=between(0, 1), when=PRIORITIZED)
+    importance_exponent: float = _f("beta at train step 0: the importance weights (N P(i))^-beta, divided by the "
+                                    "batch's largest, undo that much of the sampling's bias",
+                                    check=between(0, 1), when=PRIORITIZED)
+    importance_anneal_steps: int = _f("train steps over which beta rises linearly to 1", check=positive(),
+                                      when=PRIORITIZED)
+    priority_epsilon: float = _f("added to every written priority (|n-step TD error| for dqn and double_dqn, the "
+                                 "item's cross-entropy for c51), so no item is never sampled again",
+                                 check=positive(), when=PRIORITIZED)
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,22 @@ class Replay:
         del held  # the uniform buffers hold nothing back
         self.add_batch(boundary_steps(self.data_spec, observations))
 
+    # -- prioritized replay (`replay.prioritized`): the backends that keep priorities override these
+    def prioritized_sampler(self, sample_batch_size: int, num_steps: int) -> Callable[[], Any]:
+        """An in-graph callable returning one `replay.prioritized.PrioritizedBatch` of windows drawn in proportion
+        to their priorities^alpha."""
+        raise ValueError(f"replay backend {self.backend} keeps no priorities (prioritized replay: reverb or "
+                         f"py_uniform)")
+
+    def update_priorities(self, keys: tf.Tensor, priorities: tf.Tensor) -> Any:
+        """Writes the new priorities of the sampled items `keys` (a batch's `PrioritizedBatch.keys`), and raises the
+        largest priority seen, which new items enter at; works inside a graph."""
+        raise ValueError(f"replay backend {self.backend} keeps no priorities")
+
+    def priority_trackables(self) -> dict:
+        """What a checkpoint must keep of the priorities besides the buffer itself (e.g. the largest seen)."""
+        return {}
+
     # -- bookkeeping
     def size(self) -> int:
         """Steps (for Reverb: items of sequence_length steps) currently stored."""

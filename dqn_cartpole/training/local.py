@@ -33,7 +33,7 @@ from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import checkpoints as run_checkpoints, overlap, phases as phase, triggers
+from dqn_cartpole.training import checkpoints as run_checkpoints, overlap, phases as phase, prioritized, triggers
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop, make_train_step
 from dqn_cartpole.training.parts import Parts
 from dqn_cartpole.training.phases import Phases
@@ -129,6 +129,12 @@ class LocalCollection:
     def make_train(self, session: Any) -> Callable:
         """One iteration's gradient step(s) on batches of the agent's windows from the replay's sampler."""
         cfg, agent = session.config, session.pipeline.agent
+        if cfg.replay.prioritized:
+            prioritized.check_agent(agent, cfg.agent.kind)
+            return prioritized.make_prioritized_train_step(agent, session.pipeline.replay, cfg.replay,
+                                                           cfg.training.batch_size,
+                                                           cfg.training.train_steps_per_iteration,
+                                                           cfg.training.jit_compile)
         sample = session.pipeline.replay.sampler(cfg.training.batch_size, agent.window_length)
         return make_train_step(agent, sample, cfg.training.train_steps_per_iteration, cfg.training.jit_compile)
 

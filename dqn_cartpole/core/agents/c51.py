@@ -15,7 +15,7 @@ masks windows that start at a LAST step, as DQN's does.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -89,6 +89,12 @@ class C51ValueAgent(TfAgentAdapter):
         num_actions = int(agent.action_spec.maximum - agent.action_spec.minimum + 1)
         super().__init__(agent, q_values, numpy_twin(network, q_values, support.numpy(), num_actions))
         self.support = support.numpy()
+
+    @staticmethod
+    def item_priorities(loss_info: Any) -> tf.Tensor:
+        """Each item's cross-entropy against its projected target (`protocol.PrioritizedAgent`), as Rainbow
+        prioritizes C51 (0 for a window that starts at a LAST step)."""
+        return loss_info.extra.td_loss
 
     def return_distribution(self, states) -> ReturnDistribution:
         """The online network's probabilities over the atoms, per action: the softmax of its atom logits."""

@@ -7,6 +7,8 @@ then computes DqnAgent's TD target from that transition.
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.specs import tensor_spec
@@ -54,6 +56,12 @@ class DqnFamilyAgent(TfAgentAdapter):
         q_network = agent._q_network  # pylint: disable=protected-access
         num_actions = int(agent.action_spec.maximum - agent.action_spec.minimum + 1)
         super().__init__(agent, q_network, NumpyQNetwork.of(q_network, num_actions))
+
+    @staticmethod
+    def item_priorities(loss_info: Any) -> tf.Tensor:
+        """|n-step TD error| of each item (`protocol.PrioritizedAgent`): the library's td_error, r + gamma^k d Q' - Q,
+        masked to 0 for a window that starts at a LAST step."""
+        return tf.abs(loss_info.extra.td_error)
 
 
 def dqn_window_length(agent_config: AgentConfig) -> int:
