@@ -91,10 +91,11 @@ def reference_rate(reference: str, iterations: int) -> float:
     return (int(rest[-1][0]) - int(first_it)) / span
 
 
-def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], driver: str = "compiled") -> float:
+def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], driver: str = "compiled",
+                 tag: str = "") -> float:
     """Steady-state it/s of `train` at the tutorial's hyperparameters, with `collection.driver: driver`."""
     sampling = "dataset" if backend == "reverb" else "direct"
-    out = os.path.join(workdir, f"tutorial-{backend}-{driver}")
+    out = os.path.join(workdir, f"tutorial-{backend}-{driver}{tag}")
     summary = run_train("tutorial.yaml", out, [f"training.num_iterations={iterations}", "video.enabled=false",
                                                f"replay.backend={backend}", f"replay.sampling={sampling}",
                                                f"collection.driver={driver}",
@@ -422,6 +423,9 @@ def throughput(args: argparse.Namespace, workdir: str) -> dict:
     rates = {backend: project_rate(backend, args.iterations, workdir, []) for backend in args.backends.split(",")}
     for backend in ("tf_uniform", "reverb"):  # the tutorial's own loop shape: PyDriver, then a compiled train step
         rates[f"{backend}, collection.driver: py"] = project_rate(backend, args.iterations, workdir, [], driver="py")
+    for backend in ("reverb", "py_uniform"):  # issue 38: at most 1.5x (Reverb) and 2x (py_uniform) uniform's cost
+        rates[f"{backend}, replay.prioritized"] = project_rate(backend, args.iterations, workdir,
+                                                              ["replay.prioritized=true"], tag="-prioritized")
     rates["tf_uniform, 8 envs x 8 steps"] = project_rate(
         "tf_uniform", args.iterations // 8, workdir,
         ["env.num_envs=8", "training.collect_steps_per_iteration=8", "training.train_steps_per_iteration=8",

@@ -40,6 +40,8 @@ class NetworkConfig:
     fc_layer_params: tuple = _f("units of each hidden Dense layer (ReLU, VarianceScaling init)",
                                 check=Check(lambda sizes: bool(sizes) and min(sizes) > 0,
                                             "a non-empty list of positive sizes"))
+    dueling: bool = _f("dueling head (Wang et al., 2016): Q = V + A - mean(A) from a value and an advantage stream "
+                       "on the last hidden layer; for c51 per atom, Rainbow's distributional dueling head")
 
 
 AGENT_KINDS = ("dqn", "double_dqn", "c51")

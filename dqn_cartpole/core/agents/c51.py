@@ -31,6 +31,7 @@ from dqn_cartpole.config import AgentConfig, NetworkConfig, c51_values
 from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
 from dqn_cartpole.core.agents.n_step import valid_mask, window_length
 from dqn_cartpole.core.agents.protocol import ReturnDistribution
+from dqn_cartpole.core.networks import DuelingCategoricalQNetwork
 from dqn_cartpole.core.policies import NumpyQNetwork
 
 
@@ -106,6 +107,8 @@ def numpy_twin(network: categorical_q_network.CategoricalQNetwork, q_values: Exp
                num_actions: int) -> Optional[NumpyQNetwork]:
     """The network's expected Q-values in NumPy: its encoder's Dense layers and its atom-logit layer, then the
     expectation over `support`. None unless the network is that plain stack and the twin agrees with it."""
+    if not isinstance(network, categorical_q_network.CategoricalQNetwork):
+        return None  # a dueling head: the TF policy evaluates it
     inner = network._q_network  # pylint: disable=protected-access  # a QNetwork with actions x atoms outputs
     encoder = inner._encoder  # pylint: disable=protected-access
     if encoder._flat_preprocessing_layers is not None:  # pylint: disable=protected-access
@@ -136,9 +139,14 @@ def build_c51_agent(
     """Builds and initialises C51 (`kind: c51`) from the config, behind the `ValueAgent` interface."""
     num_atoms, min_q_value, max_q_value = c51_values(agent_config)
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
-    network = categorical_q_network.CategoricalQNetwork(
-        time_step_spec.observation, action_spec, num_atoms=num_atoms,
-        fc_layer_params=tuple(network_config.fc_layer_params))
+    if network_config.dueling:
+        num_actions = int(action_spec.maximum - action_spec.minimum + 1)
+        network = DuelingCategoricalQNetwork(tuple(network_config.fc_layer_params), num_actions, num_atoms,
+                                             input_spec=time_step_spec.observation)
+    else:
+        network = categorical_q_network.CategoricalQNetwork(
+            time_step_spec.observation, action_spec, num_atoms=num_atoms,
+            fc_layer_params=tuple(network_config.fc_layer_params))
     agent = C51Agent(
         time_step_spec,
         action_spec,

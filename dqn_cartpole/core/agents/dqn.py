@@ -83,7 +83,7 @@ def build_dqn_agent(
     agent = agent_class(
         time_step_spec,
         action_spec,
-        q_network=build_q_network(network_config.fc_layer_params, num_actions),
+        q_network=build_q_network(network_config.fc_layer_params, num_actions, network_config.dueling),
         # The legacy Adam runs a compiled train step ~35% faster than Keras 2.15's new one on CPU.
         optimizer=tf.keras.optimizers.legacy.Adam(learning_rate=agent_config.learning_rate),
         epsilon_greedy=epsilon_schedule(agent_config, train_step),
