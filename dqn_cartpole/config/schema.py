@@ -40,6 +40,11 @@ class NetworkConfig:
     fc_layer_params: tuple = _f("units of each hidden Dense layer (ReLU, VarianceScaling init)",
                                 check=Check(lambda sizes: bool(sizes) and min(sizes) > 0,
                                             "a non-empty list of positive sizes"))
+    noisy: bool = _f("factorised Gaussian noisy layers (Fortunato et al., 2018) instead of Dense: they explore, so "
+                     "the collect policy's epsilon is 0 (agent.epsilon_* are ignored); the greedy policy, the "
+                     "evaluation and the exported policy act on the mean weights")
+    noisy_sigma0: float = _f("sigma0 of the noisy layers: each starts with sigma = sigma0 / sqrt(inputs)",
+                             check=positive(), when=When("noisy", (True,)))
     dueling: bool = _f("dueling head (Wang et al., 2016): Q = V + A - mean(A) from a value and an advantage stream "
                        "on the last hidden layer; for c51 per atom, Rainbow's distributional dueling head")
 

@@ -28,10 +28,11 @@ from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
 from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig, c51_values
-from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
+from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter
 from dqn_cartpole.core.agents.n_step import valid_mask, window_length
+from dqn_cartpole.core.agents.noisy import act_on_mean_weights, collect_epsilon, noisy_sigma0
 from dqn_cartpole.core.agents.protocol import ReturnDistribution
-from dqn_cartpole.core.networks import DuelingCategoricalQNetwork
+from dqn_cartpole.core.networks import CategoricalSequentialQNetwork, mean_weights
 from dqn_cartpole.core.policies import NumpyQNetwork
 
 
@@ -99,7 +100,8 @@ class C51ValueAgent(TfAgentAdapter):
 
     def return_distribution(self, states) -> ReturnDistribution:
         """The online network's probabilities over the atoms, per action: the softmax of its atom logits."""
-        logits, _ = self.q_network(tf.constant(states, dtype=tf.float32), training=False)
+        with mean_weights():  # noisy layers (network.noisy): the mean network's, as the greedy policy's
+            logits, _ = self.q_network(tf.constant(states, dtype=tf.float32), training=False)
         return ReturnDistribution(self.support.copy(), tf.nn.softmax(logits, axis=-1).numpy())
 
 
@@ -139,10 +141,11 @@ def build_c51_agent(
     """Builds and initialises C51 (`kind: c51`) from the config, behind the `ValueAgent` interface."""
     num_atoms, min_q_value, max_q_value = c51_values(agent_config)
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
-    if network_config.dueling:
+    if network_config.dueling or network_config.noisy:
         num_actions = int(action_spec.maximum - action_spec.minimum + 1)
-        network = DuelingCategoricalQNetwork(tuple(network_config.fc_layer_params), num_actions, num_atoms,
-                                             input_spec=time_step_spec.observation)
+        network = CategoricalSequentialQNetwork(tuple(network_config.fc_layer_params), num_actions, num_atoms,
+                                                network_config.dueling, noisy_sigma0(network_config),
+                                                input_spec=time_step_spec.observation)
     else:
         network = categorical_q_network.CategoricalQNetwork(
             time_step_spec.observation, action_spec, num_atoms=num_atoms,
@@ -154,7 +157,7 @@ def build_c51_agent(
         optimizer=tf.keras.optimizers.legacy.Adam(learning_rate=agent_config.learning_rate),
         min_q_value=min_q_value,
         max_q_value=max_q_value,
-        epsilon_greedy=epsilon_schedule(agent_config, train_step),
+        epsilon_greedy=collect_epsilon(agent_config, network_config, train_step),
         n_step_update=agent_config.n_step,
         target_update_tau=agent_config.target_update_tau,
         target_update_period=agent_config.target_update_period,
@@ -163,4 +166,5 @@ def build_c51_agent(
         train_step_counter=train_step,
     )
     agent.initialize()
-    return C51ValueAgent(agent)
+    adapter = C51ValueAgent(agent)
+    return act_on_mean_weights(adapter) if network_config.noisy else adapter
