@@ -327,12 +327,14 @@ print('c51 greedy')
 """
 
 
-# And policies with dueling heads (network.dueling; C51's distributional one), exported here, act as they did here.
+# And policies with dueling heads (network.dueling; C51's distributional one), and a noisy one (network.noisy: on its
+# mean weights, the same at every call), exported here, act as they did here.
 DUELING_GREEDY = """
-for name in ("dqn", "c51"):
+for name in ("dqn", "c51", "noisy_c51"):
     dueling = tf.saved_model.load("{dueling}/" + name)
-    actions = dueling.action(ts.restart(tf.constant(states), batch_size=len(states))).action.numpy()
-    assert (actions == np.load("{dueling}/" + name + ".npy")).all(), (name, actions)
+    for _ in range(2):
+        actions = dueling.action(ts.restart(tf.constant(states), batch_size=len(states))).action.numpy()
+        assert (actions == np.load("{dueling}/" + name + ".npy")).all(), (name, actions)
 print('dueling greedy')
 """
 
@@ -350,7 +352,8 @@ def export_dueling_policies(folder: str, states) -> None:
     from dqn_cartpole.run_folder.export import make_saver
     from tf_agents.trajectories import time_step as ts
 
-    for name, sets in (("dqn", ["agent.kind=dqn"]), ("c51", ["agent.kind=c51"])):
+    for name, sets in (("dqn", ["agent.kind=dqn"]), ("c51", ["agent.kind=c51"]),
+                       ("noisy_c51", ["agent.kind=c51", "network.noisy=true"])):
         with contextlib.ExitStack() as stack:
             _, _, agent = parts.agent_with_envs(load_config(None, sets + ["network.dueling=true"]), 1, 0, stack)
             make_saver(agent.policy, agent.train_step_counter).save(os.path.join(folder, name))
