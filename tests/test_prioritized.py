@@ -84,11 +84,12 @@ def test_importance_weights_of_a_hand_made_table():
 # ---------------------------------------------------------------------------- one train step, by hand
 
 
-def agent_and_replay(stack: contextlib.ExitStack, kind: str):
-    """An agent on CartPole (n_step 1) and a py_uniform prioritized replay (alpha 1) holding six hand-made steps."""
+def agent_and_replay(stack: contextlib.ExitStack, kind: str, backend: str = "py_uniform"):
+    """An agent on CartPole (n_step 1) and a prioritized replay (alpha 1) holding six hand-made steps (py_uniform: at
+    unequal priorities)."""
     config_path, kind_sets = (SMOKE, [f"agent.kind={kind}"]) if kind != "c51" else (None, ["agent.kind=c51",
                                                                                             "agent.n_step=1"])
-    config = load_config(config_path, kind_sets + ["replay.backend=py_uniform", "replay.prioritized=true",
+    config = load_config(config_path, kind_sets + [f"replay.backend={backend}", "replay.prioritized=true",
                                                    "replay.priority_exponent=1.0", "replay.priority_epsilon=0.01",
                                                    "replay.importance_exponent=0.5"])
     _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
@@ -101,8 +102,8 @@ def agent_and_replay(stack: contextlib.ExitStack, kind: str):
             action=rng.integers(0, 2, size=(1,)).astype(spec.action.dtype.as_numpy_dtype), policy_info=(),
             next_step_type=np.array([ts.StepType.MID], np.int32), reward=np.array([5.0 * (-1) ** step], np.float32),
             discount=np.array([1.0], np.float32)))
-    # Unequal priorities (all under the TD errors to come), so the importance weights differ.
-    replay.update_priorities(np.arange(5), np.array([0.5, 1.0, 1.5, 2.0, 3.0]))
+    if backend == "py_uniform":  # unequal priorities (all under the TD errors to come): the weights differ
+        replay.update_priorities(np.arange(5), np.array([0.5, 1.0, 1.5, 2.0, 3.0]))
     return config, agent, replay
 
 
@@ -170,6 +171,27 @@ def test_dqn_priorities_are_absolute_td_errors():
         prioritized_update(agent, replay, config.replay)(batch)
         leaves = replay.buffer.tree.get(np.asarray(batch.keys) % replay.buffer._capacity)
         np.testing.assert_allclose(leaves, np.abs(delta) + 0.01, rtol=1e-4)
+
+
+def test_reverb_priorities_are_written_back_inside_the_compiled_call():
+    """As the compiled loop runs it: sample, step and write-back in one graph (the client op made in that graph)."""
+    with contextlib.ExitStack() as stack:
+        config, agent, replay = agent_and_replay(stack, "dqn", backend="reverb")
+        sample, update = replay.prioritized_sampler(4, 2), prioritized_update(agent, replay, config.replay)
+
+        @tf.function(autograph=False)
+        def step():
+            batch = sample()
+            return update(batch), batch.keys
+
+        _, keys = step()
+        written = {}
+        for item in replay.client.sample(reverb_tables.TABLE_NAME, num_samples=300, emit_timesteps=False):
+            written[int(item.info.key)] = float(item.info.priority)
+        assert len(written) == 5  # every window seen
+        assert all(written[int(k)] > 3.0 for k in keys.numpy())  # |TD error| ~ 5 + epsilon, where 1 was
+        assert sorted(written.values())[0] == 1.0  # the windows not sampled keep theirs
+        assert float(replay.max_priority.numpy()) == max(written.values())
 
 
 # ---------------------------------------------------------------------------- what a checkpoint keeps
