@@ -132,7 +132,7 @@ def test_one_train_step_writes_each_items_new_priority_and_new_items_enter_at_th
         expected = hand_computed_priorities(agent, kind, batch.items) + 0.01
         weights = importance_weights(batch.probabilities, batch.table_size, 0.5).numpy()
         per_item_before = expected - 0.01
-        loss = prioritized_update(agent, replay, config.replay)(batch)
+        loss = prioritized_update(agent, replay, config.replay)(batch)[0]
 
         buffer = replay.buffer
         slots = np.asarray(batch.keys) % buffer._capacity  # nothing evicted: ids are slots
@@ -256,3 +256,14 @@ def test_reverb_priorities_and_the_largest_survive_a_checkpoint(tmp_path):
         values, _ = drawn_values(replay, DRAWS // 100)
     counts = np.bincount(values.astype(int), minlength=len(PRIORITIES))
     assert stats.chisquare(counts, PRIORITIES / PRIORITIES.sum() * len(values)).pvalue > 1e-3, counts
+
+
+def test_the_train_row_summarises_the_intervals_weights_and_priorities():
+    from dqn_cartpole.training.prioritized import IntervalPriorities
+
+    interval = IntervalPriorities(log_interval=4)
+    assert interval.row(0, np.array([[0.5, 2.0, 3.0], [0.25, 4.0, 9.0]])) == {
+        "importance_weight_min": 0.25, "priority_mean": 3.0, "priority_max": 9.0}
+    assert interval.row(2, np.array([[0.75, 6.0, 7.0]]))["priority_mean"] == pytest.approx(4.0)  # same interval
+    assert interval.row(4, np.array([[0.9, 1.0, 2.0]])) == {  # a new one
+        "importance_weight_min": 0.9, "priority_mean": 1.0, "priority_max": 2.0}

@@ -82,6 +82,9 @@ def make_collect_driver(config: Config, envs: build.Envs, agent: ValueAgent, obs
 class LocalCollection:
     """The run's own envs and drivers fill its replay (`parts.DataSource`)."""
 
+    def __init__(self):
+        self.priorities: Optional[prioritized.IntervalPriorities] = None  # prioritized replay's train-row columns
+
     def make_pipeline(self, session: Any, found: Optional[checkpointing.Found]) -> Pipeline:
         """What this process is made of; an embedded Reverb server loads its table from `found`'s copy."""
         reverb_dir = None if session.config.replay.backend != "reverb" else \
@@ -131,6 +134,7 @@ class LocalCollection:
         cfg, agent = session.config, session.pipeline.agent
         if cfg.replay.prioritized:
             prioritized.check_agent(agent, cfg.agent.kind)
+            self.priorities = prioritized.IntervalPriorities(cfg.training.log_interval)
             return prioritized.make_prioritized_train_step(agent, session.pipeline.replay, cfg.replay,
                                                            cfg.training.batch_size,
                                                            cfg.training.train_steps_per_iteration,
@@ -145,7 +149,8 @@ class LocalCollection:
         return contextlib.nullcontext()
 
     def after_chunk(self, session: Any, chunk: Chunk) -> None:
-        pass
+        if self.priorities is not None:  # prioritized replay: the train row's priority columns
+            session.state.row_extras = self.priorities.row(chunk.first, chunk.extras)
 
 
 # ---------------------------------------------------------------------------- the evaluation: in this process

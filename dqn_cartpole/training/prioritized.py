@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
 import tensorflow as tf
 
 from dqn_cartpole.config import ReplayConfig
@@ -32,7 +33,8 @@ def check_agent(agent: Any, kind: str) -> None:
 
 def prioritized_update(agent: Any, replay: Replay, config: ReplayConfig,
                        jit_compile: bool = False) -> Callable[[PrioritizedBatch], tf.Tensor]:
-    """batch -> the loss of one importance-weighted gradient step, whose new priorities are written back."""
+    """batch -> [the loss of one importance-weighted gradient step, whose new priorities are written back; the batch's
+    smallest importance weight (the largest is 1); the mean and the largest of the priorities written]."""
     def weighted_step(items: Any, weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         loss_info = agent.train(items, weights)
         return loss_info.loss, agent.item_priorities(loss_info)
@@ -41,10 +43,12 @@ def prioritized_update(agent: Any, replay: Replay, config: ReplayConfig,
 
     def update(batch: PrioritizedBatch) -> tf.Tensor:
         beta = beta_schedule(config, agent.train_step_counter)  # the step about to be taken
-        loss, priorities = train(batch.items, importance_weights(batch.probabilities, batch.table_size, beta))
-        written = replay.update_priorities(batch.keys, priorities + config.priority_epsilon)
+        weights = importance_weights(batch.probabilities, batch.table_size, beta)
+        loss, priorities = train(batch.items, weights)
+        priorities = priorities + config.priority_epsilon
+        written = replay.update_priorities(batch.keys, priorities)
         with tf.control_dependencies([written]):
-            return tf.identity(loss)
+            return tf.stack([loss, tf.reduce_min(weights), tf.reduce_mean(priorities), tf.reduce_max(priorities)])
 
     return update
 
@@ -54,4 +58,30 @@ def make_prioritized_train_step(agent: Any, replay: Replay, config: ReplayConfig
     """`loop.make_train_step` on prioritized replay: `train_steps` such steps in one graph, returning the last loss."""
     sample = replay.prioritized_sampler(batch_size, agent.window_length)
     update = prioritized_update(agent, replay, config, jit_compile)
-    return repeat_steps(lambda: update(sample()), train_steps, tf.constant(0.0))
+    return repeat_steps(lambda: update(sample()), train_steps, tf.zeros([4]))
+
+
+class IntervalPriorities:
+    """The train row's view of the priorities over the iterations since the last multiple of `log_interval` (each
+    iteration's last batch): the smallest importance weight, and the mean and the largest priority written.
+
+    Chunks never cross a multiple of the log interval, so a chunk starting on one opens a new interval.
+    """
+
+    COLUMNS = ("importance_weight_min", "priority_mean", "priority_max")
+
+    def __init__(self, log_interval: int):
+        self.log_interval = log_interval
+        self.rows: list = []
+
+    def row(self, first_iteration: int, extras: Any) -> dict:
+        """Takes a chunk's [size, 3] extras (`prioritized_update`'s after the loss); returns the interval's columns."""
+        if first_iteration % self.log_interval == 0:
+            self.rows = []
+        if extras is not None and len(extras):
+            self.rows.extend(np.asarray(extras).tolist())
+        if not self.rows:
+            return dict.fromkeys(self.COLUMNS)
+        values = np.asarray(self.rows)
+        return dict(zip(self.COLUMNS, (float(values[:, 0].min()), float(values[:, 1].mean()),
+                                       float(values[:, 2].max()))))
