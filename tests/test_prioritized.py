@@ -267,3 +267,14 @@ def test_the_train_row_summarises_the_intervals_weights_and_priorities():
     assert interval.row(2, np.array([[0.75, 6.0, 7.0]]))["priority_mean"] == pytest.approx(4.0)  # same interval
     assert interval.row(4, np.array([[0.9, 1.0, 2.0]])) == {  # a new one
         "importance_weight_min": 0.9, "priority_mean": 1.0, "priority_max": 2.0}
+
+
+def test_the_topologies_refuse_prioritized_replay_in_one_line(tmp_path):
+    from dqn_cartpole.distributed import launcher
+    from dqn_cartpole.errors import UserError
+
+    config = load_config(None, ["replay.backend=reverb", "replay.prioritized=true"])
+    for topology in ("local", "ray"):
+        with pytest.raises(UserError, match=rf"^replay.prioritized: --topology {topology} does not prioritize yet "
+                                            r"\(its collectors write no priorities\); train in one process"):
+            launcher.local_config(config, str(tmp_path), None, topology)
