@@ -3,7 +3,8 @@
 The loop sees only `Replay`: `add_batch` (usable inside a compiled graph, so it can be a TF
 driver's observer), `as_dataset`, `get_next`, `single_pass` (replaces the deprecated
 `gather_all`), `clear`, `size`, `inserts`, the resume seam (`held_steps`, `write_seam`) and
-`close`. The builder (`core.build`) picks the backend: `replay.uniform` holds the two uniform
+`close`; with prioritized replay also `prioritized_sampler`, `update_priorities` and `priority_trackables`
+(`replay.prioritized`: Reverb's `PrioritizedReverbReplay`, `prioritized_py.PrioritizedPyReplay`). The builder (`core.build`) picks the backend: `replay.uniform` holds the two uniform
 buffers, `replay.reverb_tables` the Reverb server side, `replay.reverb_client` its client side.
 
 Windows: every item the learner samples holds the agent's `window_length` consecutive steps
