@@ -83,6 +83,9 @@ class AgentConfig:
                                       kinds=("c51",))
     max_q_value: Optional[float] = _f(f"C51: the highest atom, above min_q_value (null = "
                                       f"{C51_DEFAULTS['max_q_value']:g})", kinds=("c51",))
+    double_q: bool = _f("C51: the online network picks the next state's action and the target network's "
+                        "distribution there is bootstrapped (double Q, as in Rainbow); false: the target network "
+                        "picks it (TF-Agents' C51)", kinds=("c51",))
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,22 @@ from dqn_cartpole.core.policies import NumpyQNetwork
 
 
 class C51Agent(EpisodeWindowsTrainMixin, categorical_dqn_agent.CategoricalDqnAgent):
-    """CategoricalDqnAgent whose loss reads episode-aware n-step windows; global-norm clipping."""
+    """CategoricalDqnAgent whose loss reads episode-aware n-step windows; global-norm clipping; with `double_q`, the
+    online network picks the next action (`agent.double_q`)."""
+
+    double_q = False  # set by the builder before the first trace
+
+    def _next_q_distribution(self, next_time_steps: ts.TimeStep) -> tf.Tensor:
+        """The target network's distribution at the next state [B, atoms], for the action greedy under the target
+        network's expected Q (the library's) or, with `double_q`, under the online network's (Rainbow)."""
+        if not self.double_q:
+            return super()._next_q_distribution(next_time_steps)
+        observation, step_type = next_time_steps.observation, next_time_steps.step_type
+        target_logits, _ = self._target_q_network(observation, step_type=step_type, training=False)
+        online_logits, _ = self._q_network(observation, step_type=step_type, training=False)
+        online_q = common.convert_q_logits_to_values(online_logits, self._support)
+        action = tf.argmax(online_q, axis=-1, output_type=tf.int32)
+        return tf.gather(tf.nn.softmax(target_logits), action, axis=1, batch_dims=1)
 
     def target_distribution(self, experience: trajectory_lib.Trajectory) -> tuple[tf.Tensor, tf.Tensor]:
         """(valid mask [B], target distribution [B, atoms]) of a [B, n + 1] batch, exactly as the loss computes
@@ -165,6 +180,7 @@ def build_c51_agent(
         gradient_clipping=agent_config.gradient_clipping,
         train_step_counter=train_step,
     )
+    agent.double_q = agent_config.double_q
     agent.initialize()
     adapter = C51ValueAgent(agent)
     return act_on_mean_weights(adapter) if network_config.noisy else adapter
