@@ -371,6 +371,9 @@ def throughput(args: argparse.Namespace, workdir: str) -> dict:
     rates = {backend: project_rate(backend, args.iterations, workdir, []) for backend in args.backends.split(",")}
     for backend in ("tf_uniform", "reverb"):  # the tutorial's own loop shape: PyDriver, then a compiled train step
         rates[f"{backend}, collection.driver: py"] = project_rate(backend, args.iterations, workdir, [], driver="py")
+    for backend in ("reverb", "py_uniform"):  # issue 38: at most 1.5x (Reverb) and 2x (py_uniform) uniform's cost
+        rates[f"{backend}, replay.prioritized"] = project_rate(backend, args.iterations, workdir,
+                                                              ["replay.prioritized=true"], tag="-prioritized")
     rates["tf_uniform, 8 envs x 8 steps"] = project_rate(
         "tf_uniform", args.iterations // 8, workdir,
         ["env.num_envs=8", "training.collect_steps_per_iteration=8", "training.train_steps_per_iteration=8",

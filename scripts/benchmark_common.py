@@ -46,10 +46,11 @@ def reference_rate(reference: str, iterations: int) -> float:
     return (int(rest[-1][0]) - int(first_it)) / span
 
 
-def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], driver: str = "compiled") -> float:
+def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], driver: str = "compiled",
+                 tag: str = "") -> float:
     """Steady-state it/s of `train` at the tutorial's hyperparameters, with `collection.driver: driver`."""
     sampling = "dataset" if backend == "reverb" else "direct"
-    out = os.path.join(workdir, f"tutorial-{backend}-{driver}")
+    out = os.path.join(workdir, f"tutorial-{backend}-{driver}{tag}")
     summary = run_train("tutorial.yaml", out, [f"training.num_iterations={iterations}", "video.enabled=false",
                                                f"replay.backend={backend}", f"replay.sampling={sampling}",
                                                f"collection.driver={driver}",

@@ -144,3 +144,29 @@ def test_the_c51_target_is_the_projected_n_step_return_of_the_target_networks_gr
     log_p -= np.log(np.exp(log_p).sum(axis=1, keepdims=True))
     hand_loss = np.mean(np.where(valid.numpy() > 0, -(expected * log_p).sum(axis=1), 0.0))
     assert float(agent.train_loss(windows()).loss) == pytest.approx(hand_loss, rel=1e-5)
+
+
+def test_double_q_bootstraps_the_target_networks_distribution_at_the_online_networks_action():
+    import contextlib
+
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.distributed import parts
+
+    config = load_config(None, ["agent.kind=c51", "agent.double_q=true"])
+    with contextlib.ExitStack() as stack:
+        _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
+        library = agent.tf_agent
+        target_net = library._target_q_network  # pylint: disable=protected-access
+        rng = np.random.default_rng(0)
+        target_net.set_weights([w + rng.normal(scale=0.5, size=w.shape).astype(w.dtype)
+                                for w in target_net.get_weights()])  # the two networks now disagree
+        states = tf.constant(rng.normal(size=(64, 4)).astype(np.float32))
+        step = ts.transition(states, reward=tf.zeros([64]), discount=tf.ones([64]))
+        online_q, _ = agent.q_values(states)
+        target_logits, _ = target_net(states)
+        support = library._support.numpy()  # pylint: disable=protected-access
+        target_p = tf.nn.softmax(target_logits).numpy()
+        online_action = online_q.numpy().argmax(axis=1)
+        assert (online_action != (target_p @ support).argmax(axis=1)).any()  # else the test could not tell
+        expected = target_p[np.arange(64), online_action]
+        np.testing.assert_allclose(library._next_q_distribution(step).numpy(), expected, rtol=1e-5)

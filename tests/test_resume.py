@@ -327,6 +327,40 @@ print('c51 greedy')
 """
 
 
+# And policies with dueling heads (network.dueling; C51's distributional one), and a noisy one (network.noisy: on its
+# mean weights, the same at every call), exported here, act as they did here.
+DUELING_GREEDY = """
+for name in ("dqn", "c51", "noisy_c51"):
+    dueling = tf.saved_model.load("{dueling}/" + name)
+    for _ in range(2):
+        actions = dueling.action(ts.restart(tf.constant(states), batch_size=len(states))).action.numpy()
+        assert (actions == np.load("{dueling}/" + name + ".npy")).all(), (name, actions)
+print('dueling greedy')
+"""
+
+
+def export_dueling_policies(folder: str, states) -> None:
+    """A dueling DQN and a dueling C51 policy (their initial weights), exported as a run exports them, with the
+    greedy actions they take here at `states`."""
+    import contextlib
+
+    import numpy as np
+    import tensorflow as tf
+
+    from dqn_cartpole.config import load_config
+    from dqn_cartpole.distributed import parts
+    from dqn_cartpole.run_folder.export import make_saver
+    from tf_agents.trajectories import time_step as ts
+
+    for name, sets in (("dqn", ["agent.kind=dqn"]), ("c51", ["agent.kind=c51"]),
+                       ("noisy_c51", ["agent.kind=c51", "network.noisy=true"])):
+        with contextlib.ExitStack() as stack:
+            _, _, agent = parts.agent_with_envs(load_config(None, sets + ["network.dueling=true"]), 1, 0, stack)
+            make_saver(agent.policy, agent.train_step_counter).save(os.path.join(folder, name))
+            step = ts.restart(tf.constant(states), batch_size=len(states))
+            np.save(os.path.join(folder, name + ".npy"), agent.policy.action(step).action.numpy())
+
+
 def test_readme_snippet_loads_a_policy_in_a_fresh_process_with_only_tf_agents(reference, c51_killed, tmp_path):
     import numpy as np
 
@@ -341,11 +375,13 @@ def test_readme_snippet_loads_a_policy_in_a_fresh_process_with_only_tf_agents(re
     code = README_SNIPPET.replace("{policy}", os.path.join(reference, "policy", "best")) + \
         FINAL_AND_ISOLATION.replace("{final}", os.path.join(reference, "policy", "final")) + \
         C51_GREEDY.replace("{c51}", c51_final).replace("{states}", str(tmp_path / "states.npy")).replace(
-            "{greedy}", str(tmp_path / "greedy.npy"))
+            "{greedy}", str(tmp_path / "greedy.npy")) + \
+        DUELING_GREEDY.replace("{dueling}", str(tmp_path / "dueling"))
+    export_dueling_policies(str(tmp_path / "dueling"), states)
     result = run_python(code, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "trained for" in result.stdout and "return" in result.stdout and "isolated" in result.stdout
-    assert "c51 greedy" in result.stdout
+    assert "c51 greedy" in result.stdout and "dueling greedy" in result.stdout
 
 
 @pytest.mark.parametrize("jit_compile", [True, False])

@@ -70,9 +70,20 @@ def load(path: Optional[str] = None, overrides: typing.Sequence[Override] = ()) 
         written[dotted], origins[dotted] = plain(value), where
     config, note = migrate_double_dqn(config, origins)
     validate(config, source, origins)
-    if note:
-        _note_once(note)
+    for line in (note, noisy_epsilon_note(config, written)):
+        if line:
+            _note_once(line)
     return Loaded(resolve_auto(config), written, origins)
+
+
+def noisy_epsilon_note(config: Config, written: dict) -> Optional[str]:
+    """With network.noisy the layers explore and epsilon is 0: one line naming the epsilon keys the user set
+    anyway (None if none)."""
+    given = [key for key in written if key.startswith("agent.epsilon_")]
+    if not config.network.noisy or not given:
+        return None
+    return (f"note: network.noisy: the noisy layers explore, so the collect policy's epsilon is 0 and "
+            f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} ignored")
 
 
 def load_config(path: Optional[str] = None, overrides: typing.Sequence[Override] = ()) -> Config:

@@ -18,6 +18,7 @@ from dqn_cartpole.errors import ConfigError
 
 MAX_SEED = 2**31 - 1  # NumPy takes seeds below 2^32, and the seed offsets are added to it
 REVERB, DATASET, VIDEO = When("backend", ("reverb",)), When("sampling", ("dataset",)), When("enabled", (True,))
+PRIORITIZED = When("prioritized", (True,))
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,13 @@ class NetworkConfig:
     fc_layer_params: tuple = _f("units of each hidden Dense layer (ReLU, VarianceScaling init)",
                                 check=Check(lambda sizes: bool(sizes) and min(sizes) > 0,
                                             "a non-empty list of positive sizes"))
+    noisy: bool = _f("factorised Gaussian noisy layers (Fortunato et al., 2018) instead of Dense: they explore, so "
+                     "the collect policy's epsilon is 0 (agent.epsilon_* are ignored); the greedy policy, the "
+                     "evaluation and the exported policy act on the mean weights")
+    noisy_sigma0: float = _f("sigma0 of the noisy layers: each starts with sigma = sigma0 / sqrt(inputs)",
+                             check=positive(), when=When("noisy", (True,)))
+    dueling: bool = _f("dueling head (Wang et al., 2016): Q = V + A - mean(A) from a value and an advantage stream "
+                       "on the last hidden layer; for c51 per atom, Rainbow's distributional dueling head")
 
 
 AGENT_KINDS = ("dqn", "double_dqn", "c51")
@@ -80,6 +88,9 @@ class AgentConfig:
                                       kinds=("c51",))
     max_q_value: Optional[float] = _f(f"C51: the highest atom, above min_q_value (null = "
                                       f"{C51_DEFAULTS['max_q_value']:g})", kinds=("c51",))
+    double_q: bool = _f("C51: the online network picks the next state's action and the target network's "
+                        "distribution there is bootstrapped (double Q, as in Rainbow); false: the target network "
+                        "picks it (TF-Agents' C51)", kinds=("c51",))
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,19 @@ class ReplayConfig:
     reverb_num_workers_per_iterator: int = _f("threads sampling for each Reverb stream (-1 = Reverb picks)",
                                               check=Check(lambda threads: threads == -1 or threads > 0,
                                                           "-1 (Reverb picks) or positive"), when=REVERB)
+    prioritized: bool = _f("prioritized replay (Schaul et al., 2016): sample each item with probability p^alpha / "
+                           "sum p^alpha of its priority p, and scale its loss by its importance weight (reverb or "
+                           "py_uniform; false = uniform)")
+    priority_exponent: float = _f("alpha: how much the priorities count (0 = uniform sampling, 1 = in proportion)",
+                                  check=between(0, 1), when=PRIORITIZED)
+    importance_exponent: float = _f("beta at train step 0: the importance weights (N P(i))^-beta, divided by the "
+                                    "batch's largest, undo that much of the sampling's bias",
+                                    check=between(0, 1), when=PRIORITIZED)
+    importance_anneal_steps: int = _f("train steps over which beta rises linearly to 1", check=positive(),
+                                      when=PRIORITIZED)
+    priority_epsilon: float = _f("added to every written priority (|n-step TD error| for dqn and double_dqn, the "
+                                 "item's cross-entropy for c51), so no item is never sampled again",
+                                 check=positive(), when=PRIORITIZED)
 
 
 @dataclass(frozen=True)

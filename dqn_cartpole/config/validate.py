@@ -126,6 +126,12 @@ def _py_uniform_holds_one_stream(config: Config, fail: Fail) -> None:
                                f"{config.env.num_envs}) or use replay.backend: tf_uniform", "env.num_envs")
 
 
+def _priorities_need_a_backend_that_keeps_them(config: Config, fail: Fail) -> None:
+    if config.replay.prioritized and config.replay.backend == "tf_uniform":
+        fail("replay.prioritized", "tf_uniform samples uniformly and keeps no priorities; use replay.backend: "
+                                   "reverb or py_uniform for prioritized replay", "replay.backend")
+
+
 def _tracking_keys_need_a_backend(config: Config, fail: Fail) -> None:
     """A tracking key given without a tracker would be silently ignored: name it, and how to track."""
     tracking, defaults = config.tracking, type(config.tracking)()
@@ -143,7 +149,7 @@ def _tracking_keys_need_a_backend(config: Config, fail: Fail) -> None:
 
 BETWEEN_KEYS = (_c51_support, _batch_fits_the_replay, _reverb_reads_a_dataset, _first_sample_finds_a_window,
                 _collect_steps_split_over_envs, _ratio_has_an_error_buffer, _py_uniform_holds_one_stream,
-                _tracking_keys_need_a_backend)
+                _priorities_need_a_backend_that_keeps_them, _tracking_keys_need_a_backend)
 
 
 def _check_solve_return(config: Config, source: str) -> None:

@@ -69,7 +69,8 @@ def make_replay_tables(replay_config: ReplayConfig, data_spec: Any, window_lengt
                        ratio: Optional[reverb_tables.SampleRatio] = None) -> list:
     """Reverb's server side: the tables of `window_length`-step windows of `data_spec` items (`ratio`: see
     `sample_ratio`)."""
-    return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, window_length, ratio)
+    return reverb_tables.make_replay_tables(data_spec, replay_config.capacity, window_length, ratio,
+                                            replay_config.priority_exponent if replay_config.prioritized else None)
 
 
 def samples_per_insert(config: Config) -> Optional[float]:
@@ -136,10 +137,10 @@ def make_replay_client(replay_config: ReplayConfig, data_spec: Any, num_envs: in
 
     A remote reader sets `rate_limiter_timeout_ms`, so a sample fails instead of waiting forever.
     """
-    from dqn_cartpole.replay.reverb_client import ReverbReplay  # imports Reverb: only this backend pays
+    from dqn_cartpole.replay.reverb_client import PrioritizedReverbReplay, ReverbReplay  # only Reverb pays
 
-    replay = ReverbReplay(data_spec, num_envs, replay_config, window_length, address,
-                          rate_limiter_timeout_ms)
+    replay_class = PrioritizedReverbReplay if replay_config.prioritized else ReverbReplay
+    replay = replay_class(data_spec, num_envs, replay_config, window_length, address, rate_limiter_timeout_ms)
     stack.callback(replay.close)
     return replay
 
@@ -179,8 +180,13 @@ def make_replay_buffer(replay_config: ReplayConfig, data_spec: Any, num_envs: in
         stack.enter_context(NativeStderrFilter())  # Reverb's info lines, while its server lives here
         server = start_replay_server(replay_config, data_spec, window_length, stack, checkpoint_dir, announce)
         return make_replay_client(replay_config, data_spec, num_envs, window_length, server.address, stack)
-    buffer_class = TFUniformReplay if replay_config.backend == "tf_uniform" else PyUniformReplay
-    replay = buffer_class(data_spec, num_envs, replay_config)
+    if replay_config.backend == "py_uniform" and replay_config.prioritized:
+        from dqn_cartpole.replay.prioritized_py import PrioritizedPyReplay
+
+        replay = PrioritizedPyReplay(data_spec, num_envs, replay_config, window_length)
+    else:
+        buffer_class = TFUniformReplay if replay_config.backend == "tf_uniform" else PyUniformReplay
+        replay = buffer_class(data_spec, num_envs, replay_config)
     stack.callback(replay.close)
     return replay
 

@@ -137,6 +137,8 @@ class LearnerData:
     def make_train(self, session: Any) -> Callable:
         """The session's gradient step, on samples that carry their collecting train step (policy lag)."""
         cfg, agent = self.config, session.pipeline.agent
+        if cfg.replay.prioritized:  # the roles' writers tag items with their train step, where a priority would go
+            raise UserError("replay.prioritized: the learn role does not prioritize yet; set replay.prioritized: false")
         sample = session.pipeline.replay.sampler(cfg.training.batch_size, agent.window_length, with_tags=True)
         return make_lagged_train_step(agent, sample, cfg.training.train_steps_per_iteration, cfg.training.jit_compile)
 

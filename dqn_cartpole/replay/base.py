@@ -3,7 +3,8 @@
 The loop sees only `Replay`: `add_batch` (usable inside a compiled graph, so it can be a TF
 driver's observer), `as_dataset`, `get_next`, `single_pass` (replaces the deprecated
 `gather_all`), `clear`, `size`, `inserts`, the resume seam (`held_steps`, `write_seam`) and
-`close`. The builder (`core.build`) picks the backend: `replay.uniform` holds the two uniform
+`close`; with prioritized replay also `prioritized_sampler`, `update_priorities` and `priority_trackables`
+(`replay.prioritized`: Reverb's `PrioritizedReverbReplay`, `prioritized_py.PrioritizedPyReplay`). The builder (`core.build`) picks the backend: `replay.uniform` holds the two uniform
 buffers, `replay.reverb_tables` the Reverb server side, `replay.reverb_client` its client side.
 
 Windows: every item the learner samples holds the agent's `window_length` consecutive steps
@@ -136,6 +137,22 @@ class Replay:
         """
         del held  # the uniform buffers hold nothing back
         self.add_batch(boundary_steps(self.data_spec, observations))
+
+    # -- prioritized replay (`replay.prioritized`): the backends that keep priorities override these
+    def prioritized_sampler(self, sample_batch_size: int, num_steps: int) -> Callable[[], Any]:
+        """An in-graph callable returning one `replay.prioritized.PrioritizedBatch` of windows drawn in proportion
+        to their priorities^alpha."""
+        raise ValueError(f"replay backend {self.backend} keeps no priorities (prioritized replay: reverb or "
+                         f"py_uniform)")
+
+    def update_priorities(self, keys: tf.Tensor, priorities: tf.Tensor) -> Any:
+        """Writes the new priorities of the sampled items `keys` (a batch's `PrioritizedBatch.keys`), and raises the
+        largest priority seen, which new items enter at; works inside a graph."""
+        raise ValueError(f"replay backend {self.backend} keeps no priorities")
+
+    def priority_trackables(self) -> dict:
+        """What a checkpoint must keep of the priorities besides the buffer itself (e.g. the largest seen)."""
+        return {}
 
     # -- bookkeeping
     def size(self) -> int:

@@ -22,6 +22,7 @@ from dqn_cartpole.errors import UserError
 from dqn_cartpole.replay import deadlines
 from dqn_cartpole.replay.base import Replay, boundary_steps, unstack_time
 from dqn_cartpole.replay.packing import StepPacker
+from dqn_cartpole.replay.prioritized import INITIAL_MAX_PRIORITY, PrioritizedBatch
 from dqn_cartpole.replay.reverb_tables import PASS_TABLE_NAME, TABLE_NAME
 from dqn_cartpole.replay.reverb_writers import StreamWriters
 
@@ -244,3 +245,59 @@ class ReverbReplay(Replay):
         super().close()
         gc.collect()
         self.writers.close()
+
+
+class PrioritizedReverbReplay(ReverbReplay):
+    """A client of a Reverb server whose training table has a `Prioritized` selector (`replay.prioritized`).
+
+    Reverb keeps the priorities, their sums and the probabilities it samples with. This client writes each new item
+    at the largest priority written so far (`max_priority`, a variable a checkpoint keeps: Reverb's table checkpoint
+    keeps the items' own priorities), samples `PrioritizedBatch`es, and writes the learner's new priorities back with
+    one in-graph op per batch (`TFClient.update_priorities`).
+    """
+
+    def __init__(self, data_spec: Any, num_envs: int, config: ReplayConfig, sequence_length: int, address: str,
+                 rate_limiter_timeout_ms: int = -1):
+        super().__init__(data_spec, num_envs, config, sequence_length, address, rate_limiter_timeout_ms)
+        self.max_priority = tf.Variable(INITIAL_MAX_PRIORITY, dtype=tf.float64, trainable=False, name="max_priority")
+
+    # -- writing: new items at the largest priority seen
+    def add_batch(self, items: Any) -> Any:
+        if tf.executing_eagerly():
+            return self._add_at(self.max_priority.numpy(), *[np.asarray(t) for t in tf.nest.flatten(items)])
+        return tf.numpy_function(self._add_at, [self.max_priority.read_value()] + tf.nest.flatten(items), [],
+                                 stateful=True, name="reverb_prioritized_add")
+
+    def _add_at(self, priority: np.ndarray, *flat: np.ndarray) -> None:
+        for writer in self.writers.writers:
+            writer.priority = float(priority)
+        self.writers.add_flat(*flat)
+
+    # -- reading and writing back
+    def prioritized_sampler(self, sample_batch_size: int, num_steps: int) -> Callable[[], Any]:
+        iterator = iter(self.as_dataset(sample_batch_size, num_steps))
+        self._iterators.append(iterator)
+
+        def sample() -> PrioritizedBatch:
+            items, info = iterator.get_next()
+            return PrioritizedBatch(items, info.key, info.probability, info.table_size)
+
+        return sample
+
+    def update_priorities(self, keys: Any, priorities: Any) -> Any:
+        import reverb
+
+        priorities = tf.cast(priorities, tf.float64)
+        if tf.executing_eagerly():
+            updates = dict(zip(np.asarray(keys).tolist(), priorities.numpy().tolist()))
+            self._within(lambda: self.client.mutate_priorities(TABLE_NAME, updates=updates))
+            return self.max_priority.assign(tf.maximum(self.max_priority, tf.reduce_max(priorities)))
+        # The client op made in the graph it runs in: a client resource made eagerly was gone from a resumed run's
+        # compiled loop ("Resource ... ReverbClient does not exist").
+        written = reverb.TFClient(self.address).update_priorities(TABLE_NAME, tf.cast(keys, tf.uint64), priorities)
+        with tf.control_dependencies([written]):
+            raised = self.max_priority.assign(tf.maximum(self.max_priority, tf.reduce_max(priorities)))
+        return tf.group(written, raised)
+
+    def priority_trackables(self) -> dict:
+        return {"replay_max_priority": self.max_priority}

@@ -33,12 +33,14 @@ class SampleRatio:
 
 
 def make_replay_tables(data_spec: Any, capacity: int, sequence_length: int,
-                       ratio: Optional[SampleRatio] = None) -> list:
+                       ratio: Optional[SampleRatio] = None, priority_exponent: Optional[float] = None) -> list:
     """The uniform table training samples, and an insertion-order view of the same items.
 
     Both hold the same items (their data is shared, not copied) and evict the same oldest one.
     Training samples the uniform table; `single_pass` walks the min-heap one, whose priorities
     are insertion indices. With `ratio` the uniform table's samples and inserts wait on each other.
+    With `priority_exponent` (alpha, prioritized replay) the training table samples each item with
+    probability priority^alpha / sum priority^alpha instead of uniformly (a `Prioritized` selector).
     """
     import reverb  # only this backend pays for importing Reverb
 
@@ -52,7 +54,9 @@ def make_replay_tables(data_spec: Any, capacity: int, sequence_length: int,
 
     limiter = reverb.rate_limiters.MinSize(1) if ratio is None else \
         reverb.rate_limiters.SampleToInsertRatio(ratio.samples_per_insert, ratio.min_size, ratio.tolerance)
-    return [table(TABLE_NAME, reverb.selectors.Uniform(), limiter),
+    sampler = reverb.selectors.Uniform() if priority_exponent is None else \
+        reverb.selectors.Prioritized(priority_exponent)
+    return [table(TABLE_NAME, sampler, limiter),
             table(PASS_TABLE_NAME, reverb.selectors.MinHeap(), reverb.rate_limiters.MinSize(1))]
 
 

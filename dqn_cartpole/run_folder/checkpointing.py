@@ -67,7 +67,7 @@ _DAMAGED_NAME = re.compile(r"^ckpt-(\d+).*\.damaged$")
 # (env spaces, network weights, replay storage and sequence length) or the run's identity.
 FROZEN_SECTIONS = ("env", "network")
 FROZEN_KEYS = (("agent", "n_step"), ("replay", "backend"), ("replay", "capacity"), ("training", "seed"),
-               ("distributed", "replay"))
+               ("distributed", "replay"), ("replay", "prioritized"), ("replay", "priority_exponent"))
 
 TEST_KILL_ENV = "DQN_CARTPOLE_TEST_KILL"
 
@@ -314,6 +314,7 @@ class CheckpointWriter:
         self.reverb = replay.backend == "reverb"
         if not self.reverb:
             objects["replay"] = replay.buffer  # TFUniformReplayBuffer variables / PyUniform's NumpyState
+        objects.update(replay.priority_trackables())  # prioritized replay: the largest priority seen (Reverb)
         self._checkpoint = tf.train.Checkpoint(**objects)
         self._agent_only = tf.train.Checkpoint(**agent.checkpoint_objects())
 

@@ -20,7 +20,10 @@ TRAIN_COLUMNS = ("train_step", "env_steps",
                  "loss_max",  # the largest loss of the interval
                  # The collect (epsilon-greedy) policy's episodes that ended in the interval: their mean return
                  # and how many (empty for a learner, whose collectors are other processes).
-                 "collect_return", "collect_episodes")
+                 "collect_return", "collect_episodes",
+                 # Prioritized replay (replay.prioritized; empty without): over the log interval's batches, the
+                 # smallest importance weight (each batch's largest is 1), the mean and the largest priority written.
+                 "importance_weight_min", "priority_mean", "priority_max")
 EVAL_COLUMNS = ("train_step", "env_steps", "average_return", "average_episode_length", "num_episodes", "wall_s",
                 "min_return", "max_return", "std_return",  # the spread across the evaluation's episodes
                 "average_discounted_return",  # sum of gamma^t r_t from each episode's first state

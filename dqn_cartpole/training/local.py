@@ -33,7 +33,7 @@ from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import EVAL_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import checkpoints as run_checkpoints, overlap, phases as phase, triggers
+from dqn_cartpole.training import checkpoints as run_checkpoints, overlap, phases as phase, prioritized, triggers
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop, make_train_step
 from dqn_cartpole.training.parts import Parts
 from dqn_cartpole.training.phases import Phases
@@ -82,6 +82,9 @@ def make_collect_driver(config: Config, envs: build.Envs, agent: ValueAgent, obs
 class LocalCollection:
     """The run's own envs and drivers fill its replay (`parts.DataSource`)."""
 
+    def __init__(self):
+        self.priorities: Optional[prioritized.IntervalPriorities] = None  # prioritized replay's train-row columns
+
     def make_pipeline(self, session: Any, found: Optional[checkpointing.Found]) -> Pipeline:
         """What this process is made of; an embedded Reverb server loads its table from `found`'s copy."""
         reverb_dir = None if session.config.replay.backend != "reverb" else \
@@ -129,6 +132,13 @@ class LocalCollection:
     def make_train(self, session: Any) -> Callable:
         """One iteration's gradient step(s) on batches of the agent's windows from the replay's sampler."""
         cfg, agent = session.config, session.pipeline.agent
+        if cfg.replay.prioritized:
+            prioritized.check_agent(agent, cfg.agent.kind)
+            self.priorities = prioritized.IntervalPriorities(cfg.training.log_interval)
+            return prioritized.make_prioritized_train_step(agent, session.pipeline.replay, cfg.replay,
+                                                           cfg.training.batch_size,
+                                                           cfg.training.train_steps_per_iteration,
+                                                           cfg.training.jit_compile)
         sample = session.pipeline.replay.sampler(cfg.training.batch_size, agent.window_length)
         return make_train_step(agent, sample, cfg.training.train_steps_per_iteration, cfg.training.jit_compile)
 
@@ -139,7 +149,8 @@ class LocalCollection:
         return contextlib.nullcontext()
 
     def after_chunk(self, session: Any, chunk: Chunk) -> None:
-        pass
+        if self.priorities is not None:  # prioritized replay: the train row's priority columns
+            session.state.row_extras = self.priorities.row(chunk.first, chunk.extras)
 
 
 # ---------------------------------------------------------------------------- the evaluation: in this process

@@ -5,10 +5,10 @@ from dqn_cartpole.core.agents.c51 import C51Agent, C51ValueAgent
 from dqn_cartpole.core.agents.common import TfAgentAdapter, epsilon_schedule
 from dqn_cartpole.core.agents.dqn import DdqnAgent, DqnAgent, DqnFamilyAgent, TD_LOSSES
 from dqn_cartpole.core.agents.n_step import n_step_transition, valid_mask, window_length
-from dqn_cartpole.core.agents.protocol import ReturnDistribution, ValueAgent
+from dqn_cartpole.core.agents.protocol import PrioritizedAgent, ReturnDistribution, ValueAgent
 from dqn_cartpole.core.agents.registry import BUILDERS, WINDOW_LENGTHS, build_agent, register, unregister, \
     window_length_for
 
 __all__ = ["BUILDERS", "C51Agent", "C51ValueAgent", "DdqnAgent", "DqnAgent", "DqnFamilyAgent", "ReturnDistribution",
-           "TD_LOSSES", "TfAgentAdapter", "ValueAgent", "build_agent", "epsilon_schedule", "n_step_transition",
+           "TD_LOSSES", "TfAgentAdapter", "ValueAgent", "build_agent", "epsilon_schedule", "n_step_transition", "PrioritizedAgent",
            "register", "unregister", "valid_mask", "window_length", "WINDOW_LENGTHS", "window_length_for"]

@@ -15,7 +15,7 @@ masks windows that start at a LAST step, as DQN's does.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -28,14 +28,31 @@ from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
 from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig, c51_values
-from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, epsilon_schedule
+from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter
 from dqn_cartpole.core.agents.n_step import valid_mask, window_length
+from dqn_cartpole.core.agents.noisy import act_on_mean_weights, collect_epsilon, noisy_sigma0
 from dqn_cartpole.core.agents.protocol import ReturnDistribution
+from dqn_cartpole.core.networks import CategoricalSequentialQNetwork, mean_weights
 from dqn_cartpole.core.policies import NumpyQNetwork
 
 
 class C51Agent(EpisodeWindowsTrainMixin, categorical_dqn_agent.CategoricalDqnAgent):
-    """CategoricalDqnAgent whose loss reads episode-aware n-step windows; global-norm clipping."""
+    """CategoricalDqnAgent whose loss reads episode-aware n-step windows; global-norm clipping; with `double_q`, the
+    online network picks the next action (`agent.double_q`)."""
+
+    double_q = False  # set by the builder before the first trace
+
+    def _next_q_distribution(self, next_time_steps: ts.TimeStep) -> tf.Tensor:
+        """The target network's distribution at the next state [B, atoms], for the action greedy under the target
+        network's expected Q (the library's) or, with `double_q`, under the online network's (Rainbow)."""
+        if not self.double_q:
+            return super()._next_q_distribution(next_time_steps)
+        observation, step_type = next_time_steps.observation, next_time_steps.step_type
+        target_logits, _ = self._target_q_network(observation, step_type=step_type, training=False)
+        online_logits, _ = self._q_network(observation, step_type=step_type, training=False)
+        online_q = common.convert_q_logits_to_values(online_logits, self._support)
+        action = tf.argmax(online_q, axis=-1, output_type=tf.int32)
+        return tf.gather(tf.nn.softmax(target_logits), action, axis=1, batch_dims=1)
 
     def target_distribution(self, experience: trajectory_lib.Trajectory) -> tuple[tf.Tensor, tf.Tensor]:
         """(valid mask [B], target distribution [B, atoms]) of a [B, n + 1] batch, exactly as the loss computes
@@ -90,9 +107,16 @@ class C51ValueAgent(TfAgentAdapter):
         super().__init__(agent, q_values, numpy_twin(network, q_values, support.numpy(), num_actions))
         self.support = support.numpy()
 
+    @staticmethod
+    def item_priorities(loss_info: Any) -> tf.Tensor:
+        """Each item's cross-entropy against its projected target (`protocol.PrioritizedAgent`), as Rainbow
+        prioritizes C51 (0 for a window that starts at a LAST step)."""
+        return loss_info.extra.td_loss
+
     def return_distribution(self, states) -> ReturnDistribution:
         """The online network's probabilities over the atoms, per action: the softmax of its atom logits."""
-        logits, _ = self.q_network(tf.constant(states, dtype=tf.float32), training=False)
+        with mean_weights():  # noisy layers (network.noisy): the mean network's, as the greedy policy's
+            logits, _ = self.q_network(tf.constant(states, dtype=tf.float32), training=False)
         return ReturnDistribution(self.support.copy(), tf.nn.softmax(logits, axis=-1).numpy())
 
 
@@ -100,6 +124,8 @@ def numpy_twin(network: categorical_q_network.CategoricalQNetwork, q_values: Exp
                num_actions: int) -> Optional[NumpyQNetwork]:
     """The network's expected Q-values in NumPy: its encoder's Dense layers and its atom-logit layer, then the
     expectation over `support`. None unless the network is that plain stack and the twin agrees with it."""
+    if not isinstance(network, categorical_q_network.CategoricalQNetwork):
+        return None  # a dueling head: the TF policy evaluates it
     inner = network._q_network  # pylint: disable=protected-access  # a QNetwork with actions x atoms outputs
     encoder = inner._encoder  # pylint: disable=protected-access
     if encoder._flat_preprocessing_layers is not None:  # pylint: disable=protected-access
@@ -130,9 +156,15 @@ def build_c51_agent(
     """Builds and initialises C51 (`kind: c51`) from the config, behind the `ValueAgent` interface."""
     num_atoms, min_q_value, max_q_value = c51_values(agent_config)
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
-    network = categorical_q_network.CategoricalQNetwork(
-        time_step_spec.observation, action_spec, num_atoms=num_atoms,
-        fc_layer_params=tuple(network_config.fc_layer_params))
+    if network_config.dueling or network_config.noisy:
+        num_actions = int(action_spec.maximum - action_spec.minimum + 1)
+        network = CategoricalSequentialQNetwork(tuple(network_config.fc_layer_params), num_actions, num_atoms,
+                                                network_config.dueling, noisy_sigma0(network_config),
+                                                input_spec=time_step_spec.observation)
+    else:
+        network = categorical_q_network.CategoricalQNetwork(
+            time_step_spec.observation, action_spec, num_atoms=num_atoms,
+            fc_layer_params=tuple(network_config.fc_layer_params))
     agent = C51Agent(
         time_step_spec,
         action_spec,
@@ -140,7 +172,7 @@ def build_c51_agent(
         optimizer=tf.keras.optimizers.legacy.Adam(learning_rate=agent_config.learning_rate),
         min_q_value=min_q_value,
         max_q_value=max_q_value,
-        epsilon_greedy=epsilon_schedule(agent_config, train_step),
+        epsilon_greedy=collect_epsilon(agent_config, network_config, train_step),
         n_step_update=agent_config.n_step,
         target_update_tau=agent_config.target_update_tau,
         target_update_period=agent_config.target_update_period,
@@ -148,5 +180,7 @@ def build_c51_agent(
         gradient_clipping=agent_config.gradient_clipping,
         train_step_counter=train_step,
     )
+    agent.double_q = agent_config.double_q
     agent.initialize()
-    return C51ValueAgent(agent)
+    adapter = C51ValueAgent(agent)
+    return act_on_mean_weights(adapter) if network_config.noisy else adapter

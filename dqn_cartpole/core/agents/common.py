@@ -110,8 +110,8 @@ class TfAgentAdapter:
         self._numpy_q = numpy_q
         self._build_optimizer()
 
-    def train(self, experience: trajectory_lib.Trajectory) -> Any:
-        return self.tf_agent.train(experience)
+    def train(self, experience: trajectory_lib.Trajectory, weights: Any = None) -> Any:
+        return self.tf_agent.train(experience, weights=weights)  # weights: prioritized replay's importance weights
 
     def numpy_greedy(self) -> Optional[NumpyGreedy]:
         """The greedy action computed in NumPy from the live weights (None: only `policy` computes it)."""

@@ -64,3 +64,17 @@ class ValueAgent(Protocol):
 
     def checkpoint_objects(self) -> dict:
         """Named trackables a checkpoint saves and restores: networks, optimizer (slots built), train step."""
+
+
+@runtime_checkable
+class PrioritizedAgent(Protocol):
+    """What prioritized replay (`replay.prioritized`) needs from a value agent besides `ValueAgent`: a train step that
+    scales each item's loss by its importance weight, and each item's new priority from that step's loss. DQN, Double
+    DQN and C51 have both; a registered kind without them cannot train on prioritized replay."""
+
+    def train(self, experience: Any, weights: Any = None) -> Any:
+        """`ValueAgent.train`, each item's loss multiplied by `weights` [B] (None: all 1)."""
+
+    def item_priorities(self, loss_info: Any) -> Any:
+        """[B] float: each item's priority before epsilon, from its train step's LossInfo: |n-step TD error| for the
+        DQN family, the item's cross-entropy for C51 (0 for a window that starts at a LAST step: it has no loss)."""
