@@ -288,6 +288,9 @@ class ServerTable:
                 handle.write(name)
         return path
 
+    def priority_trackables(self) -> dict:
+        return {}  # a uniform table: no largest priority to keep
+
 
 def test_a_checkpoint_leaves_no_partial_table_and_prunes_what_no_resume_reads(tmp_path):
     import tensorflow as tf
