@@ -46,8 +46,9 @@ PLOT_CAPTIONS = {
     "priorities": "Prioritized replay: left, the importance weights that scale each sampled item's loss, from the "
                   "smallest in each log interval up to 1 (each batch's largest); they undo the bias of sampling by "
                   "priority, fully as beta reaches 1. Right, the mean and largest priority the learner wrote back "
-                  "(|TD error| + epsilon, or C51's cross-entropy): they fall as the targets are learned; a largest "
-                  "far above the mean is a few items sampled often.",
+                  "(|TD error| + epsilon, or C51's cross-entropy): they follow the TD errors, which grow with the "
+                  "values early on and shrink as the targets settle; a largest far above the mean is a few items "
+                  "sampled often.",
     "collectors": "A distributed run: each collector's env steps/s and how long ago it pulled its weights; right, "
                   "the policy lag, how many train steps older than the learner the weights that collected its "
                   "sampled items were.",
