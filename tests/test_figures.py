@@ -79,3 +79,16 @@ def test_loss_plot_draws_the_mean_and_the_max_of_each_interval(drawn):
     lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()}
     assert lines["mean over the log interval"] == pytest.approx([0.1, 0.2, 0.3])
     assert lines["max over the log interval"] == pytest.approx([0.5, 1.0, 1.5])
+
+
+def test_priorities_plot_draws_the_weights_range_and_the_priorities_written(drawn):
+    run = record("CartPole-v1", [9], [20, 30])
+    for row, (weight, mean, peak) in zip(run.train_rows, [(0.25, 0.9, 5.0), (0.5, 0.3, 2.0)]):
+        row.update(importance_weight_min=str(weight), priority_mean=str(mean), priority_max=str(peak))
+    assert figures.prioritized(run) and not figures.prioritized(record("CartPole-v1", [9], [20, 30]))
+    figures.plot_priorities(run, run_facts(run), "unused.png")
+    (fig,) = drawn
+    weights, priorities = ({line.get_label(): list(line.get_ydata()) for line in ax.get_lines()} for ax in fig.axes)
+    assert weights["smallest weight"] == pytest.approx([0.25, 0.5])
+    assert priorities["mean written"] == pytest.approx([0.9, 0.3])
+    assert priorities["largest written"] == pytest.approx([5.0, 2.0])

@@ -161,31 +161,63 @@ def test_sigkill_during_a_checkpoint_write_then_resume_matches_the_uninterrupted
 
 @pytest.fixture(scope="module")
 def c51_killed(tmp_path_factory) -> dict:
-    """A C51 run on py_uniform, SIGKILLed from outside once it has a checkpoint, then resumed in this process."""
+    """A prioritized C51 run on py_uniform, SIGKILLed from outside once it has a checkpoint, then resumed in this
+    process; the priorities (the sum-tree and the largest) of the checkpoint it resumed from, read before the
+    resume."""
     tmp_path = tmp_path_factory.mktemp("c51")
     run_dir = str(tmp_path / "run")
-    proc = start(*train_args(run_dir, "replay.backend=py_uniform", *C51_SETS), log_dir=tmp_path)
+    proc = start(*train_args(run_dir, "replay.backend=py_uniform", "replay.prioritized=true", *C51_SETS),
+                 log_dir=tmp_path)
     try:
         wait_for_checkpoint(run_dir, proc)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
+    newest = [n for n in checkpoints(run_dir) if n.startswith("ckpt-") and "." not in n][-1]
+    saved = py_priorities(run_dir, newest)
     printed = io.StringIO()
     with contextlib.redirect_stderr(printed):  # the resume's Progress writes to sys.stderr
         resume_here(run_dir)
     return {"run_dir": run_dir, "status": proc.returncode, "stderr": (tmp_path / "stderr").read_text(),
-            "resumed": printed.getvalue()}
+            "resumed": printed.getvalue(), "killed_at": newest, "saved": saved}
+
+
+def py_priorities(run_dir: str, checkpoint: str) -> tuple:
+    """(the sum-tree's leaves holding a window, the largest priority seen) in a py_uniform prioritized run's
+    checkpoint (`replay.prioritized_py`: both in the buffer's NumpyState)."""
+    import numpy as np
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints", checkpoint, "tf", "ckpt"))
+
+    def state(name: str) -> np.ndarray:
+        return np.load(io.BytesIO(reader.get_tensor(f"replay/_np_state/{name}/.ATTRIBUTES/py_state")))
+
+    tree = state("sum_tree")
+    leaves = tree[len(tree) // 2:]
+    return leaves[leaves > 0], float(state("max_priority"))
 
 
 def test_external_sigkill_py_uniform_then_resume_c51(c51_killed):
     run_dir = c51_killed["run_dir"]
     assert c51_killed["status"] == -signal.SIGKILL, c51_killed["stderr"][-3000:]
-    assert "Resumed from ckpt-" in c51_killed["resumed"]
+    assert f"Resumed from {c51_killed['killed_at']}" in c51_killed["resumed"]
     assert_complete(run_dir)
     with open(os.path.join(run_dir, "config.yaml")) as handle:
         written = handle.read()
-    assert "backend: py_uniform" in written and "kind: c51" in written
+    assert "backend: py_uniform" in written and "kind: c51" in written and "prioritized: true" in written
     check_c51_run(run_dir)  # its atoms and Q probe: policy/final's network's, by hand
+
+
+def test_a_sigkilled_prioritized_run_resumes_with_the_priorities_it_had_written(c51_killed):
+    run_dir = c51_killed["run_dir"]
+    leaves, largest = c51_killed["saved"]
+    assert len(leaves) > 100 and len(set(leaves.round(9))) > 10  # written back, not all new items' initial value
+    assert largest != 1.0  # INITIAL_MAX_PRIORITY: the largest written replaced it
+    train = rows(os.path.join(run_dir, "train_metrics.csv"))
+    assert all(r["priority_mean"] and r["importance_weight_min"] for r in train)  # before the kill and after
+    _, final_largest = py_priorities(run_dir, checkpoints(run_dir)[-1])
+    assert final_largest >= largest  # the largest is never forgotten: the resume loaded it
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):

@@ -165,3 +165,24 @@ def test_the_report_says_in_one_line_when_policy_final_is_much_worse_than_policy
 def test_a_run_without_scored_policies_has_no_line_about_them(tmp_path):
     page = open(write_run_report(make_run(str(tmp_path / "run")).root), encoding="utf-8").read()
     assert "<span>policy/final</span>-" in page and "much worse" not in page
+
+
+@pytest.mark.parametrize("prioritized", [True, False])
+def test_a_prioritized_run_shows_its_importance_weights_and_priorities_and_a_uniform_one_does_not(tmp_path,
+                                                                                                  prioritized):
+    from dqn_cartpole.report import figures
+    from dqn_cartpole.run_folder.metrics import TRAIN_COLUMNS
+
+    sets = ["replay.backend=py_uniform", "replay.prioritized=true"] if prioritized else []
+    layout = make_run(str(tmp_path / "run"), sets)
+    log = CsvLog(layout.train_metrics, TRAIN_COLUMNS)
+    for i, (weight, mean, peak) in enumerate([(0.31, 0.8, 4.5), (0.52, 0.4, 2.0), (0.74, 0.2, 1.1)]):
+        extras = {"importance_weight_min": weight, "priority_mean": mean, "priority_max": peak} if prioritized else {}
+        log.write({"train_step": 50 * (i + 1), "env_steps": 100 * (i + 1), "loss": 0.1, "epsilon": 0.1, **extras})
+    log.close()
+    drawn = figures.plot_run(layout)
+    page = open(write_run_report(layout.root), encoding="utf-8").read()
+    assert (layout.priorities_plot in drawn) == prioritized
+    assert os.path.exists(layout.priorities_plot) == prioritized
+    assert ("priorities.png" in section(page, "Plots")) == prioritized
+    assert ("importance weights" in section(page, "Plots")) == prioritized

@@ -216,3 +216,20 @@ def test_a_trial_trains_every_seed_and_scores_their_mean(tmp_path):
     assert [row["seed"] for row in trial.user_attrs["seeds"]] == [3, 4]
     assert trial.user_attrs["solved_seeds"] == "0/2" and trial.user_attrs["objective"] == "cpu_s"
     assert "s3 unsolved" in (tmp_path / "tune" / "t" / "trials.csv").read_text()
+
+
+def test_the_rainbow_space_plans_with_the_switches_and_a_bad_switch_value_is_refused(tmp_path):
+    from dqn_cartpole.errors import UserError
+    from dqn_cartpole.experiments.tune import plan_tune
+
+    common = dict(config_path=os.path.join(CONFIGS, "rainbow.yaml"), trials=16, jobs=1, storage_url=None,
+                  study_name=None, overrides=[f"output.root={tmp_path}", "video.enabled=false"], sampler_seed=0,
+                  seeds_text="0,1")
+    plan = plan_tune(space_path=os.path.join(CONFIGS, "tune", "rainbow-space.yaml"), **common)
+    keys = {param.key for param in plan.params}
+    assert {"network.dueling", "network.noisy", "replay.priority_exponent", "replay.importance_exponent"} <= keys
+    bad = tmp_path / "space.yaml"
+    bad.write_text("network.noisy: {choices: [true, 3]}\n")
+    with pytest.raises(UserError, match="network.noisy: 3 is not a valid value"):
+        plan_tune(space_path=str(bad), **common)
+    assert os.listdir(tmp_path) == ["space.yaml"]  # planning writes no study

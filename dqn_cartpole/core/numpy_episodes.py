@@ -22,6 +22,10 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"relu": lambda x: 
 # A distributional head, last in a stack: (support [atoms], None, EXPECTED_Q). The layer before it gives the logits
 # of every action's atoms, [B, actions x atoms]; the head turns them into expected Q-values, [B, actions].
 EXPECTED_Q = "expected_q_of_atoms"
+# A dueling head (`core.networks.DuelingHead`), last in a stack or before an EXPECTED_Q head:
+# ((value kernel, value bias), (advantage kernel, advantage bias), DUELING). The value stream gives one unit per atom
+# (1 without atoms), the advantage stream actions x atoms; per atom, Q = V + A - mean over actions of A.
+DUELING = "dueling_head"
 ActFn = Callable[[np.ndarray], np.ndarray]
 
 
@@ -33,20 +37,39 @@ def expected_q(logits: np.ndarray, support: np.ndarray) -> np.ndarray:
 
 
 def q_values_of(layers: Sequence[DenseLayer]) -> Callable[[np.ndarray], np.ndarray]:
-    """q_values(observations [B, d]) -> [B, actions] of a stack of Dense `layers` (and an `EXPECTED_Q` head)."""
-    stack = [(kernel, bias, ACTIVATIONS[activation]) for kernel, bias, activation in layers if activation != EXPECTED_Q]
+    """q_values(observations [B, d]) -> [B, actions] of a stack of Dense `layers` (then a `DUELING` head, then an
+    `EXPECTED_Q` head, if any)."""
+    stack = [_layer_fn(layer) for layer in layers if layer[-1] != EXPECTED_Q]
     heads = [support for support, _, activation in layers if activation == EXPECTED_Q]
 
     def q_values(observations: np.ndarray) -> np.ndarray:
         x = observations
-        for kernel, bias, activation in stack:
-            x = x @ kernel
-            if bias is not None:
-                x = x + bias
-            x = activation(x)
+        for layer in stack:
+            x = layer(x)
         return expected_q(x, heads[0]) if heads else x
 
     return q_values
+
+
+def _affine(x: np.ndarray, kernel: np.ndarray, bias: Optional[np.ndarray]) -> np.ndarray:
+    return x @ kernel if bias is None else x @ kernel + bias
+
+
+def _layer_fn(layer: DenseLayer) -> Callable[[np.ndarray], np.ndarray]:
+    """One layer of a stack as a function of its inputs [B, n]."""
+    first, second, activation = layer
+    if activation == DUELING:
+        return lambda x: dueling(_affine(x, *first), _affine(x, *second))
+    return lambda x: ACTIVATIONS[activation](_affine(x, first, second))
+
+
+def dueling(value: np.ndarray, advantage: np.ndarray) -> np.ndarray:
+    """value [B, atoms], advantage [B, actions x atoms] -> [B, actions x atoms]: per atom, V + A - mean_a A
+    (atoms = 1: the Q-values)."""
+    atoms = value.shape[-1]
+    per_action = advantage.reshape(len(advantage), -1, atoms)
+    q = value[:, None, :] + per_action - per_action.mean(axis=1, keepdims=True)
+    return q.reshape(len(advantage), -1)
 
 
 def greedy_act(layers: Sequence[DenseLayer], minimum_action: int) -> ActFn:

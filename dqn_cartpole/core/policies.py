@@ -17,7 +17,8 @@ from tf_agents.policies import random_py_policy
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from dqn_cartpole.core.numpy_episodes import ACTIVATIONS, EXPECTED_Q, DenseLayer, greedy_act, q_values_of
+from dqn_cartpole.core.networks import DuelingHead, NoisyDense
+from dqn_cartpole.core.numpy_episodes import ACTIVATIONS, DUELING, EXPECTED_Q, DenseLayer, greedy_act, q_values_of
 
 ActFn = Callable[[ts.TimeStep], np.ndarray]
 
@@ -57,10 +58,11 @@ def random_act_fn(time_step_spec, action_spec, seed: Optional[int] = None) -> Ac
 
 class NumpyQNetwork:
     """The Q-values of a Q-network that is a stack of Dense layers, computed in NumPy from the network's weights as
-    they are when `snapshot` (or `layers`) is called (see `NumpyGreedy` for why). `of` says None for a network it
-    cannot reproduce exactly (another layer, activation, observation shape, or an output that is not one Q-value
-    per action). With a `support`, the last layer gives every action's atom logits and the Q-values are their
-    expectations (C51: `categorical`)."""
+    they are when `snapshot` (or `layers`) is called (see `NumpyGreedy` for why). Noisy layers (`network.noisy`)
+    count with their mean weights, as the greedy policy acts, and the last layer may be a dueling head
+    (`network.dueling`). `of` says None for a network it cannot reproduce exactly (another layer, activation,
+    observation shape, or an output that is not one Q-value per action). With a `support`, the last layer gives
+    every action's atom logits and the Q-values are their expectations (C51: `categorical`)."""
 
     def __init__(self, dense_layers: list, support: Optional[np.ndarray] = None):
         self.dense_layers = dense_layers
@@ -76,9 +78,9 @@ class NumpyQNetwork:
         input_spec = getattr(q_network, "input_tensor_spec", None)
         if not layers or input_spec is None or len(getattr(input_spec, "shape", ())) != 1:
             return None
-        if not _dense_stack(layers):
+        if not _dense_stack(layers) or _atoms(layers[-1]) != 1:
             return None
-        if num_actions is not None and layers[-1].units != num_actions:
+        if num_actions is not None and _outputs(layers[-1]) != num_actions:
             return None
         return cls(list(layers))
 
@@ -87,16 +89,18 @@ class NumpyQNetwork:
         """The expected Q-values of `dense_layers` whose last one gives [B, num_actions x atoms] logits over
         `support` (the atoms' values), or None if they are not such a stack."""
         support = np.asarray(support, np.float32)
-        if not dense_layers or not _dense_stack(dense_layers) or dense_layers[-1].units != num_actions * len(support):
+        if not dense_layers or not _dense_stack(dense_layers):
+            return None
+        last = dense_layers[-1]
+        if _outputs(last) != num_actions * len(support) or _atoms(last) not in (1, len(support)):
             return None
         return cls(list(dense_layers), support)
 
     def layers(self) -> list[DenseLayer]:
-        """The weights as they are now, as arrays (copies): [(kernel, bias or None, activation name)] per layer, and
-        the expected-Q head (see `numpy_episodes.EXPECTED_Q`) if any, which `numpy_episodes` computes with, in this
-        process or another."""
-        layers = [(layer.kernel.numpy(), layer.bias.numpy() if layer.use_bias else None, layer.activation.__name__)
-                  for layer in self.dense_layers]
+        """The weights as they are now, as arrays (copies): [(kernel, bias or None, activation name)] per layer (a
+        dueling head: see `numpy_episodes.DUELING`), and the expected-Q head (see `numpy_episodes.EXPECTED_Q`) if
+        any, which `numpy_episodes` computes with, in this process or another."""
+        layers = [_arrays(layer) for layer in self.dense_layers]
         return layers + ([(self.support.copy(), None, EXPECTED_Q)] if self.support is not None else [])
 
     def snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
@@ -104,10 +108,43 @@ class NumpyQNetwork:
         return q_values_of(self.layers())
 
 
+def _linear_arrays(layer: Any) -> tuple:
+    """(kernel, bias or None) of a Dense layer, or of a noisy layer's mean weights (the greedy policy's)."""
+    if isinstance(layer, NoisyDense):
+        return layer.kernel_mu.numpy(), layer.bias_mu.numpy()
+    return layer.kernel.numpy(), layer.bias.numpy() if layer.use_bias else None
+
+
+def _arrays(layer: Any) -> DenseLayer:
+    if isinstance(layer, DuelingHead):
+        return _linear_arrays(layer.value), _linear_arrays(layer.advantage), DUELING
+    return _linear_arrays(layer) + (layer.activation.__name__,)
+
+
+def _outputs(layer: Any) -> int:
+    """The layer's output units (a dueling head's: actions x atoms)."""
+    return layer.num_actions * (layer.num_atoms or 1) if isinstance(layer, DuelingHead) else layer.units
+
+
+def _atoms(layer: Any) -> int:
+    """The atoms a dueling head computes per action (1: Q-values; a plain layer: 1, its units are the caller's)."""
+    return (layer.num_atoms or 1) if isinstance(layer, DuelingHead) else 1
+
+
+def _computable(layer: Any, activations: Any = ACTIVATIONS) -> bool:
+    """A Keras Dense or a noisy layer with an activation NumPy computes."""
+    return type(layer) in (tf.keras.layers.Dense, NoisyDense) and \
+        getattr(layer.activation, "__name__", None) in activations
+
+
 def _dense_stack(layers: list) -> bool:
-    """Whether every layer is a Keras Dense layer with an activation NumPy computes."""
-    return all(type(layer) is tf.keras.layers.Dense and getattr(layer.activation, "__name__", None) in ACTIVATIONS
-               for layer in layers)
+    """Whether every layer is a Dense (or noisy) layer with an activation NumPy computes, the last maybe a dueling
+    head of linear streams."""
+    last = layers[-1]
+    if isinstance(last, DuelingHead):
+        return all(_computable(stream, ("linear",)) for stream in (last.value, last.advantage)) and \
+            all(_computable(layer) for layer in layers[:-1])
+    return all(_computable(layer) for layer in layers)
 
 
 class NumpyGreedy:

@@ -9,6 +9,8 @@
   the discounted return those episodes get (over-estimation shows as the first line above the second);
 - atoms.png (a distributional agent, C51, when atoms.json exists): at a few of the Q probe's fixed states, the
   probability over the atoms of each action's return under the saved policy's weights, its expectation marked;
+- priorities.png (prioritized replay, when train_metrics.csv has its columns): the importance weights' range
+  (the smallest of each log interval up to 1, the batch's largest) and the mean and largest priority written;
 - collectors.png (a distributed run, when roles/collector-I.csv exist): each collector's env
   steps/s and the age of its weights over time, and the learner's policy lag when logged.
 
@@ -171,6 +173,43 @@ def plot_q_values(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     _save(fig, out_path)
 
 
+def plot_priorities(record: RunRecord, facts: RunFacts, out_path: str) -> None:
+    """Prioritized replay over training: left, the importance weights' range over each log interval (from its
+    smallest to 1, each batch's largest); right, the mean and the largest priority written, on a log scale."""
+    weights = rows_with(record.train_rows, "train_step", "importance_weight_min")
+    rows = [r for r in rows_with(record.train_rows, "train_step", "priority_mean", "priority_max")
+            if float(r["priority_mean"]) > 0]
+    scale = facts.train_steps_per_iteration
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    x = values(weights, "train_step", scale)
+    left.fill_between(x, values(weights, "importance_weight_min"), [1.0] * len(x), color=BAND_COLOR, alpha=0.2,
+                      label="range over the log interval")
+    left.plot(x, values(weights, "importance_weight_min"), color=LINE_COLOR, linewidth=2, label="smallest weight")
+    left.set_ylim(0, 1.05)
+    left.set_xlabel("iterations")
+    left.set_ylabel("importance weight (batch's largest = 1)")
+    left.set_title(f"{facts.env_id}: importance weights")
+    left.grid(alpha=0.3)
+    left.legend(loc="best", fontsize=8)
+    x = values(rows, "train_step", scale)
+    right.fill_between(x, values(rows, "priority_mean"), values(rows, "priority_max"), color="tab:red", alpha=0.15)
+    right.plot(x, values(rows, "priority_max"), color="tab:red", alpha=0.6, linewidth=1, label="largest written")
+    right.plot(x, values(rows, "priority_mean"), color="tab:blue", linewidth=2, label="mean written")
+    right.set_yscale("log")
+    right.set_xlabel("iterations")
+    right.set_ylabel("priority (log scale)")
+    right.set_title(f"{facts.env_id}: priorities written by the learner")
+    right.grid(alpha=0.3, which="both")
+    if rows:
+        right.legend(loc="best", fontsize=8)
+    _save(fig, out_path)
+
+
+def prioritized(record: RunRecord) -> bool:
+    """Whether the run's train log has prioritized replay's columns filled (a uniform run leaves them empty)."""
+    return bool(rows_with(record.train_rows, "train_step", "importance_weight_min"))
+
+
 def collector_seconds(rows_by_id: dict) -> dict:
     """Each collector's row times, in seconds since the first row of any collector (`unix_s`), so
     collectors started apart, or restarted, share one axis; older CSVs fall back to their own `wall_s`."""
@@ -267,6 +306,9 @@ def plot_run(layout: RunLayout, record: Optional[RunRecord] = None) -> list[str]
                        (plot_epsilon, layout.epsilon_plot), (plot_q_values, layout.q_values_plot)):
         draw(record, facts, path)
         drawn.append(path)
+    if prioritized(record):
+        plot_priorities(record, facts, layout.priorities_plot)
+        drawn.append(layout.priorities_plot)
     if record.collector_rows:
         plot_collectors(record, facts, layout.collectors_plot)
         drawn.append(layout.collectors_plot)

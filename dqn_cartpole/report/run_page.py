@@ -43,6 +43,12 @@ PLOT_CAPTIONS = {
              "highest. Shown at a few of the fixed random-policy states the Q probe watches, under the weights of "
              "the saved policy named in the title. A narrow peak is a confident estimate; a spread or two-humped "
              "one, an uncertain return (near a fall, the next steps decide).",
+    "priorities": "Prioritized replay: left, the importance weights that scale each sampled item's loss, from the "
+                  "smallest in each log interval up to 1 (each batch's largest); they undo the bias of sampling by "
+                  "priority, fully as beta reaches 1. Right, the mean and largest priority the learner wrote back "
+                  "(|TD error| + epsilon, or C51's cross-entropy): they follow the TD errors, which grow with the "
+                  "values early on and shrink as the targets settle; a largest far above the mean is a few items "
+                  "sampled often.",
     "collectors": "A distributed run: each collector's env steps/s and how long ago it pulled its weights; right, "
                   "the policy lag, how many train steps older than the learner the weights that collected its "
                   "sampled items were.",
@@ -138,7 +144,9 @@ def plots_section(record: RunRecord, page_dir: str) -> str:
         if os.path.exists(layout.collectors_plot) else ""
     atoms = html.images([layout.atoms_plot], page_dir, [PLOT_CAPTIONS["atoms"]], wide=True) \
         if os.path.exists(layout.atoms) and os.path.exists(layout.atoms_plot) else ""
-    return wide + others + atoms + collectors
+    priorities = html.images([layout.priorities_plot], page_dir, [PLOT_CAPTIONS["priorities"]], wide=True) \
+        if os.path.exists(layout.priorities_plot) else ""
+    return wide + others + priorities + atoms + collectors
 
 
 def videos_section(record: RunRecord, page_dir: str) -> str:

@@ -15,6 +15,7 @@ LOSS_PLOT = "loss.png"
 EPSILON_PLOT = "epsilon.png"
 Q_VALUES_PLOT = "q_values.png"
 COLLECTORS_PLOT = "collectors.png"  # a distributed run: the collectors' speed and weights, the policy lag
+PRIORITIES_PLOT = "priorities.png"  # prioritized replay: the importance weights' range and the priorities
 ATOMS_PLOT = "atoms.png"  # a distributional agent (C51): its return distribution at a few fixed states
 ATOMS_FILE = "atoms.json"  # the numbers that plot draws (run_folder.atoms)
 REPORT_FILE = "report.html"
@@ -83,6 +84,10 @@ class RunLayout:
     @property
     def collectors_plot(self) -> str:
         return self.path(PLOTS_DIR, COLLECTORS_PLOT)
+
+    @property
+    def priorities_plot(self) -> str:
+        return self.path(PLOTS_DIR, PRIORITIES_PLOT)
 
     @property
     def atoms_plot(self) -> str:

@@ -120,26 +120,37 @@ class C51ValueAgent(TfAgentAdapter):
         return ReturnDistribution(self.support.copy(), tf.nn.softmax(logits, axis=-1).numpy())
 
 
-def numpy_twin(network: categorical_q_network.CategoricalQNetwork, q_values: ExpectedQ, support: np.ndarray,
-               num_actions: int) -> Optional[NumpyQNetwork]:
-    """The network's expected Q-values in NumPy: its encoder's Dense layers and its atom-logit layer, then the
-    expectation over `support`. None unless the network is that plain stack and the twin agrees with it."""
+def numpy_twin(network: Any, q_values: ExpectedQ, support: np.ndarray, num_actions: int) -> Optional[NumpyQNetwork]:
+    """The network's expected Q-values in NumPy: its Dense (or noisy, on their mean weights) layers and its
+    atom-logit layer or distributional dueling head, then the expectation over `support`. None unless the network is
+    such a stack and the twin agrees with it."""
+    stack = _logit_stack(network)
+    twin = NumpyQNetwork.categorical(stack, support, num_actions) if stack else None
+    observation_spec = network.input_tensor_spec
+    if twin is None or tf.nest.is_nested(observation_spec) or len(observation_spec.shape) != 1:
+        return None
+    probe = np.random.default_rng(0).normal(size=(8,) + tuple(observation_spec.shape)).astype(np.float32)
+    with mean_weights():  # network.noisy: the twin is the mean network, as the greedy policy
+        expected = q_values(probe)[0].numpy()
+    if not np.allclose(twin.snapshot()(probe), expected, rtol=1e-4, atol=1e-4):
+        return None  # a network this twin does not reproduce: the TF policy evaluates it
+    return twin
+
+
+def _logit_stack(network: Any) -> Optional[list]:
+    """The layers from the observations to the [B, actions x atoms] logits, flat (a Reshape to [actions, atoms] and
+    a Flatten of 1-D observations are identities there), or None for a network of another make."""
+    if isinstance(network, CategoricalSequentialQNetwork):  # network.dueling or network.noisy
+        return [layer for layer in network.layers if not isinstance(layer, tf.keras.layers.Reshape)]
     if not isinstance(network, categorical_q_network.CategoricalQNetwork):
-        return None  # a dueling head: the TF policy evaluates it
+        return None
     inner = network._q_network  # pylint: disable=protected-access  # a QNetwork with actions x atoms outputs
     encoder = inner._encoder  # pylint: disable=protected-access
     if encoder._flat_preprocessing_layers is not None:  # pylint: disable=protected-access
         return None
     hidden = [layer for layer in encoder._postprocessing_layers  # pylint: disable=protected-access
               if not isinstance(layer, tf.keras.layers.Flatten)]  # 1-D observations: Flatten is the identity
-    twin = NumpyQNetwork.categorical(hidden + [inner._q_value_layer], support, num_actions)  # pylint: disable=W0212
-    observation_spec = network.input_tensor_spec
-    if twin is None or tf.nest.is_nested(observation_spec) or len(observation_spec.shape) != 1:
-        return None
-    probe = np.random.default_rng(0).normal(size=(8,) + tuple(observation_spec.shape)).astype(np.float32)
-    if not np.allclose(twin.snapshot()(probe), q_values(probe)[0].numpy(), rtol=1e-4, atol=1e-4):
-        return None  # a network this twin does not reproduce: the TF policy evaluates it
-    return twin
+    return hidden + [inner._q_value_layer]  # pylint: disable=protected-access
 
 
 def c51_window_length(agent_config: AgentConfig) -> int:
