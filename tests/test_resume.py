@@ -399,7 +399,10 @@ def test_readme_snippet_loads_a_policy_in_a_fresh_process_with_only_tf_agents(re
     from dqn_cartpole.core.q_probe import QProbe
 
     c51_final = os.path.join(c51_killed["run_dir"], "policy", "final")
-    states = QProbe.states_of("CartPole-v1", 0)
+    # The probe's states, and states spread over CartPole's range (a short run's policy may pick one action on every
+    # probe state): the comparison below means something only if both actions are greedy somewhere.
+    spread = np.random.default_rng(0).uniform([-2.4, -3.0, -0.2, -3.0], [2.4, 3.0, 0.2, 3.0], (256, 4))
+    states = np.concatenate([QProbe.states_of("CartPole-v1", 0), spread.astype(np.float32)])
     _, expected_q = c51_atoms_by_hand(c51_final, states, 51, -10.0, 10.0)  # smoke + kind c51: C51's defaults
     assert set(expected_q.argmax(axis=1)) == {0, 1}
     np.save(tmp_path / "states.npy", states)
