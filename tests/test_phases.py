@@ -55,6 +55,6 @@ def test_the_process_start_time_is_the_moment_the_process_was_started():
     try:
         started = process_start_time(child.pid)
         assert before - 0.02 <= started <= time.time()  # the clock tick is 10 ms
-        assert abs(process_start_time() - process_start_time(None)) < 1e-6
+        assert abs(process_start_time() - process_start_time(None)) < 1e-3  # two reads of two clocks apart
     finally:
         child.communicate(b"")
