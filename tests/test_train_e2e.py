@@ -135,7 +135,9 @@ def test_summary_says_where_the_seconds_went(smoke_run):
     assert list(phases)[:4] == ["start-up and imports", "build", "initial collect", "first evaluation"]
     assert {"tracing and XLA", "loop", "evaluations", "policy export", "checkpoints", "videos", "plots"} <= set(phases)
     assert all(seconds >= 0 for seconds in phases.values())
-    assert sum(phases.values()) == pytest.approx(summary["wall_s"], abs=0.1)  # each second counted once
+    # Each second counted once: a phase counted twice, or one left out, is seconds. The statements between phases
+    # are charged to none: up to 0.15 s of a 19.6 s smoke run at load average 10 (within 0.1 s on a quiet machine).
+    assert sum(phases.values()) == pytest.approx(summary["wall_s"], abs=max(0.1, 0.01 * summary["wall_s"]))
     assert summary["parallel"]["video encoder (another process)"] > 0
     assert 20 < summary["renderer_peak_rss_mb"] < 400 and 20 < summary["plotter_peak_rss_mb"] < 400  # own processes
 
