@@ -1,6 +1,7 @@
 """`--track mlflow | wandb` (docs/tracking.md) with the real libraries, nothing sent over a network: a short tracked
 run read back with MLflow's own client, the same run folder written to W&B offline and read back from its offline
-run file, a resumed run that continues its tracked run, a sweep of two seeds in one group, a server that does not
+run file, a resumed run that continues its tracked run, a sweep of two seeds in one group (and runs that start at once in one
+experiment), a server that does not
 answer and a store on a full disk (one warning line each, a normal run), and no import of either library without
 --track.
 
@@ -15,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -254,6 +256,52 @@ def test_a_sweep_of_two_seeds_shares_a_group(tmp_path):
     assert sorted(run.info.run_name for run in runs) == sorted(
         name for name in os.listdir(sweep) if (sweep / name / "config.yaml").is_file())
     assert all(run.info.status == "FINISHED" for run in runs)
+
+
+def start_one_run(store: str, barrier, index: int) -> None:
+    """A child's part of the next test: wait for the others, then start a run as a sweep's job does."""
+    from types import SimpleNamespace
+
+    from mlflow import MlflowClient
+
+    from dqn_cartpole.tracking.mlflow_run import start_run
+
+    client = MlflowClient(tracking_uri="file://" + store)
+    look_up = client.get_experiment_by_name
+
+    def slow_look_up(name):  # a loaded machine's pause between looking and making, made certain
+        found = look_up(name)
+        time.sleep(0.5)
+        return found
+
+    client.get_experiment_by_name = slow_look_up
+    barrier.wait(timeout=60)
+    start_run(client, SimpleNamespace(project="dqn_cartpole", run_name=f"run-{index}", tags={}), "file://" + store)
+
+
+def test_runs_that_start_at_once_share_one_experiment(tmp_path):
+    """Jobs of a sweep start their runs at the same moment in a store that does not exist yet: one experiment of the
+    project's name holds all of them (MLflow's file store alone makes one experiment per job that looked first)."""
+    import multiprocessing
+
+    from mlflow import MlflowClient
+
+    context = multiprocessing.get_context("spawn")
+    jobs = 3
+    store = str(tmp_path / "outputs" / "mlruns")
+    barrier = context.Barrier(jobs)
+    children = [context.Process(target=start_one_run, args=(store, barrier, index)) for index in range(jobs)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=120)
+        if child.exitcode is None:
+            child.kill()
+    assert [child.exitcode for child in children] == [0] * jobs
+    client = MlflowClient(tracking_uri="file://" + store)
+    named = [e for e in client.search_experiments() if e.name == "dqn_cartpole"]
+    assert len(named) == 1, f"{len(named)} experiments named dqn_cartpole"
+    assert len(client.search_runs([named[0].experiment_id])) == jobs
 
 
 def test_a_sweep_and_a_study_group_only_tracked_runs():

@@ -9,9 +9,12 @@ last train step; the provenance and what the user changed are tags; the files ar
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import time
 from typing import Iterable, Iterator
+from urllib.parse import urlparse
 
 from dqn_cartpole.tracking.ledger import local_store, read_ledger, sent_through, write_ledger
 from dqn_cartpole.tracking.sent import Row, Sent, value_text
@@ -41,7 +44,7 @@ def send(sent: Sent, output_root: str) -> str:
     uri = tracking_uri(output_root)
     client = MlflowClient(tracking_uri=uri)
     before = read_ledger(sent.run_dir, BACKEND, uri)
-    run_id = before.run_id if before else start_run(client, sent, RunTag)
+    run_id = before.run_id if before else start_run(client, sent, uri)
     now = int(time.time() * 1000)
     new_train = [row for row in sent.train_rows if row.train_step > (before.train_step if before else -1)]
     new_eval = [row for row in sent.eval_rows if row.train_step > (before.eval_step if before else -1)]
@@ -62,20 +65,41 @@ def send(sent: Sent, output_root: str) -> str:
     return run_id
 
 
-def start_run(client, sent: Sent, tag_class) -> str:
-    """A new run in the project's experiment (made if missing; another process may make it at the same time)."""
-    experiment = client.get_experiment_by_name(sent.project)
-    if experiment is None:
-        try:
-            experiment_id = client.create_experiment(sent.project)
-        except Exception:  # pylint: disable=broad-except  # a sweep's other run created it first
-            found = client.get_experiment_by_name(sent.project)
-            if found is None:
-                raise
-            experiment_id = found.experiment_id
-    else:
-        experiment_id = experiment.experiment_id
-    return client.create_run(experiment_id, run_name=sent.run_name, tags=sent.tags).info.run_id
+def start_run(client, sent: Sent, uri: str) -> str:
+    """A new run in the project's experiment, made if missing. Runs of a sweep start at the same time: in a local
+    file store the check and the making are held under one lock (MLflow's file store would make two experiments of one
+    name); a server refuses a second one, and the run then joins the first."""
+    with store_lock(uri):
+        experiment = client.get_experiment_by_name(sent.project)
+        if experiment is None:
+            try:
+                experiment_id = client.create_experiment(sent.project)
+            except Exception:  # pylint: disable=broad-except  # another process made it first (a server refused it)
+                found = client.get_experiment_by_name(sent.project)
+                if found is None:
+                    raise
+                experiment_id = found.experiment_id
+        else:
+            experiment_id = experiment.experiment_id
+        return client.create_run(experiment_id, run_name=sent.run_name, tags=sent.tags).info.run_id
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock between the processes that write one local file store (`file://` or a plain path), held on
+    the folder that holds the store (the store may not exist yet); nothing for a server."""
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        yield
+        return
+    parent = os.path.dirname(os.path.abspath(parsed.path if parsed.scheme else uri).rstrip("/"))
+    os.makedirs(parent, exist_ok=True)
+    descriptor = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
 
 
 def metric_points(rows: Iterable[Row]) -> Iterator[tuple]:
