@@ -1,9 +1,8 @@
 """`--track mlflow | wandb` (docs/tracking.md) with the real libraries, nothing sent over a network: a short tracked
 run read back with MLflow's own client, the same run folder written to W&B offline and read back from its offline
-run file, a resumed run that continues its tracked run, a sweep of two seeds in one group (and runs that start at once in one
-experiment), a server that does not
-answer and a store on a full disk (one warning line each, a normal run), and no import of either library without
---track.
+run file, a resumed run that continues its tracked run, a sweep of two seeds in one group (and runs that start at
+once in one experiment), a server that does not answer and a store on a full disk (one warning line each, a normal
+run), and no import of either library without --track.
 
 One tracked run (configs/smoke.yaml, 150 iterations, in a folder of its own) serves every read-back; the resume test
 continues it last. Every store is under the test's own folder (W&B's cache and config folders too, not HOME)."""
