@@ -399,12 +399,10 @@ def test_where_answers_the_place_of_the_run_it_names_not_an_earlier_one(tmp_path
         host.run_id = 2
         return await asyncio.wait_for(asked, 5)
 
-    import ray  # noqa: F401  # `where` reads the node from Ray's runtime context: faked here
     from unittest import mock
-    with mock.patch("ray.util.get_node_ip_address", return_value="10.0.0.1"), \
-            mock.patch("ray.get_runtime_context") as context:
-        context.return_value.get_node_id.return_value = "n1"
-        assert asyncio.run(scenario())["pid"] == 222
+    node = {"node_id": "n1", "node_ip": "10.0.0.1", "host": "h"}
+    with mock.patch.object(ray_role, "this_node", return_value=node):  # the node from Ray's runtime: faked here
+        assert asyncio.run(scenario()) == {**node, "pid": 222, "worker_pid": os.getpid(), "token": "t"}
 
 
 def test_a_role_not_started_yet_is_never_recorded_as_running_without_a_process(tmp_path):

@@ -29,6 +29,7 @@ from dqn_cartpole.distributed.mirror import RunFolderAppender
 from dqn_cartpole.distributed.policy import COLLECTOR, Role
 from dqn_cartpole.distributed.ray_role import NODE_LOCAL, RoleHost
 from dqn_cartpole.distributed.supervision import Ended, Event, Placed
+from dqn_cartpole.processes.ray_node import pinned_to
 from dqn_cartpole.run_folder.csv_files import read_csv
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import counted_before
@@ -64,13 +65,10 @@ class RayPlacement:
 
     # ---------------------------------------------------------------- starting
     def options(self, role: Role) -> dict:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         common = {"max_restarts": -1, "max_task_retries": 0}
         if role.kind == COLLECTOR:
             return {**common, "num_cpus": COLLECTOR_CPUS, "scheduling_strategy": "SPREAD"}
-        return {**common, "num_cpus": 0,
-                "scheduling_strategy": NodeAffinitySchedulingStrategy(self.node["node_id"], soft=False)}
+        return {**common, "num_cpus": 0, **pinned_to(self.node["node_id"])}
 
     def argv(self, role: Role, restart: bool) -> list:
         resume = self.resume or (restart and role.kind == policy.LEARNER)

@@ -39,6 +39,7 @@ from typing import Optional
 
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.distributed import mirror
+from dqn_cartpole.processes.ray_node import this_node
 from dqn_cartpole.processes.supervisor import Child
 from dqn_cartpole.processes.warm_start import WARM_MODULES, WarmChild, WarmStarter, remove_stale
 
@@ -99,7 +100,6 @@ class RoleHost:
     async def where(self, run_id: Optional[int] = None) -> dict:
         """Where the role runs: its node (IP, id), its pid and its actor's (once `run`, the one of `run_id` if
         given, started it)."""
-        import ray  # pylint: disable=import-outside-toplevel  # in the actor's process
 
         def started() -> bool:
             return self.child is not None and (run_id is None or self.run_id == run_id)
@@ -107,8 +107,7 @@ class RoleHost:
         deadline = time.monotonic() + WHERE_WAIT_S
         while not started() and time.monotonic() < deadline:
             await asyncio.sleep(POLL_S)
-        return {"node_ip": ray.util.get_node_ip_address(), "node_id": ray.get_runtime_context().get_node_id(),
-                "pid": self.child.process.pid if started() else None, "worker_pid": os.getpid(),
+        return {**this_node(), "pid": self.child.process.pid if started() else None, "worker_pid": os.getpid(),
                 "token": self.token}
 
     async def send(self, signum: int) -> None:

@@ -26,6 +26,7 @@ from dqn_cartpole.distributed import launcher, policy
 from dqn_cartpole.distributed.ray_placement import RayPlacement
 from dqn_cartpole.distributed.supervision import Supervision
 from dqn_cartpole.processes import ray_private
+from dqn_cartpole.processes.ray_node import this_node
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.placement import PlacementRecord
@@ -36,13 +37,6 @@ RAY_ERRORS_LOG = "ray-errors.log"  # what Ray's own processes report to the driv
 
 def topology_args(collectors: int) -> tuple:
     return ("--topology", "ray", "--collectors", str(collectors))
-
-
-def driver_node(ray: Any) -> dict:
-    """The node this command runs on (which holds the run folder): its id and IP."""
-    node_id = ray.get_runtime_context().get_node_id()
-    found = next((n for n in ray.nodes() if n.get("NodeID") == node_id), {})
-    return {"node_id": node_id, "node_ip": found.get("NodeManagerAddress") or ray.util.get_node_ip_address()}
 
 
 def cluster_line(ray: Any, how: str, seconds: float) -> str:
@@ -59,7 +53,7 @@ def run(config: Config, run_dir: str, collectors: int, plan: Optional[checkpoint
 
     from dqn_cartpole.replay.reverb_tables import check_port_free
 
-    node = driver_node(ray)
+    node = this_node()  # the driver's: it holds the run folder
     port = config.replay.reverb_port or launcher.free_port()
     check_port_free(port)
     layout = launcher.prepare_folder(config, run_dir, plan)
