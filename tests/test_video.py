@@ -50,7 +50,6 @@ def test_which_steps_become_frames():
     assert video.shown_steps(spec, 3, FPS) == range(21)  # shorter than a clip: whole
     job = VideoJob("CartPole-v1", None, FPS, (spec,), FPS)
     assert job.frames() == 500 + CLIP + CLIP + 21 + 4 * CARD
-    assert VideoJob.from_json(job.to_json()) == job
 
 
 def test_videos_play_in_real_time_at_any_frame_rate():
@@ -122,7 +121,7 @@ def test_the_renderer_never_imports_tensorflow():
 
 
 def test_the_plotter_process_says_why_it_failed(tmp_path):
-    from dqn_cartpole.report.background import start_plotter
+    from dqn_cartpole.report.plotter import start_plotter
 
     lines = []
     problem = start_plotter(str(tmp_path / "no-run"), lines.append).wait()
@@ -130,7 +129,7 @@ def test_the_plotter_process_says_why_it_failed(tmp_path):
 
 
 def test_children_given_no_work_exit_at_the_end_of_their_stdin():
-    from dqn_cartpole.report.background import start_plotter
+    from dqn_cartpole.report.plotter import start_plotter
 
     for child in (start_plotter(), video.VideoProcess()):
         child.close(timeout_s=60)

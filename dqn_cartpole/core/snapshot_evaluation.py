@@ -8,8 +8,8 @@ later, fixed iteration (`training.overlap`). The episodes are the ones the train
 evaluation would play (the same loop over the same seeded copies: `numpy_episodes`, `vector_env`).
 
 Two workers, one interface (`submit`, `result`, `close`):
-- `ProcessWorker`: a child process, `python -m dqn_cartpole.core.snapshot_evaluation`, which imports
-  NumPy and gymnasium only (~0.3 s) and gets its jobs as pickles on stdin. It runs on the other core
+- `ProcessWorker`: a child process (`processes.child`), which imports NumPy and gymnasium only (~0.3 s) and is
+  sent the spec, then the jobs. It runs on the other core
   without sharing the trainer's GIL: the trainer's compiled chunk needs the GIL at every env step
   (the collect env is Python), and the episodes here are Python too.
 - `ThreadWorker`: the same evaluator in a thread of the trainer (it shares the GIL; see docs/benchmarks.md
@@ -18,11 +18,7 @@ Two workers, one interface (`submit`, `result`, `close`):
 
 from __future__ import annotations
 
-import os
-import pickle
 import queue
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -30,9 +26,8 @@ from typing import Optional
 
 from dqn_cartpole.core.numpy_episodes import EvalResult, greedy_act, mean_max_q, run_episodes
 from dqn_cartpole.core.vector_env import VectorSteps, make_vector_steps
-from dqn_cartpole.processes.peak_memory import peak_rss_mb
+from dqn_cartpole.processes.child import Child, ChildFailed, serve
 
-MODULE = "dqn_cartpole.core.snapshot_evaluation"
 CLOSE_TIMEOUT_S = 10.0
 
 
@@ -104,55 +99,32 @@ class EvaluatorFailed(RuntimeError):
 
 
 class ProcessWorker:
-    """The evaluator in a child process (see the module docstring). A thread writes the jobs, so `submit` never
-    waits, even while the child is still importing or the job is larger than the pipe holds."""
+    """The evaluator in a child process (see the module docstring): `submit` never waits, even while the child is
+    still importing or the job is larger than the pipe holds."""
 
     where = "another process"
 
     def __init__(self, spec: EvaluationSpec):
-        self.process = subprocess.Popen([sys.executable, "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, start_new_session=True)  # a Ctrl-C is the trainer's
-        self._stderr: list[bytes] = []
-        self._outbox: queue.Queue = queue.Queue()
-        for target in (self._write, lambda: self._stderr.extend(self.process.stderr)):
-            threading.Thread(target=target, daemon=True).start()
-        self._outbox.put(pickle.dumps(spec))
-        self.peak_rss_mb: Optional[float] = None
+        self.child = Child(__name__, what="the evaluator process")
+        self.child.send(spec)
 
-    def _write(self) -> None:
-        while True:
-            data = self._outbox.get()
-            try:
-                if data is None:
-                    self.process.stdin.close()
-                    return
-                self.process.stdin.write(data)
-                self.process.stdin.flush()
-            except (BrokenPipeError, ValueError):  # the child has died: `result` says why
-                return
+    @property
+    def peak_rss_mb(self) -> Optional[float]:
+        return self.child.peak_rss_mb
 
     def submit(self, job: Job) -> None:
-        self._outbox.put(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+        self.child.send(job)
 
     def result(self) -> Outcome:
         """The next job's outcome, waiting for it."""
         try:
-            return pickle.load(self.process.stdout)
-        except (EOFError, pickle.UnpicklingError):
-            status = self.process.wait()
-            lines = [line.decode(errors="replace").strip() for line in self._stderr if line.strip()]
-            raise EvaluatorFailed(lines[-1] if lines else f"the evaluator process exited with status {status}") \
-                from None
+            return self.child.receive()
+        except ChildFailed as failed:
+            raise EvaluatorFailed(str(failed)) from None
 
     def close(self) -> None:
-        """Ends the child (the end of its stdin), after reading its peak memory."""
-        self.peak_rss_mb = peak_rss_mb(self.process.pid)
-        self._outbox.put(None)
-        try:
-            self.process.wait(timeout=CLOSE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        """Ends the child (the end of its input; an evaluation in flight is dropped)."""
+        self.child.close(CLOSE_TIMEOUT_S)
 
 
 class ThreadWorker:
@@ -193,30 +165,15 @@ class ThreadWorker:
 WORKERS = {"process": ProcessWorker, "thread": ThreadWorker}
 
 
-def main() -> int:
-    """The child: a spec, then jobs, as pickles on stdin until its end; an outcome per job on stdout."""
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # anything printed goes to stderr, never into the outcomes
-    stdin = sys.stdin.buffer
-    try:
-        evaluator = SnapshotEvaluator(pickle.load(stdin))
-        while True:
-            try:
-                job = pickle.load(stdin)
-            except EOFError:
-                return 0
-            pickle.dump(evaluator(job), out, protocol=pickle.HIGHEST_PROTOCOL)
-            out.flush()
-    except EOFError:  # no spec came: the run ended before its first evaluation
-        return 0
-    except Exception as exc:  # pylint: disable=broad-except  # one line for the trainer to show
-        print(f"error: the evaluator failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-              file=sys.stderr, flush=True)
-        return 1
+def serve_child() -> int:
+    """The evaluator's process: the spec, then an outcome for each job."""
+    evaluator: Optional[SnapshotEvaluator] = None
 
+    def answer(message, reply) -> None:
+        nonlocal evaluator
+        if evaluator is None:
+            evaluator = SnapshotEvaluator(message)
+        else:
+            reply(evaluator(message))
 
-if __name__ == "__main__":
-    # The module by its name, not this `__main__` copy: the outcomes it pickles must name its classes.
-    from dqn_cartpole.core import snapshot_evaluation
-
-    sys.exit(snapshot_evaluation.main())
+    return serve(answer, failure="the evaluator failed: ")

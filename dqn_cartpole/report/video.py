@@ -6,8 +6,7 @@ in the same seeded gymnasium env (its dynamics depend only on the seed and the a
 replayed returns are checked), draws each frame with gymnasium's rgb_array renderer, captions
 it with the episode and the return so far, and streams it into ffmpeg's H.264 encoder. After a
 training run the rendering runs in a child process that imports no TensorFlow
-(`python -m dqn_cartpole.report.video`, fed the `VideoJob` as JSON on stdin; see `start_job`),
-while the trainer draws its plots.
+(a `processes.child.Child` sent each `VideoJob`; see `start_job`), while the trainer draws its plots.
 
 Each episode ends on a one-second title card with its return, which also keeps a random agent's
 short episodes on screen long enough to see. A video may show only its first `full_episodes`
@@ -20,18 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
-import signal
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, for_signal
 from dqn_cartpole.env_ids import make_gymnasium
-from dqn_cartpole.report.background import Background, report_peak_rss
+from dqn_cartpole.processes.child import Child, serve
+from dqn_cartpole.report.plotter import NICENESS
 from dqn_cartpole.run_folder.atomic import replacing
 
 CAPTION_HEIGHT = 30  # pixels of the strip drawn over the top of each frame
@@ -77,24 +74,13 @@ class VideoSpec:
 
 @dataclass(frozen=True)
 class VideoJob:
-    """What a renderer needs: the env, the frame rate and the videos (JSON between processes)."""
+    """What a renderer needs: the env, the frame rate and the videos (a pickle between processes)."""
 
     env_id: str
     max_episode_steps: Optional[int]
     fps: int
     videos: tuple
     env_fps: int = 0  # the env's steps per second (its render_fps); 0: one frame per step
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @staticmethod
-    def from_json(text: str) -> "VideoJob":
-        raw = json.loads(text)
-        videos = tuple(VideoSpec(v["path"], v["label"], tuple(Episode(e["seed"], tuple(e["actions"]), e["total"],
-                                                                       e["terminated"]) for e in v["episodes"]),
-                                 v["full_episodes"]) for v in raw["videos"])
-        return VideoJob(raw["env_id"], raw["max_episode_steps"], raw["fps"], videos, raw.get("env_fps", 0))
 
     @property
     def timing(self) -> "Timing":
@@ -406,28 +392,27 @@ def record_video(act: Callable, env_id: str, path: str, num_episodes: int, fps: 
 # ---------------------------------------------------------------------------- the renderer process
 
 
-class VideoProcess(Background):
-    """A child process rendering a `VideoJob` (see `main`): `send_job` it now or later; `frames_done` follows
-    its progress lines."""
+class VideoProcess(Child):
+    """A child process rendering `VideoJob`s (see `serve_child`): `send_job` them now or later; `frames_done`
+    follows its progress."""
 
     def __init__(self, job: Optional[VideoJob] = None):
         self.total, self.frames_done = 0, 0
         self.on_progress: Callable[[int, int], None] = lambda done, total: None
-        super().__init__("dqn_cartpole.report.video", on_line=self._follow_frames, what="the renderer")
+        super().__init__(__name__, on_message=self._follow_frames, what="the renderer", niceness=NICENESS)
         if job is not None:
             self.send_job(job)
 
-    def _follow_frames(self, line: str) -> None:
-        if line.startswith("frames "):
-            self.frames_done = int(line.split()[1])
-            self.on_progress(self.frames_done, self.total)
+    def _follow_frames(self, message: tuple) -> None:
+        self.frames_done = message[1]  # ("frames", N)
+        self.on_progress(self.frames_done, self.total)
 
     def send_job(self, job: VideoJob, on_progress: Callable[[int, int], None] = lambda done, total: None,
                  more: bool = False) -> None:
         """Renders `job` (after any sent before it); `on_progress(frames done, frames in all)` follows it. With
         `more`, another job may follow; otherwise this is the last."""
         self.total, self.on_progress = job.frames(), on_progress
-        self.send(job.to_json() + "\n", end=not more)
+        self.send(job, end=not more)
 
 
 def start_job(job: VideoJob, on_progress: Callable[[int, int], None] = lambda done, total: None) -> VideoProcess:
@@ -447,37 +432,21 @@ def prepare_to_render() -> None:
     _font(FONT_SIZE + 10)
 
 
-def main() -> int:
-    """The renderer process: `VideoJob`s as JSON on stdin, one a line, each rendered as it comes, until the end of
-    stdin (none: it exits); prints `frames N` as each job goes, then `peak_rss_mb M`."""
-    prepare_to_render()
-    try:
-        for line in sys.stdin:
-            if line.strip():
-                render_job(VideoJob.from_json(line))
-    except KeyboardInterrupt:  # the trainer was stopped: it reports the stop
-        return for_signal(signal.SIGINT)
-    except Exception as exc:  # pylint: disable=broad-except  # one line for the trainer to show
-        print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
-        return EXIT_FAILED
-    report_peak_rss()
-    return EXIT_OK
+def serve_child() -> int:
+    """The renderer's process: each `VideoJob` rendered as it comes, answering `("frames", N)` as it goes."""
+    return serve(render_job, prepare_to_render)
 
 
-def render_job(job: VideoJob) -> None:
-    """Renders every video of `job`, printing `frames N` every PROGRESS_EVERY frames and at its end."""
+def render_job(job: VideoJob, reply: Callable[[tuple], None] = lambda message: None) -> None:
+    """Renders every video of `job`, replying `("frames", N)` every PROGRESS_EVERY frames and at its end."""
     done = 0
 
     def count() -> None:
         nonlocal done
         done += 1
         if done % PROGRESS_EVERY == 0:
-            print(f"frames {done}", flush=True)
+            reply(("frames", done))
 
     for video in job.videos:
         render_video(video, job.env_id, job.max_episode_steps, job.timing, count)
-    print(f"frames {done}", flush=True)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    reply(("frames", done))

@@ -1,6 +1,7 @@
 """The run's artifact phase: the plots and the videos, made by child processes that start with the run.
 
-Both children (`report.background`: no TensorFlow) start when the session starts, so their imports
+Both children (`report.plotter` and the renderer of `report.video`, each a `processes.child.Child`: no
+TensorFlow) start when the session starts, so their imports
 (matplotlib, imageio, pygame: ~1 s) and the plotter's first drawing (fonts, layout: ~0.5 s) overlap
 the training instead of following it. The random agent's video needs no training: its episodes
 are played at the start and the renderer renders it while the agent trains. The trained agent's
@@ -21,7 +22,7 @@ from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core import build
 from dqn_cartpole.core.envs import make_env
 from dqn_cartpole.core.policies import random_act_fn
-from dqn_cartpole.report import background, video
+from dqn_cartpole.report import plotter, video
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.training import phases as phase
 from dqn_cartpole.training.phases import Phases
@@ -36,8 +37,7 @@ class ArtifactWorkers:
     def __init__(self, config: Config, layout: RunLayout, progress: Progress, phases: Phases):
         self.config, self.layout, self.progress, self.phases = config, layout, progress, phases
         self.plots_written: list[str] = []
-        self.plotter = background.start_plotter(
-            on_line=lambda line: self.plots_written.append(line.split(" ", 1)[1]) if line.startswith("wrote ") else None)
+        self.plotter = plotter.start_plotter(on_wrote=self.plots_written.append)
         self.renderer = video.VideoProcess() if config.video.enabled else None
         self.trained_video_sent = False
         self.plots_sent = False
@@ -85,7 +85,7 @@ class ArtifactWorkers:
     def start_plots(self) -> None:
         """Hands the run folder to the plotter (once): its metrics must be complete (flushed, no row to come)."""
         if not self.plots_sent:
-            self.plotter.send(self.layout.root)
+            self.plotter.send(self.layout.root, end=True)
             self.plots_sent = True
 
     def start_final(self, policy: Any) -> None:
