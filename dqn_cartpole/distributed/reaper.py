@@ -2,29 +2,27 @@
 
 Each role gets SIGTERM when the launcher dies (PR_SET_PDEATHSIG, `processes.supervisor`), but a role stuck
 where it never sees the signal would live on. So `train --topology local` also starts this small process
-(no TensorFlow, not tied to the launcher's life). It reads its stdin, a pipe from the launcher:
+(no TensorFlow, not tied to the launcher's life: a `processes.child.Child`). The launcher sends it where to look,
+and then:
 
-* the launcher ends normally: it writes `done` first, and the reaper leaves;
-* the pipe ends without `done` (the launcher was killed): every process that still holds the run's lock
+* the launcher ends normally: it sends `done` and ends the reaper's input, and the reaper leaves;
+* the input ends without `done` (the launcher was killed): every process that still holds the run's lock
   (RUN/run.lock, which the launcher's roles inherit) and was started by that launcher (its environment
   holds the launcher's `marker`: a `train --resume` started after the launcher's death never does) has
   `grace_s` to end; then it and its own children are killed, and the reaper leaves. The run's lock is then
   free.
-
-Run as `python -m dqn_cartpole.distributed.reaper RUN_DIR GRACE_S LAUNCHER_PID`.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
+from dataclasses import dataclass
 
 import psutil
 
-from dqn_cartpole.processes.supervisor import child_env
+from dqn_cartpole.processes.child import Child, serve
 from dqn_cartpole.run_folder.layout import LOCK_FILE
 from dqn_cartpole.run_folder.lock import holders
 
@@ -34,12 +32,20 @@ GRACE_S = 10.0  # the rule every role keeps: it ends within 10 s of SIGTERM
 POLL_S = 0.2
 
 
-def start(run_dir: str, grace_s: float = GRACE_S) -> subprocess.Popen:
+@dataclass(frozen=True)
+class Watch:
+    """The reaper's first message: the run whose roles it kills if the launcher dies, and the launcher."""
+
+    run_dir: str
+    grace_s: float
+    launcher_pid: int
+
+
+def start(run_dir: str, grace_s: float = GRACE_S) -> Child:
     """Starts the reaper of `run_dir`'s roles; `finish` it when the launcher ends normally."""
-    return subprocess.Popen([sys.executable, "-m", "dqn_cartpole.distributed.reaper", run_dir, f"{grace_s:g}",
-                             str(os.getpid())],
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=child_env(), start_new_session=True)
+    reaper = Child(__name__, what="the reaper")
+    reaper.send(Watch(run_dir, grace_s, os.getpid()))
+    return reaper
 
 
 def marker() -> dict:
@@ -55,13 +61,10 @@ def started_by(pid: int, launcher_pid: int) -> bool:
         return False
 
 
-def finish(reaper: subprocess.Popen) -> None:
+def finish(reaper: Child) -> None:
     """The launcher's roles are stopped: the reaper leaves without touching anything."""
-    try:
-        reaper.communicate(f"{DONE}\n".encode(), timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        reaper.kill()
-        reaper.wait()
+    reaper.send(DONE, end=True)
+    reaper.close(timeout_s=5)
 
 
 def left_behind(run_dir: str, launcher_pid: int) -> list[psutil.Process]:
@@ -103,14 +106,16 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-def main(argv: list) -> int:
-    run_dir, grace_s, launcher_pid = argv[0], float(argv[1]), int(argv[2])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the launcher's to handle
-    if sys.stdin.readline().strip() == DONE:
-        return 0
-    reap(run_dir, launcher_pid, grace_s)
-    return 0
+def serve_child() -> int:
+    """The reaper's process: a `Watch`, then `done` or the end of its input without it (the launcher died)."""
+    told: list = []
 
+    def ignore_ctrl_c() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the launcher's to handle
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    def reap_unless_done() -> None:
+        if told and told[-1] != DONE:
+            watch = told[0]
+            reap(watch.run_dir, watch.launcher_pid, watch.grace_s)
+
+    return serve(lambda message, reply: told.append(message), ignore_ctrl_c, at_end=reap_unless_done)

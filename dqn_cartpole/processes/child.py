@@ -1,8 +1,8 @@
-"""One way to start and talk to a worker-like child of this package: the plotter, the video renderer and the
-snapshot evaluator.
+"""One way to start and talk to a worker-like child of this package: the plotter, the video renderer, the snapshot
+evaluator and the local topology's reaper.
 
 The parent starts `python -m dqn_cartpole.processes.child MODULE` (`Child`), which imports MODULE and runs its
-`serve_child()`. The child runs in a session of its own, so a Ctrl-C at the terminal reaches only the parent, which
+`serve_child()`, with this checkout first on the path (`supervisor.child_env`). The child runs in a session of its own, so a Ctrl-C at the terminal reaches only the parent, which
 still hands the children their work; and, if asked, at a lower CPU priority than the parent.
 
 Messages go both ways as pickles. The parent's go on the child's stdin: a thread writes them, so `send` never waits,
@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_signal
 from dqn_cartpole.processes.peak_memory import peak_rss_mb
+from dqn_cartpole.processes.supervisor import child_env
 
 RUNNER = "dqn_cartpole.processes.child"
 ENTRY = "serve_child"  # what a child's module defines: it calls `serve`
@@ -66,7 +67,8 @@ class Child:
         self.seconds: Optional[float] = None  # from the first message sent to the child's end, once it has ended
         self.peak_rss_mb: Optional[float] = None  # the child's own peak memory, once it reported it
         self.process = subprocess.Popen([sys.executable, "-m", RUNNER, module], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(),
+                                        start_new_session=True)
         if niceness:
             lower_priority(self.process.pid, niceness)
         self.on_message = on_message
@@ -168,10 +170,10 @@ class Child:
 
 
 def serve(answer: Callable[[Any, Callable[[Any], None]], None], prepare: Callable[[], None] = lambda: None,
-          failure: str = "") -> int:
+          failure: str = "", at_end: Callable[[], None] = lambda: None) -> int:
     """The child's side: `prepare()` (imports, while the parent still works), then `answer(message, reply)` for each
-    message until the end of stdin, then its peak memory; returns the exit status. An exception is one line on
-    stderr (`error: {failure}TYPE: first line`) and exit status 1."""
+    message until the end of stdin, then `at_end()`, then its peak memory; returns the exit status. An exception is
+    one line on stderr (`error: {failure}TYPE: first line`) and exit status 1."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never among the messages
 
@@ -187,6 +189,7 @@ def serve(answer: Callable[[Any, Callable[[Any], None]], None], prepare: Callabl
             except EOFError:
                 break
             answer(message, reply)
+        at_end()
     except KeyboardInterrupt:  # the parent was stopped: it reports the stop
         return for_signal(signal.SIGINT)
     except Exception as exc:  # pylint: disable=broad-except  # one line for the parent to show
@@ -194,8 +197,11 @@ def serve(answer: Callable[[Any, Callable[[Any], None]], None], prepare: Callabl
               file=sys.stderr, flush=True)
         return EXIT_FAILED
     peak = peak_rss_mb()
-    if peak is not None:  # None: no /proc, nothing to report
-        reply(PeakMemory(peak))
+    try:
+        if peak is not None:  # None: no /proc, nothing to report
+            reply(PeakMemory(peak))
+    except BrokenPipeError:  # the parent is gone (a reaper outlives its launcher): nobody to tell
+        pass
     return EXIT_OK
 
 
