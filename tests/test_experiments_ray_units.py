@@ -99,7 +99,7 @@ def study_on_ray(tmp_path):
     import optuna
 
     from dqn_cartpole.experiments import space, tune
-    from dqn_cartpole.experiments.ray_worker import RunJob
+    from dqn_cartpole.experiments.run_actor import RunJob
     from dqn_cartpole.experiments.tune_ray import RayTrial
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)

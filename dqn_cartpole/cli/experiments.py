@@ -200,7 +200,7 @@ def run_sweep_on_ray(plan, args: argparse.Namespace):
 @contextlib.contextmanager
 def ray_cluster_session(args: argparse.Namespace, what: str):
     """(the ray module, a line saying which cluster and how long joining or starting it took) for the block."""
-    from dqn_cartpole.experiments.ray_pool import check_cluster, cluster_errors_in_one_line
+    from dqn_cartpole.experiments.executor import check_cluster, cluster_errors_in_one_line
     from dqn_cartpole.processes import ray_cluster
 
     start = time.time()

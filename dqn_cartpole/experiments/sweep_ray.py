@@ -2,7 +2,7 @@
 makes, so `compare`, `report`, `evaluate` and a later `sweep` (with or without --ray) read it unchanged.
 
 Each unfinished member is a `RunJob` (a stopped one travels with its folder, to be resumed); Ray runs it on a
-node with a free CPU (`ray_pool`), and its folder comes back as bytes into `<sweep>/<member>/`, its console output
+node with a free CPU (`executor.RayActors`), and its folder comes back as bytes into `<sweep>/<member>/`, its console output
 into `<sweep>/logs/<member>.log` (after a line naming the node and the attempt). The console shows runs done out
 of the total, where each one runs, and each loss, retry and failure. Ctrl-C (or SIGTERM) reaches every run on
 every node; each saves a checkpoint and sends its folder back, so the same command continues the sweep.
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.experiments import ray_transfer
-from dqn_cartpole.experiments.ray_pool import Landed, RayPool, describe_node
-from dqn_cartpole.experiments.ray_worker import RunJob, code_version
+from dqn_cartpole.experiments.executor import Landed, RayActors, describe_node
+from dqn_cartpole.experiments.run_actor import RunJob, code_version
 from dqn_cartpole.experiments.sweep import Member, Outcome, SweepPlan, member_state, write_manifest, write_page
 from dqn_cartpole.experiments.sweep_progress import SweepProgress
 
@@ -71,7 +71,7 @@ class RaySweep:
         write_manifest(plan)
         ray_transfer.clear_staging(plan.folder)
         queue = self._queue()
-        pool = RayPool(self.ray, plan.jobs)
+        pool = RayActors(self.ray, plan.jobs)
         with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
             try:
                 while (queue or pool.flights) and not stop.requested:
@@ -82,6 +82,7 @@ class RaySweep:
                 self.outcome.stopped_by = stop.signum
                 if pool.flights:
                     self._handle(pool.stop_all(stop.signum or signal.SIGTERM, STOP_WAIT_S))
+                pool.close()
         self.progress.close()
         write_page(plan)
         return self.outcome
@@ -100,7 +101,7 @@ class RaySweep:
         self._update()
         return queue
 
-    def _submit(self, pool: RayPool, member: Member, state: str) -> None:
+    def _submit(self, pool: RayActors, member: Member, state: str) -> None:
         resume = state == "resume"
         job = RunJob(member.name, member.name, self.template.config_name, self.template.config_text,
                      (*self.plan.manifest["set"], *member.overrides), resume=resume, code=self.template.code)

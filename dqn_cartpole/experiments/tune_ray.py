@@ -21,8 +21,8 @@ from typing import Optional
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.experiments import ray_transfer, storage, tune
-from dqn_cartpole.experiments.ray_pool import Landed, RayPool, describe_node
-from dqn_cartpole.experiments.ray_worker import RunJob, code_version
+from dqn_cartpole.experiments.executor import Landed, RayActors, describe_node
+from dqn_cartpole.experiments.run_actor import RunJob, code_version
 from dqn_cartpole.experiments.tune import RunEnded, TrialFailed, TunePlan
 
 POLL_S = 0.5
@@ -85,7 +85,7 @@ class RayStudy:
             self.template = RunJob("", "", os.path.basename(plan.config_path), handle.read(), (), code=code_version(),
                                    reuse=plan.objective == "env_steps")
         self.worker = storage.worker_id()
-        self.pool = RayPool(ray, plan.jobs)
+        self.pool = RayActors(ray, plan.jobs)
         self.active: dict = {}  # job key -> (RayTrial, its run folder here)
 
     def run(self, remaining: int) -> None:
@@ -99,6 +99,7 @@ class RayStudy:
         finally:
             if self.pool.flights:
                 self._handle(self.pool.stop_all(self.stop.signum or signal.SIGTERM, STOP_WAIT_S))
+            self.pool.close()
             for key in list(self.active):  # stopped between two seeds, or lost while stopping
                 self._stopped(self.active.pop(key)[0], " before its next seed")
 
