@@ -1,35 +1,45 @@
-"""Where a sweep's or a study's runs train, seen from its driver: `RayActors` on a Ray cluster.
+"""Where a sweep's or a study's runs train, seen from its driver: `LocalSlots` here, `RayActors` on a Ray cluster.
 
-The driver submits `RunJob`s (`submit`, while `room()` says there is room) and reads what happened (`step`), in
-order:
+The driver submits `RunRequest`s (`submit`, while `room()` says there is room) and reads what happened (`step`), in
+order, each event naming its request's key:
 
-  ("started", job, attempt, node)        a run began on a node
-  ("evaluations", job, [(step, return)])  a study's run evaluated its policy
-  ("lost", job, node, why, retrying)     its actor or node died: it is submitted again (up to MAX_ATTEMPTS in all),
-                                          unless the executor is stopping
-  ("landed", job, Landed)                 it ended: its RunOutcome, or why there is none
+  ("started", key, attempt, node)        a run began (node: None here)
+  ("evaluations", key, [(step, return)])  a run that reports them evaluated its policy
+  ("lost", key, node, why, retrying)     on Ray, its actor or node died: it is submitted again (up to MAX_ATTEMPTS
+                                          in all), unless the executor is stopping
+  ("landed", key, Ended)                  it ended: its exit status, or why there is none; its folder is at the
+                                          request's `run_dir` and its console output in its `log_path`
 
 `stop(key, signum)` stops one run (the pruner's SIGTERM); `stop_all(signum, grace_s)` stops every run as Ctrl-C
-does and returns the events until each landed.
+does (each saves a checkpoint) and returns the events until each landed; `close()` ends the executor's processes.
 
-On Ray the runs train on a pool of `run_actor.RunActor`s, one per CPU of the cluster (re-read every few seconds,
-as nodes come and go; `--jobs` caps it), each holding a CPU and the memory a run needs: Ray's idiom for workers
-that keep their state (the train process, TensorFlow imported once) from run to run (`ray.util.ActorPool`'s, with
-the pool's size following the cluster, and a run lost with its actor run again by the driver, so the retry is seen
-and said, and a run stopped on purpose is never run again).
+Here (`LocalSlots`) runs train in this machine's reused train processes (`train_worker.WorkerSlots`), `jobs` at a
+time. On Ray (`RayActors`) they train on a pool of `run_actor.RunActor`s, one per CPU of the cluster (re-read every
+few seconds, as nodes come and go; `--jobs` caps it), each holding a CPU and the memory a run needs: Ray's idiom for
+workers that keep their state (the train process, TensorFlow imported once) from run to run (`ray.util.ActorPool`'s,
+with the pool's size following the cluster, and a run lost with its actor run again by the driver, so the retry is
+seen and said, and a run stopped on purpose is never run again). A run's folder travels to the actor (to resume)
+and back as bytes (`ray_transfer`), into `run_dir`; its console output is appended to `log_path` after a line naming
+the node and the attempt.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, TextIO
 
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.experiments.run_actor import RunActor, RunJob, RunOutcome
+from dqn_cartpole.experiments import ray_transfer, train_worker
+from dqn_cartpole.experiments.run_actor import RunActor, RunJob, RunOutcome, code_version
 from dqn_cartpole.processes import ray_private
+from dqn_cartpole.processes.commands import child_command, resume_argv, train_argv
+from dqn_cartpole.processes.supervisor import ChildSet
 
 MAX_ATTEMPTS = 3  # a run lost with its node this many times fails
 MEMORY_PER_RUN_MB = 700  # as sweep.MEMORY_PER_RUN_MB: Ray places no more runs on a node than its memory holds
@@ -37,11 +47,151 @@ CAPACITY_REFRESH_S = 5.0
 KILL_WAIT_S = 10.0
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    """One run the driver wants: `train --config CONFIG_PATH --set OVERRIDES` into `run_dir`, or (`resume`) the
+    stopped run there continued; its console output appended to `log_path`."""
+
+    key: str  # unique in the command: a sweep member's name, a trial's number (and seed)
+    run_dir: str
+    log_path: str
+    config_path: str
+    overrides: tuple = ()
+    resume: bool = False
+    report_evaluations: bool = False  # pass the run's evaluations to the driver (a study's pruner)
+    reuse: bool = True  # may train in a reused train process (False: a fresh process, as tune's seconds)
+
+    def argv(self, run_dir: Optional[str] = None, config_path: Optional[str] = None) -> list[str]:
+        """The `train` argv of the run (in `run_dir`, with the config at `config_path`: where a node has them)."""
+        if self.resume:
+            return resume_argv(run_dir or self.run_dir, "--quiet")
+        return train_argv(config_path or self.config_path, list(self.overrides), run_dir or self.run_dir)
+
+
+@dataclass
+class Ended:
+    """How a run ended: its exit status (None: it never gave one, `error` says why; `cancelled`: stopped before it
+    ran, or before its folder came back), its last error line, where it ran and for how long."""
+
+    key: str
+    status: Optional[int]
+    error: str
+    log_path: str
+    node: Optional[dict] = None
+    cancelled: bool = False
+    run_s: float = 0.0
+
+
+# ---------------------------------------------------------------------------- here
+
+
+class LocalSlots:
+    """Runs on this machine, `jobs` at a time, each in a reused train process (or a fresh one)."""
+
+    def __init__(self, jobs: int, log_dir: str) -> None:
+        self.jobs = jobs
+        self.slots = train_worker.WorkerSlots(jobs, log_dir)  # the runs' processes, reused from run to run
+        self.children = ChildSet()
+        self.flights: dict = {}  # key -> [RunRequest, Child, evaluation rows reported, started]
+        self.stopping = False
+        self._news: list = []
+
+    def room(self) -> int:
+        return 0 if self.stopping else max(0, self.jobs - len(self.flights))
+
+    def submit(self, request: RunRequest) -> None:
+        child = self.slots.start(request.run_dir, child_command(request.argv()), request.log_path,
+                                 reuse=request.reuse)
+        self.flights[request.key] = [request, self.children.add(child), 0, time.monotonic()]
+        self._news.append(("started", request.key, 1, None))
+
+    def step(self, timeout_s: float) -> list:
+        events, self._news = self._news, []
+        time.sleep(timeout_s)
+        return events + self._evaluations() + self._landed()
+
+    def _evaluations(self) -> list:
+        events = []
+        for flight in self.flights.values():
+            request = flight[0]
+            if request.report_evaluations:
+                pairs, flight[2] = new_evaluations(request.run_dir, flight[2])
+                if pairs:
+                    events.append(("evaluations", request.key, pairs))
+        return events
+
+    def _landed(self) -> list:
+        events = []
+        for key, (request, child, _, started) in list(self.flights.items()):
+            if child.returncode is None:
+                continue
+            del self.flights[key]
+            self.children.remove(child)
+            events.append(("landed", key, Ended(key, child.returncode, child.last_error(), request.log_path,
+                                                run_s=time.monotonic() - started)))
+        return events
+
+    def stop(self, key: str, signum: int) -> None:
+        flight = self.flights.get(key)
+        if flight is not None:
+            flight[1].send(signum)
+
+    def stop_all(self, signum: int, grace_s: float) -> list:
+        """Every run gets `signum` once; what has not ended after `grace_s` is killed."""
+        self.stopping = True
+        self.children.stop(signum, grace_s)
+        return self._evaluations() + self._landed()
+
+    def close(self) -> None:
+        self.children.stop(signal.SIGTERM, grace_s=10.0)  # nothing outlives the driver, even after an error
+        self.slots.close()
+
+
+def new_evaluations(run_dir: str, reported: int) -> tuple[list, int]:
+    """(env steps, average return) of the run's evaluations after the first `reported` rows, and the rows now
+    reported (a row being written is read next time)."""
+    from dqn_cartpole.run_folder.csv_files import read_csv
+    from dqn_cartpole.run_folder.layout import RunLayout
+
+    pairs = []
+    for row in read_csv(RunLayout(run_dir).eval_metrics)[reported:]:
+        if row.get("average_return") in (None, "") or row.get("env_steps") in (None, ""):
+            break
+        pairs.append((int(row["env_steps"]), float(row["average_return"])))
+    return pairs, reported + len(pairs)
+
+
+# ---------------------------------------------------------------------------- on Ray
+
+
+@dataclass
+class Transfers:
+    """What Ray added to the runs: the folders' bytes and the seconds spent packing, fetching and unpacking them
+    (`cluster`, how the command joined or started Ray and how long that took, is set by the command)."""
+
+    folders: int = 0
+    bytes: int = 0
+    pack_s: float = 0.0
+    get_s: float = 0.0
+    install_s: float = 0.0
+    cluster: str = ""
+    retried: int = 0
+    nodes: Counter = field(default_factory=Counter)  # runs finished per node
+
+    def line(self) -> str:
+        where = ", ".join(f"{node} {count}" for node, count in sorted(self.nodes.items()))
+        return (f"ray: {self.cluster}; {self.folders} run folders "
+                f"back ({self.bytes / 2**20:.1f} MB; packed in {self.pack_s:.2f} s on the workers, fetched in "
+                f"{self.get_s:.2f} s, unpacked in {self.install_s:.2f} s); {self.retried} retried; runs per node: "
+                f"{where or 'none'}")
+
+
 @dataclass
 class Flight:
-    """A job submitted: its attempt, the folder to resume (put in the object store once for every attempt) and,
-    once an actor took it, the actor, the run's result and the node."""
+    """A run on Ray: its request and job, its attempt, the folder to resume (put in the object store once for every
+    attempt) and, once an actor took it, the actor, the run's result and the node."""
 
+    request: RunRequest
     job: RunJob
     attempt: int
     resume_ref: object = None
@@ -49,21 +199,6 @@ class Flight:
     ref: object = None
     node: Optional[dict] = None
     evaluations_ref: object = None
-
-
-@dataclass
-class Landed:
-    """A job that ended: its outcome, or why there is none (`error`); `get_s` is the seconds the result took to
-    reach the driver once ready, `bytes` its size."""
-
-    job: RunJob
-    outcome: Optional[RunOutcome]
-    error: str = ""
-    node: Optional[dict] = None
-    attempts: int = 1
-    cancelled: bool = False
-    get_s: float = 0.0
-    bytes: int = 0
 
 
 @dataclass(eq=False)
@@ -74,7 +209,6 @@ class Slot:
     where_ref: object
     node: Optional[dict] = None
     flight: Optional[Flight] = None
-    created: float = field(default_factory=time.monotonic)
 
 
 def describe_node(node: Optional[dict]) -> str:
@@ -90,10 +224,14 @@ class RayActors:
         self.ray, self.jobs, self.max_attempts = ray, jobs, max_attempts
         self.actor_class = ray.remote(RunActor).options(num_cpus=1, memory=MEMORY_PER_RUN_MB * 2**20,
                                                         max_concurrency=2, max_restarts=0)
+        self.code = code_version()
+        self.transfers = Transfers()
         self.slots: list[Slot] = []
         self.queue: list[Flight] = []  # submitted, waiting for an actor
-        self.flights: dict = {}  # job key -> Flight, queued or running
+        self.flights: dict = {}  # key -> Flight, queued or running
         self.stopping = False
+        self._news: list = []
+        self._configs: dict = {}  # path -> text
         self._capacity, self._capacity_at = 1, float("-inf")
 
     # -- submitting
@@ -105,12 +243,27 @@ class RayActors:
         return min(self._capacity, self.jobs) if self.jobs else self._capacity
 
     def room(self) -> int:
-        """How many more jobs to submit now: the capacity less those submitted and not landed."""
+        """How many more runs to submit now: the capacity less those submitted and not landed."""
         return 0 if self.stopping else max(0, self.capacity() - len(self.flights))
 
-    def submit(self, job: RunJob, resume_folder: Optional[bytes] = None) -> None:
-        resume_ref = self.ray.put(resume_folder) if resume_folder is not None else None
-        self._enqueue(Flight(job, 1, resume_ref))
+    def submit(self, request: RunRequest) -> None:
+        """Queues the run for the next idle actor; a stopped run's folder goes with it, to be resumed."""
+        if request.config_path not in self._configs:
+            with open(request.config_path, encoding="utf-8") as handle:
+                self._configs[request.config_path] = handle.read()
+        job = RunJob(request.key, os.path.basename(request.run_dir), os.path.basename(request.config_path),
+                     self._configs[request.config_path], tuple(request.overrides), resume=request.resume,
+                     report_evaluations=request.report_evaluations, code=self.code, reuse=request.reuse)
+        resume_ref = None
+        if request.resume:
+            try:
+                resume_ref = self.ray.put(ray_transfer.pack(request.run_dir))
+            except ray_transfer.FolderTooLarge as exc:
+                _append(request.log_path, f"# failed: cannot resume on Ray: {exc}")
+                self._news.append(("landed", request.key, Ended(request.key, None, f"cannot resume on Ray: {exc}",
+                                                                request.log_path)))
+                return
+        self._enqueue(Flight(request, job, 1, resume_ref))
 
     def _enqueue(self, flight: Flight, first: bool = False) -> None:
         self.flights[flight.job.key] = flight
@@ -119,15 +272,16 @@ class RayActors:
     # -- what happened
     def step(self, timeout_s: float) -> list:
         """Waits up to `timeout_s` for a run to end; returns the events since the last call (module docstring)."""
-        events = self._start_queued()
+        events, self._news = self._news, []
+        events += self._start_queued()
         running = [f.ref for f in self.flights.values() if f.ref is not None]
+        ready: list = []
         if running:
             ready, _ = self.ray.wait(running, num_returns=1, timeout=timeout_s, fetch_local=False)
             if ready:
                 ready, _ = self.ray.wait(running, num_returns=len(running), timeout=0, fetch_local=False)
         else:
             time.sleep(timeout_s)
-            ready = []
         events += self._evaluations()
         by_ref = {f.ref: f for f in self.flights.values() if f.ref is not None}
         for ref in ready:
@@ -135,7 +289,7 @@ class RayActors:
         return events + self._start_queued()
 
     def _start_queued(self) -> list:
-        """Gives queued jobs to idle actors (the pool grown to the capacity, or shrunk by idle ones)."""
+        """Gives queued runs to idle actors (the pool grown to the capacity, or shrunk by idle ones)."""
         self._fit_pool()
         events: list = []
         for slot in self._ready_idle():
@@ -145,7 +299,7 @@ class RayActors:
             flight.actor, flight.node = slot, slot.node
             flight.ref = slot.handle.run.remote(flight.job, flight.resume_ref)
             slot.flight = flight
-            events.append(("started", flight.job, flight.attempt, slot.node))
+            events.append(("started", flight.job.key, flight.attempt, slot.node))
         return events
 
     def _fit_pool(self) -> None:
@@ -161,7 +315,7 @@ class RayActors:
         """The actors that started (their node known) and train nothing."""
         waiting = [s.where_ref for s in self.slots if s.node is None]
         if waiting:
-            ready, _ = self.ray.wait(waiting, num_returns=len(waiting), timeout=0, fetch_local=True)
+            ready, _ = self.ray.wait(waiting, num_returns=len(waiting), timeout=0)
             for slot in [s for s in self.slots if s.where_ref in ready]:
                 try:
                     slot.node = self.ray.get(slot.where_ref)
@@ -188,12 +342,12 @@ class RayActors:
                 except self.ray.exceptions.RayError:  # its actor died: the run's own result says so
                     pairs = []
                 if pairs:
-                    events.append(("evaluations", flight.job, pairs))
+                    events.append(("evaluations", flight.job.key, pairs))
             flight.evaluations_ref = flight.actor.handle.evaluations.remote()
         return events
 
     def _land(self, flight: Flight) -> list:
-        exceptions = self.ray.exceptions
+        exceptions, request = self.ray.exceptions, flight.request
         start = time.monotonic()
         del self.flights[flight.job.key]
         if flight.actor is not None:
@@ -206,24 +360,45 @@ class RayActors:
                 self._drop(flight.actor)
             return self._lost(flight, _first_line(exc))
         except exceptions.RayTaskError as exc:  # the run itself raised: no retry would help
-            cause = getattr(exc, "cause", None) or exc
-            return [("landed", flight.job, Landed(flight.job, None, _first_line(cause), flight.node,
-                                                  flight.attempt))]
+            error = _first_line(getattr(exc, "cause", None) or exc)
+            _append(request.log_path, f"# failed: {error}")
+            return [("landed", request.key, Ended(request.key, None, error, request.log_path, flight.node))]
         got_s = time.monotonic() - start
-        events: list = [("evaluations", flight.job, outcome.evaluations)] if outcome.evaluations else []
         node = outcome.node or flight.node
-        return events + [("landed", flight.job, Landed(flight.job, outcome, "", node, flight.attempt, get_s=got_s,
-                                                       bytes=len(outcome.folder)))]
+        self._install(flight, outcome, got_s)
+        events: list = [("evaluations", request.key, outcome.evaluations)] if outcome.evaluations else []
+        return events + [("landed", request.key, Ended(request.key, outcome.status, outcome.last_error,
+                                                       request.log_path, node, run_s=outcome.seconds.get("run", 0)))]
+
+    def _install(self, flight: Flight, outcome: RunOutcome, got_s: float) -> None:
+        """The run's folder in its place here, its output in its log; what that cost in `transfers`."""
+        start, t = time.monotonic(), self.transfers
+        if outcome.folder:
+            ray_transfer.install(outcome.folder, flight.request.run_dir, outcome.written_at)
+        t.install_s += time.monotonic() - start
+        t.folders += bool(outcome.folder)
+        t.bytes += len(outcome.folder)
+        t.pack_s += outcome.seconds.get("pack", 0.0)
+        t.get_s += got_s
+        node = describe_node(outcome.node or flight.node)
+        t.nodes[node] += 1
+        _append(flight.request.log_path, f"# attempt {flight.attempt} on {node}\n{outcome.log_text}")
 
     def _lost(self, flight: Flight, why: str) -> list:
         retrying = not self.stopping and flight.attempt < self.max_attempts
-        events: list = [("lost", flight.job, flight.node, why, retrying)]
+        key, log = flight.job.key, flight.request.log_path
+        events: list = [("lost", key, flight.node, why, retrying)]
+        again = "; running it again on another node" if retrying else ""
+        _append(log, f"# lost with {describe_node(flight.node)}: {why}{again}")
         if retrying:
-            self._enqueue(Flight(flight.job, flight.attempt + 1, flight.resume_ref), first=True)
+            self.transfers.retried += 1
+            self._enqueue(Flight(flight.request, flight.job, flight.attempt + 1, flight.resume_ref), first=True)
+        elif self.stopping:
+            events.append(("landed", key, Ended(key, None, "stopped", log, flight.node, cancelled=True)))
         else:
             reason = f"lost {flight.attempt} times, last with {describe_node(flight.node)}: {why}"
-            events.append(("landed", flight.job, Landed(flight.job, None, "stopped" if self.stopping else reason,
-                                                        flight.node, flight.attempt, cancelled=self.stopping)))
+            _append(log, f"# failed: {reason}")
+            events.append(("landed", key, Ended(key, None, reason, log, flight.node)))
         return events
 
     # -- stopping
@@ -237,12 +412,12 @@ class RayActors:
         """Every run stops with `signum`: returns the events until each one landed (or its actor was killed). The
         pool's actors end with it."""
         self.stopping = True
-        events: list = []
+        events, self._news = self._news, []
         for flight in list(self.queue):  # not started: it never will
             self.queue.remove(flight)
             del self.flights[flight.job.key]
-            events.append(("landed", flight.job, Landed(flight.job, None, "cancelled", None, flight.attempt,
-                                                        cancelled=True)))
+            events.append(("landed", flight.job.key, Ended(flight.job.key, None, "cancelled",
+                                                           flight.request.log_path, cancelled=True)))
         for flight in self.flights.values():
             flight.actor.handle.stop.remote(flight.job.key, signum)
         deadline = time.monotonic() + grace_s
@@ -255,8 +430,8 @@ class RayActors:
         while self.flights and time.monotonic() < deadline:
             events += self.step(0.5)
         for flight in list(self.flights.values()):
-            events.append(("landed", flight.job,
-                           Landed(flight.job, None, "stopped", flight.node, flight.attempt, cancelled=True)))
+            events.append(("landed", flight.job.key, Ended(flight.job.key, None, "stopped", flight.request.log_path,
+                                                           flight.node, cancelled=True)))
         self.flights.clear()
         self.close()
         return events
@@ -268,6 +443,12 @@ class RayActors:
             self.ray.wait(closing, num_returns=len(closing), timeout=KILL_WAIT_S)
         for slot in list(self.slots):
             self._drop(slot)
+
+
+def _append(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text if text.endswith("\n") else text + "\n")
 
 
 def check_cluster(ray) -> dict:

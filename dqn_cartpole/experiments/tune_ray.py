@@ -21,8 +21,7 @@ from typing import Optional
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.experiments import ray_transfer, storage, tune
-from dqn_cartpole.experiments.executor import Landed, RayActors, describe_node
-from dqn_cartpole.experiments.run_actor import RunJob, code_version
+from dqn_cartpole.experiments.executor import Ended, RayActors, RunRequest, describe_node
 from dqn_cartpole.experiments.tune import RunEnded, TrialFailed, TunePlan
 
 POLL_S = 0.5
@@ -32,24 +31,26 @@ STOP_WAIT_S = 150.0  # a local trial's 120 s for the checkpoint, and the folder'
 class RayTrial:
     """One trial on Ray: its run (or its seeds' runs, in turn), the evaluations reported, and its verdict."""
 
-    def __init__(self, plan: TunePlan, trial, worker: str, template: RunJob) -> None:
-        self.plan, self.trial, self.template = plan, trial, template
+    def __init__(self, plan: TunePlan, trial, worker: str) -> None:
+        self.plan, self.trial = plan, trial
         self.overrides, self.folder = tune.start_trial(trial, plan, worker)
         self.rows: list[dict] = []  # the seeds done (with --seeds)
         self.pruned_at: Optional[str] = None
         self.last_step = -1
 
-    def job(self) -> tuple[RunJob, str]:
-        """The next run of the trial, and its folder on the driver."""
-        number, t = f"{self.trial.number:04d}", self.template
-        if not self.plan.seeds:
-            job = RunJob(number, number, t.config_name, t.config_text, (*self.plan.overrides, *self.overrides),
-                         report_evaluations=True, code=t.code, reuse=t.reuse)
-            return job, self.folder
-        seed = self.plan.seeds[len(self.rows)]
-        job = RunJob(f"{number}-s{seed}", f"s{seed}", t.config_name, t.config_text,
-                     (*self.plan.overrides, *self.overrides, f"training.seed={seed}"), code=t.code, reuse=t.reuse)
-        return job, os.path.join(self.folder, f"s{seed}")
+    def request(self) -> RunRequest:
+        """The next run of the trial (a reused worker's run counts its seconds from its own start: the seconds
+        objectives time fresh ones)."""
+        number, plan = f"{self.trial.number:04d}", self.plan
+        reuse = plan.objective == "env_steps"
+        logs = os.path.join(plan.folder, "logs")
+        if not plan.seeds:
+            return RunRequest(number, self.folder, os.path.join(logs, f"{number}.log"), plan.config_path,
+                              (*plan.overrides, *self.overrides), report_evaluations=True, reuse=reuse)
+        seed = plan.seeds[len(self.rows)]
+        return RunRequest(f"{number}-s{seed}", os.path.join(self.folder, f"s{seed}"),
+                          os.path.join(logs, f"{number}-s{seed}.log"), plan.config_path,
+                          (*plan.overrides, *self.overrides, f"training.seed={seed}"), reuse=reuse)
 
     def evaluations(self, pairs: list) -> Optional[str]:
         """Reports each new evaluation (negated average return at its env step); returns why the trial is pruned,
@@ -80,10 +81,6 @@ class RayStudy:
 
     def __init__(self, plan: TunePlan, ray, study, stop: StopRequest) -> None:
         self.plan, self.ray, self.study, self.stop = plan, ray, study, stop
-        with open(plan.config_path, encoding="utf-8") as handle:
-            # a reused worker's run counts its seconds from its own start: the seconds objectives time fresh ones
-            self.template = RunJob("", "", os.path.basename(plan.config_path), handle.read(), (), code=code_version(),
-                                   reuse=plan.objective == "env_steps")
         self.worker = storage.worker_id()
         self.pool = RayActors(ray, plan.jobs)
         self.active: dict = {}  # job key -> (RayTrial, its run folder here)
@@ -93,7 +90,7 @@ class RayStudy:
         try:
             while not self.stop.requested and (asked < remaining or self.pool.flights):
                 while asked < remaining and self.pool.room() > 0 and not self.stop.requested:
-                    self._submit(RayTrial(self.plan, self.study.ask(), self.worker, self.template))
+                    self._submit(RayTrial(self.plan, self.study.ask(), self.worker))
                     asked += 1
                 self._handle(self.pool.step(POLL_S))
         finally:
@@ -104,47 +101,42 @@ class RayStudy:
                 self._stopped(self.active.pop(key)[0], " before its next seed")
 
     def _submit(self, ray_trial: RayTrial) -> None:
-        job, run_dir = ray_trial.job()
-        self.active[job.key] = (ray_trial, run_dir)
-        self.pool.submit(job)
+        request = ray_trial.request()
+        self.active[request.key] = (ray_trial, request.run_dir)
+        self.pool.submit(request)
 
     def _handle(self, events: list) -> None:
         for event in events:
-            kind, job = event[0], event[1]
-            ray_trial, _ = self.active.get(job.key, (None, None))
+            kind, key = event[0], event[1]
+            ray_trial, _ = self.active.get(key, (None, None))
             if ray_trial is None:
                 continue
             if kind == "started":
                 ray_trial.trial.set_user_attr("node", describe_node(event[3]))
-                print(f"trial {ray_trial.trial.number}: {job.key} started on {describe_node(event[3])}", flush=True)
+                print(f"trial {ray_trial.trial.number}: {key} started on {describe_node(event[3])}", flush=True)
             elif kind == "evaluations":
                 if ray_trial.evaluations(event[2]):
-                    self.pool.stop(job.key, signal.SIGTERM)  # it saves a checkpoint and exits 143
+                    self.pool.stop(key, signal.SIGTERM)  # it saves a checkpoint and exits 143
             elif kind == "lost":
                 again = "; running it again on another node" if event[4] else ""
-                print(f"trial {ray_trial.trial.number}: {job.key} lost with {describe_node(event[2])} "
+                print(f"trial {ray_trial.trial.number}: {key} lost with {describe_node(event[2])} "
                       f"({event[3]}){again}", file=sys.stderr, flush=True)
             else:
-                self._landed(event[2])
+                self._landed(key, event[2])
 
-    def _landed(self, landed: Landed) -> None:
-        ray_trial, run_dir = self.active.pop(landed.job.key)
-        trial, outcome = ray_trial.trial, landed.outcome
-        log = os.path.join(self.plan.folder, "logs", f"{landed.job.key}.log")
-        if outcome is None:
-            if landed.cancelled:
+    def _landed(self, key: str, ended: Ended) -> None:
+        ray_trial, run_dir = self.active.pop(key)
+        if ended.status is None:
+            if ended.cancelled:
                 self._stopped(ray_trial, " before its run sent its folder back")
             else:
-                self._tell_failed(trial, f"{landed.error} (log: {log})")
+                self._tell_failed(ray_trial.trial, f"{ended.error} (log: {ended.log_path})")
             return
-        if outcome.folder:
-            ray_transfer.install(outcome.folder, run_dir, outcome.written_at)
-        _append(log, f"# attempt {landed.attempts} on {describe_node(landed.node)}\n{outcome.log_text}")
-        stopped = self.stop.requested and outcome.status is not None and exit_status.is_stop(outcome.status)
+        stopped = self.stop.requested and exit_status.is_stop(ended.status)
         if stopped and not ray_trial.pruned_at:
             self._stopped(ray_trial, "; the run folder can be continued with train --resume")
             return
-        self._verdict(ray_trial, RunEnded(run_dir, outcome.status, outcome.last_error, log))
+        self._verdict(ray_trial, RunEnded(run_dir, ended.status, ended.error, ended.log_path))
 
     def _verdict(self, ray_trial: RayTrial, ended: RunEnded) -> None:
         import optuna
@@ -217,9 +209,3 @@ def _clear_staging(trials_dir: str) -> None:
     for name in os.listdir(trials_dir):
         if os.path.isdir(os.path.join(trials_dir, name)):
             ray_transfer.clear_staging(os.path.join(trials_dir, name))
-
-
-def _append(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(text if text.endswith("\n") else text + "\n")
