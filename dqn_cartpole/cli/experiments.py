@@ -166,11 +166,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     plan = tune.plan_tune(args.config, args.space, args.trials, jobs, args.storage, args.study,
                           shortcut_overrides(args, seed=False) + args.overrides, args.seed, args.seeds, args.objective)
     if runner:
-        from dqn_cartpole.experiments import tune_ray
+        from dqn_cartpole.experiments.executor import RayActors
 
         with ray_cluster_session(args, "tune --ray") as (ray, joined):
             print(joined, flush=True)
-            return tune_ray.run_tune_on_ray(dataclasses.replace(plan, runner=runner), ray)
+            return tune.run_tune(dataclasses.replace(plan, runner=runner), RayActors(ray, plan.jobs))
     return tune.run_tune(plan)
 
 
