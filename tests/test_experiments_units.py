@@ -203,18 +203,17 @@ def test_local_slots_run_a_request_and_say_how_it_ended(tmp_path):
     ended = events[1][2]
     assert (ended.key, ended.status, ended.log_path) == ("a", 2, request.log_path)
     assert "none.yaml" in ended.error and ended.error in (tmp_path / "logs" / "a.log").read_text()
-    assert slots.room() == 1 and not slots.children.running()
+    assert slots.room() == 1 and not slots.flights and not slots.slots.workers
 
 
 def test_evaluations_are_passed_on_once_each_and_a_row_being_written_waits(tmp_path):
-    from dqn_cartpole.experiments.executor import new_evaluations
-    from dqn_cartpole.run_folder.layout import RunLayout
+    from dqn_cartpole.experiments.run_actor import new_evaluations
 
-    path = RunLayout(str(tmp_path)).eval_metrics
+    path = str(tmp_path / "eval_metrics.csv")
     with open(path, "w") as handle:
         handle.write("env_steps,average_return\n100,9.5\n200,12\n300,\n")
-    assert new_evaluations(str(tmp_path), 0) == ([(100, 9.5), (200, 12.0)], 2)
+    assert new_evaluations(path, 0) == ([(100, 9.5), (200, 12.0)], 2)
     with open(path, "w") as handle:  # the row written in full
         handle.write("env_steps,average_return\n100,9.5\n200,12\n300,20\n")
-    assert new_evaluations(str(tmp_path), 2) == ([(300, 20.0)], 3)
-    assert new_evaluations(str(tmp_path), 3) == ([], 3)
+    assert new_evaluations(path, 2) == ([(300, 20.0)], 3)
+    assert new_evaluations(path, 3) == ([], 3)

@@ -10,8 +10,9 @@ order, each event naming its request's key:
   ("landed", key, Ended)                  it ended: its exit status, or why there is none; its folder is at the
                                           request's `run_dir` and its console output in its `log_path`
 
-`stop(key, signum)` stops one run (the pruner's SIGTERM); `stop_all(signum, grace_s)` stops every run as Ctrl-C
-does (each saves a checkpoint) and returns the events until each landed; `close()` ends the executor's processes.
+`busy()` says whether a run is in flight or an event is still to be read; `stop(key, signum)` stops one run (the
+pruner's SIGTERM); `stop_all(signum, grace_s)` stops every run as Ctrl-C does (each saves a checkpoint) and returns
+the events until each landed; `close()` ends the executor's processes.
 
 Here (`LocalSlots`) runs train in this machine's reused train processes (`train_worker.WorkerSlots`), `jobs` at a
 time. On Ray (`RayActors`) they train on a pool of `run_actor.RunActor`s, one per CPU of the cluster (re-read every
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import time
 from collections import Counter
@@ -36,10 +36,11 @@ from typing import Iterator, Optional, TextIO
 
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import ray_transfer, train_worker
-from dqn_cartpole.experiments.run_actor import RunActor, RunJob, RunOutcome, code_version
+from dqn_cartpole.experiments.run_actor import RunActor, RunOutcome, code_version, new_evaluations
 from dqn_cartpole.processes import ray_private
 from dqn_cartpole.processes.commands import child_command, resume_argv, train_argv
-from dqn_cartpole.processes.supervisor import ChildSet
+from dqn_cartpole.processes.supervisor import Child, stop_all
+from dqn_cartpole.run_folder.layout import RunLayout
 
 MAX_ATTEMPTS = 3  # a run lost with its node this many times fails
 MEMORY_PER_RUN_MB = 700  # as sweep.MEMORY_PER_RUN_MB: Ray places no more runs on a node than its memory holds
@@ -85,24 +86,38 @@ class Ended:
 # ---------------------------------------------------------------------------- here
 
 
+@dataclass(eq=False)
+class LocalRun:
+    """A run here: its request, its process (`supervisor.Child`, or `train_worker.ReusedRun`), when it started and
+    how many of its evaluations were passed on."""
+
+    request: RunRequest
+    child: Child
+    started: float = field(default_factory=time.monotonic)
+    reported: int = 0
+
+
 class LocalSlots:
     """Runs on this machine, `jobs` at a time, each in a reused train process (or a fresh one)."""
 
     def __init__(self, jobs: int, log_dir: str) -> None:
         self.jobs = jobs
         self.slots = train_worker.WorkerSlots(jobs, log_dir)  # the runs' processes, reused from run to run
-        self.children = ChildSet()
-        self.flights: dict = {}  # key -> [RunRequest, Child, evaluation rows reported, started]
+        self.flights: dict = {}  # key -> LocalRun
         self.stopping = False
         self._news: list = []
 
     def room(self) -> int:
         return 0 if self.stopping else max(0, self.jobs - len(self.flights))
 
+    def busy(self) -> bool:
+        """Whether a run is in flight, or an event is still to be read."""
+        return bool(self.flights or self._news)
+
     def submit(self, request: RunRequest) -> None:
         child = self.slots.start(request.run_dir, child_command(request.argv()), request.log_path,
                                  reuse=request.reuse)
-        self.flights[request.key] = [request, self.children.add(child), 0, time.monotonic()]
+        self.flights[request.key] = LocalRun(request, child)
         self._news.append(("started", request.key, 1, None))
 
     def step(self, timeout_s: float) -> list:
@@ -112,53 +127,37 @@ class LocalSlots:
 
     def _evaluations(self) -> list:
         events = []
-        for flight in self.flights.values():
-            request = flight[0]
-            if request.report_evaluations:
-                pairs, flight[2] = new_evaluations(request.run_dir, flight[2])
+        for run in self.flights.values():
+            if run.request.report_evaluations:
+                pairs, run.reported = new_evaluations(RunLayout(run.request.run_dir).eval_metrics, run.reported)
                 if pairs:
-                    events.append(("evaluations", request.key, pairs))
+                    events.append(("evaluations", run.request.key, pairs))
         return events
 
     def _landed(self) -> list:
         events = []
-        for key, (request, child, _, started) in list(self.flights.items()):
-            if child.returncode is None:
-                continue
-            del self.flights[key]
-            self.children.remove(child)
-            events.append(("landed", key, Ended(key, child.returncode, child.last_error(), request.log_path,
-                                                run_s=time.monotonic() - started)))
+        for key, run in list(self.flights.items()):
+            if run.child.returncode is not None:
+                del self.flights[key]
+                events.append(("landed", key, Ended(key, run.child.returncode, run.child.last_error(),
+                                                    run.request.log_path, run_s=time.monotonic() - run.started)))
         return events
 
     def stop(self, key: str, signum: int) -> None:
-        flight = self.flights.get(key)
-        if flight is not None:
-            flight[1].send(signum)
+        if key in self.flights:
+            self.flights[key].child.send(signum)
 
     def stop_all(self, signum: int, grace_s: float) -> list:
         """Every run gets `signum` once; what has not ended after `grace_s` is killed."""
         self.stopping = True
-        self.children.stop(signum, grace_s)
-        return self._evaluations() + self._landed()
+        events, self._news = self._news, []
+        stop_all([run.child for run in self.flights.values() if run.child.returncode is None], grace_s, signum)
+        return events + self._evaluations() + self._landed()
 
     def close(self) -> None:
-        self.children.stop(signal.SIGTERM, grace_s=10.0)  # nothing outlives the driver, even after an error
+        """Ends the idle train processes, and any run still running (after an error in the driver)."""
+        stop_all([run.child for run in self.flights.values() if run.child.returncode is None], 10.0)
         self.slots.close()
-
-
-def new_evaluations(run_dir: str, reported: int) -> tuple[list, int]:
-    """(env steps, average return) of the run's evaluations after the first `reported` rows, and the rows now
-    reported (a row being written is read next time)."""
-    from dqn_cartpole.run_folder.csv_files import read_csv
-    from dqn_cartpole.run_folder.layout import RunLayout
-
-    pairs = []
-    for row in read_csv(RunLayout(run_dir).eval_metrics)[reported:]:
-        if row.get("average_return") in (None, "") or row.get("env_steps") in (None, ""):
-            break
-        pairs.append((int(row["env_steps"]), float(row["average_return"])))
-    return pairs, reported + len(pairs)
 
 
 # ---------------------------------------------------------------------------- on Ray
@@ -188,11 +187,10 @@ class Transfers:
 
 @dataclass
 class Flight:
-    """A run on Ray: its request and job, its attempt, the folder to resume (put in the object store once for every
-    attempt) and, once an actor took it, the actor, the run's result and the node."""
+    """A run on Ray: its request, its attempt, the folder to resume (put in the object store once for every attempt)
+    and, once an actor took it, the actor, the run's result and the node."""
 
     request: RunRequest
-    job: RunJob
     attempt: int
     resume_ref: object = None
     actor: Optional["Slot"] = None
@@ -246,14 +244,15 @@ class RayActors:
         """How many more runs to submit now: the capacity less those submitted and not landed."""
         return 0 if self.stopping else max(0, self.capacity() - len(self.flights))
 
+    def busy(self) -> bool:
+        """Whether a run is in flight (queued or training), or an event is still to be read."""
+        return bool(self.flights or self._news)
+
     def submit(self, request: RunRequest) -> None:
         """Queues the run for the next idle actor; a stopped run's folder goes with it, to be resumed."""
         if request.config_path not in self._configs:
             with open(request.config_path, encoding="utf-8") as handle:
                 self._configs[request.config_path] = handle.read()
-        job = RunJob(request.key, os.path.basename(request.run_dir), os.path.basename(request.config_path),
-                     self._configs[request.config_path], tuple(request.overrides), resume=request.resume,
-                     report_evaluations=request.report_evaluations, code=self.code, reuse=request.reuse)
         resume_ref = None
         if request.resume:
             try:
@@ -263,10 +262,10 @@ class RayActors:
                 self._news.append(("landed", request.key, Ended(request.key, None, f"cannot resume on Ray: {exc}",
                                                                 request.log_path)))
                 return
-        self._enqueue(Flight(request, job, 1, resume_ref))
+        self._enqueue(Flight(request, 1, resume_ref))
 
     def _enqueue(self, flight: Flight, first: bool = False) -> None:
-        self.flights[flight.job.key] = flight
+        self.flights[flight.request.key] = flight
         self.queue.insert(0 if first else len(self.queue), flight)
 
     # -- what happened
@@ -297,9 +296,10 @@ class RayActors:
                 break
             flight = self.queue.pop(0)
             flight.actor, flight.node = slot, slot.node
-            flight.ref = slot.handle.run.remote(flight.job, flight.resume_ref)
+            flight.ref = slot.handle.run.remote(flight.request, self._configs[flight.request.config_path], self.code,
+                                                flight.resume_ref)
             slot.flight = flight
-            events.append(("started", flight.job.key, flight.attempt, slot.node))
+            events.append(("started", flight.request.key, flight.attempt, slot.node))
         return events
 
     def _fit_pool(self) -> None:
@@ -331,7 +331,7 @@ class RayActors:
         """The new evaluations of each running run that reports them (one call in the air per run)."""
         events = []
         for flight in self.flights.values():
-            if flight.ref is None or not flight.job.report_evaluations:
+            if flight.ref is None or not flight.request.report_evaluations:
                 continue
             if flight.evaluations_ref is not None:
                 ready, _ = self.ray.wait([flight.evaluations_ref], timeout=0)
@@ -342,14 +342,14 @@ class RayActors:
                 except self.ray.exceptions.RayError:  # its actor died: the run's own result says so
                     pairs = []
                 if pairs:
-                    events.append(("evaluations", flight.job.key, pairs))
+                    events.append(("evaluations", flight.request.key, pairs))
             flight.evaluations_ref = flight.actor.handle.evaluations.remote()
         return events
 
     def _land(self, flight: Flight) -> list:
         exceptions, request = self.ray.exceptions, flight.request
         start = time.monotonic()
-        del self.flights[flight.job.key]
+        del self.flights[flight.request.key]
         if flight.actor is not None:
             flight.actor.flight = None
         try:
@@ -386,13 +386,13 @@ class RayActors:
 
     def _lost(self, flight: Flight, why: str) -> list:
         retrying = not self.stopping and flight.attempt < self.max_attempts
-        key, log = flight.job.key, flight.request.log_path
+        key, log = flight.request.key, flight.request.log_path
         events: list = [("lost", key, flight.node, why, retrying)]
         again = "; running it again on another node" if retrying else ""
         _append(log, f"# lost with {describe_node(flight.node)}: {why}{again}")
         if retrying:
             self.transfers.retried += 1
-            self._enqueue(Flight(flight.request, flight.job, flight.attempt + 1, flight.resume_ref), first=True)
+            self._enqueue(Flight(flight.request, flight.attempt + 1, flight.resume_ref), first=True)
         elif self.stopping:
             events.append(("landed", key, Ended(key, None, "stopped", log, flight.node, cancelled=True)))
         else:
@@ -413,13 +413,13 @@ class RayActors:
         pool's actors end with it."""
         self.stopping = True
         events, self._news = self._news, []
-        for flight in list(self.queue):  # not started: it never will
-            self.queue.remove(flight)
-            del self.flights[flight.job.key]
-            events.append(("landed", flight.job.key, Ended(flight.job.key, None, "cancelled",
-                                                           flight.request.log_path, cancelled=True)))
+        for flight in self.queue:  # not started: it never will
+            key = flight.request.key
+            del self.flights[key]
+            events.append(("landed", key, Ended(key, None, "cancelled", flight.request.log_path, cancelled=True)))
+        self.queue.clear()
         for flight in self.flights.values():
-            flight.actor.handle.stop.remote(flight.job.key, signum)
+            flight.actor.handle.stop.remote(flight.request.key, signum)
         deadline = time.monotonic() + grace_s
         while self.flights and time.monotonic() < deadline:
             events += self.step(0.5)
@@ -429,9 +429,9 @@ class RayActors:
         deadline = time.monotonic() + KILL_WAIT_S
         while self.flights and time.monotonic() < deadline:
             events += self.step(0.5)
-        for flight in list(self.flights.values()):
-            events.append(("landed", flight.job.key, Ended(flight.job.key, None, "stopped", flight.request.log_path,
-                                                           flight.node, cancelled=True)))
+        for key, flight in self.flights.items():
+            events.append(("landed", key, Ended(key, None, "stopped", flight.request.log_path, flight.node,
+                                                cancelled=True)))
         self.flights.clear()
         self.close()
         return events

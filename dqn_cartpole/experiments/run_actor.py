@@ -1,4 +1,4 @@
-"""One run on a Ray node: what the driver sends (`RunJob`), what comes back (`RunOutcome`), and the actor between.
+"""Runs on a Ray node: the actor that trains them, and what comes back of each (`RunOutcome`).
 
 A `RunActor` holds one CPU of a node for the whole command and trains the runs the driver gives it, one at a time,
 in its reused train process (`train_worker`: TensorFlow imported once for many runs), or in a fresh
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from dqn_cartpole.experiments import ray_transfer, train_worker
-from dqn_cartpole.processes.commands import child_command, resume_argv, train_argv
+from dqn_cartpole.processes.commands import child_command
 from dqn_cartpole.processes.supervisor import Child
 from dqn_cartpole.run_folder.layout import RunLayout
 
@@ -29,21 +29,6 @@ STOP_WAIT_S = 120.0  # a stopped run writes its checkpoint, plots and videos (as
 WAIT_S = 1.0  # how often the running run's loop looks for a stop that is overdue
 LOG_TAIL_BYTES = 256 * 1024  # of the run's console output, sent back for the driver's logs/<run>.log
 TEMP_PREFIX = "dqn_cartpole-ray"
-
-
-@dataclass(frozen=True)
-class RunJob:
-    """What the driver asks a worker to run; small (the config's text, not its path: the node may lack the file)."""
-
-    key: str  # unique in the command: a sweep member's name, a trial's number (and seed)
-    folder_name: str  # the run folder's name, e.g. "learning_rate=1e-3__s0" or "s3"
-    config_name: str  # the config file's name, e.g. "default.yaml"
-    config_text: str
-    overrides: tuple
-    resume: bool = False  # continue the run folder sent with the job (`train --resume`)
-    report_evaluations: bool = False  # pass the run's evaluations to the driver (a study's pruner)
-    code: tuple = ()  # (package version, git commit or None) of the driver: a node must run the same code
-    reuse: bool = True  # may train in the worker's reused train process (False: a fresh process, as tune's seconds)
 
 
 @dataclass
@@ -69,8 +54,8 @@ class RunActor:
         self.slots = train_worker.WorkerSlots(1, os.path.join(temp_root(), f"{os.getpid()}-workers"))
         self._lock = threading.Lock()
         self._child: Optional[Child] = None
-        self._key: Optional[str] = None  # the job whose run trains now
-        self._stops: dict = {}  # job key -> the signal it is to stop with
+        self._key: Optional[str] = None  # the run that trains now
+        self._stops: dict = {}  # run key -> the signal it is to stop with
         self._stop_sent: Optional[float] = None
         self._eval_csv: Optional[str] = None
         self._sent_rows = 0
@@ -79,41 +64,41 @@ class RunActor:
         """The node this actor runs on (node_id, ip, host)."""
         return self.node
 
-    def run(self, job: RunJob, resume_folder: Optional[bytes]) -> RunOutcome:
-        """One run in a temporary folder of this node, returned as bytes."""
-        check_same_code(job, self.node)
+    def run(self, request, config_text: str, code: tuple, resume_folder: Optional[bytes]) -> RunOutcome:
+        """The run `request` asks for (an `executor.RunRequest`: its folder's and its config's names, its overrides)
+        in a temporary folder of this node, with the config `config_text` of the driver's code `code`; returned as
+        bytes."""
+        check_same_code(code, self.node)
         clear_stale_folders()
         work = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=temp_root())
         try:
-            run_dir = os.path.join(work, job.folder_name)
-            if job.resume:
+            run_dir = os.path.join(work, os.path.basename(request.run_dir))
+            config = os.path.join(work, "config", os.path.basename(request.config_path))
+            if request.resume:
                 ray_transfer.unpack(resume_folder or b"", run_dir)
-                argv = resume_argv(run_dir, "--quiet")
             else:
-                config = os.path.join(work, "config", job.config_name)
                 os.makedirs(os.path.dirname(config))
                 with open(config, "w", encoding="utf-8") as handle:
-                    handle.write(job.config_text)
-                argv = train_argv(config, list(job.overrides), run_dir)
+                    handle.write(config_text)
             log_path = os.path.join(work, "run.log")
             started = time.monotonic()
-            status, last_error = self._execute(job, argv, run_dir, log_path)
+            status, last_error = self._execute(request, request.argv(run_dir, config), run_dir, log_path)
             run_s, packed = time.monotonic() - started, time.monotonic()
-            last_evaluations = self.evaluations() if job.report_evaluations else []
+            last_evaluations = self.evaluations() if request.report_evaluations else []
             folder = ray_transfer.pack(run_dir) if os.path.isdir(run_dir) else b""
-            return RunOutcome(job.key, status, last_error, _tail(log_path), folder, run_dir, self.node,
+            return RunOutcome(request.key, status, last_error, _tail(log_path), folder, run_dir, self.node,
                               {"run": run_s, "pack": time.monotonic() - packed}, last_evaluations)
         finally:
             with self._lock:
                 self._eval_csv = None
             shutil.rmtree(work, ignore_errors=True)
 
-    def _execute(self, job: RunJob, argv: list[str], run_dir: str, log_path: str) -> tuple[Optional[int], str]:
+    def _execute(self, request, argv: list[str], run_dir: str, log_path: str) -> tuple[Optional[int], str]:
         """`python -m dqn_cartpole ARGV` (its output in `log_path`) in the reused train process, or a fresh child;
         stopped once with the signal `stop` asked for (also before it started), killed STOP_WAIT_S later."""
         with self._lock:
-            child = self._child = self.slots.start(run_dir, child_command(argv), log_path, reuse=job.reuse)
-            self._key, self._stop_sent = job.key, None
+            child = self._child = self.slots.start(run_dir, child_command(argv), log_path, reuse=request.reuse)
+            self._key, self._stop_sent = request.key, None
             self._eval_csv, self._sent_rows = RunLayout(run_dir).eval_metrics, 0
         try:
             while child.returncode is None:
@@ -144,26 +129,33 @@ class RunActor:
 
     def evaluations(self) -> list[tuple[int, float]]:
         """(env steps, average return) of the running run's evaluations written since the last call."""
-        from dqn_cartpole.run_folder.csv_files import read_csv
-
         with self._lock:
             path, start = self._eval_csv, self._sent_rows
         if path is None:
             return []
-        pairs = []
-        for row in read_csv(path)[start:]:
-            if row.get("average_return") in (None, "") or row.get("env_steps") in (None, ""):
-                break  # a row being written: read it next time
-            pairs.append((int(row["env_steps"]), float(row["average_return"])))
+        pairs, reported = new_evaluations(path, start)
         with self._lock:
             if self._eval_csv == path:
-                self._sent_rows = start + len(pairs)
+                self._sent_rows = reported
         return pairs
 
     def close(self) -> None:
         """Ends the idle train process (and drops its log)."""
         self.slots.close()
         shutil.rmtree(self.slots.log_dir, ignore_errors=True)
+
+
+def new_evaluations(eval_csv: str, reported: int) -> tuple[list, int]:
+    """(env steps, average return) of a run's evaluations (its eval_metrics.csv) after the first `reported` rows,
+    and how many rows are reported with them (a row being written is read next time)."""
+    from dqn_cartpole.run_folder.csv_files import read_csv
+
+    pairs = []
+    for row in read_csv(eval_csv)[reported:]:
+        if row.get("average_return") in (None, "") or row.get("env_steps") in (None, ""):
+            break
+        pairs.append((int(row["env_steps"]), float(row["average_return"])))
+    return pairs, reported + len(pairs)
 
 
 # ---------------------------------------------------------------------------- the node
@@ -188,13 +180,12 @@ class DifferentCode(Exception):
     """The worker's node runs other dqn_cartpole code than the driver (the run would not be the one asked for)."""
 
 
-def check_same_code(job: RunJob, node: dict) -> None:
-    if not job.code:
-        return
+def check_same_code(code: tuple, node: dict) -> None:
+    """Raises DifferentCode unless this node runs the driver's `code` (package version, git commit or None)."""
     mine = code_version()
-    if mine[0] != job.code[0] or (mine[1] and job.code[1] and mine[1] != job.code[1]):
+    if mine[0] != code[0] or (mine[1] and code[1] and mine[1] != code[1]):
         raise DifferentCode(f"node {node['ip']} ({node['host']}) runs dqn_cartpole {_describe(mine)}, the driver "
-                            f"{_describe(job.code)}: install the same version on every node")
+                            f"{_describe(code)}: install the same version on every node")
 
 
 def _describe(code: tuple) -> str:

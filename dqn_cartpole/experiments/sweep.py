@@ -23,7 +23,7 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid, ray_transfer
-from dqn_cartpole.experiments.executor import Ended, RunRequest, describe_node
+from dqn_cartpole.experiments.executor import Ended, LocalSlots, RayActors, RunRequest, describe_node
 from dqn_cartpole.experiments.sweep_progress import SweepProgress
 from dqn_cartpole.experiments.tracking_group import group_overrides
 from dqn_cartpole.processes.commands import continue_command
@@ -175,8 +175,6 @@ def member_state(member: Member) -> str:
 def run_sweep(plan: SweepPlan, show_progress: bool = True, executor=None) -> Outcome:
     """Runs every unfinished member on `executor` (default: here, `plan.jobs` at a time); stops them all on
     SIGINT/SIGTERM."""
-    from dqn_cartpole.experiments.executor import LocalSlots
-
     os.makedirs(plan.folder, exist_ok=True)
     write_manifest(plan)
     ray_transfer.clear_staging(plan.folder)  # what an interrupted `sweep --ray` left half-received
@@ -191,7 +189,7 @@ class SweepDriver:
     def __init__(self, plan: SweepPlan, executor, show_progress: bool) -> None:
         self.plan, self.executor, self.outcome = plan, executor, Outcome()
         self.members = {m.name: m for m in plan.members}
-        self.on_ray = hasattr(executor, "transfers")
+        self.on_ray = isinstance(executor, RayActors)
         self.running: Counter = Counter()  # node -> runs running there (on Ray)
         self.where: dict = {}  # member name -> node it runs on (on Ray)
         if self.on_ray:
@@ -203,7 +201,7 @@ class SweepDriver:
         queue, executor = self._queue(), self.executor
         with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
             try:
-                while (queue or executor.flights) and not stop.requested:
+                while (queue or executor.busy()) and not stop.requested:
                     while queue and executor.room() > 0 and not stop.requested:
                         member, state = queue.pop(0)
                         executor.submit(RunRequest(member.name, member.run_dir, self._log(member),
@@ -213,7 +211,7 @@ class SweepDriver:
                     self._handle(executor.step(POLL_S))
             finally:  # a signal, or an error in this loop: no run outlives the sweep
                 self.outcome.stopped_by = stop.signum
-                if executor.flights:
+                if executor.busy():
                     grace = RAY_STOP_WAIT_S if self.on_ray else STOP_WAIT_S
                     self._handle(executor.stop_all(stop.signum or signal.SIGTERM, grace))
                 executor.close()

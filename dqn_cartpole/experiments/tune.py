@@ -259,16 +259,16 @@ class StudyDriver:
     def run(self, remaining: int) -> None:
         asked, executor = 0, self.executor
         try:
-            while not self.stop.requested and (asked < remaining or executor.flights):
+            while not self.stop.requested and (asked < remaining or executor.busy()):
                 while (asked < remaining and executor.room() > 0 and not self.stop.requested
                        and len(self.study.get_trials(deepcopy=False)) < self.plan.trials):
                     self._submit(TrialRuns(self.plan, self.study.ask(), self.worker))
                     asked += 1
-                if not executor.flights and len(self.study.get_trials(deepcopy=False)) >= self.plan.trials:
+                if not executor.busy() and len(self.study.get_trials(deepcopy=False)) >= self.plan.trials:
                     break  # other workers asked for the rest
                 self._handle(executor.step(POLL_S))
         finally:
-            if executor.flights:
+            if executor.busy():
                 grace = STOP_WAIT_S if isinstance(executor, LocalSlots) else RAY_STOP_WAIT_S
                 self._handle(executor.stop_all(self.stop.signum or signal.SIGTERM, grace))
             for key in list(self.active):  # stopped between two seeds, or lost while stopping
