@@ -95,12 +95,10 @@ def test_a_folder_too_large_to_send_is_refused_with_one_line(tmp_path, monkeypat
 
 
 def study_on_ray(tmp_path):
-    """A study as `tune --ray` makes it (make_study's sampler and pruner), in memory, with a RayTrial factory."""
+    """A study as `tune` makes it (make_study's sampler and pruner), in memory, with a TrialRuns factory."""
     import optuna
 
     from dqn_cartpole.experiments import space, tune
-    from dqn_cartpole.experiments.ray_worker import RunJob
-    from dqn_cartpole.experiments.tune_ray import RayTrial
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     space_file = tmp_path / "space.yaml"
@@ -110,8 +108,7 @@ def study_on_ray(tmp_path):
                          storage_url=str(tmp_path / "journal.log"), overrides=("video.enabled=false",),
                          sampler_seed=0, warmup_env_steps=1000)
     study = tune.make_study(plan, optuna.storages.InMemoryStorage())
-    template = RunJob("", "", "smoke.yaml", "training: {}\n", (), code=("1", None))
-    return study, lambda: RayTrial(plan, study.ask(), "host:1:2", template)
+    return study, lambda: tune.TrialRuns(plan, study.ask(), "host:1:2")
 
 
 def test_evaluations_reported_from_a_worker_prune_a_trial_below_the_median(tmp_path):
@@ -119,8 +116,8 @@ def test_evaluations_reported_from_a_worker_prune_a_trial_below_the_median(tmp_p
 
     study, new_trial = study_on_ray(tmp_path)
     good = new_trial()
-    job, run_dir = good.job()
-    assert job.key == "0000" and job.report_evaluations and run_dir == os.path.join(str(tmp_path), "trials", "0000")
+    job = good.request()
+    assert job.key == "0000" and job.report_evaluations and job.run_dir == os.path.join(str(tmp_path), "trials", "0000")
     assert job.overrides[0] == "video.enabled=false" and job.overrides[1].startswith("agent.learning_rate=")
     assert good.evaluations([(500, 50.0), (1500, 200.0), (2500, 400.0)]) is None
     study.tell(good.trial, 2500.0)

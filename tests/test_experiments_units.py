@@ -1,4 +1,4 @@
-"""Fast unit tests of the experiments package: grid parsing, statistics, search space, grouping."""
+"""Fast unit tests of the experiments package: grid parsing, statistics, search space, grouping, the executor here."""
 
 from __future__ import annotations
 
@@ -177,3 +177,43 @@ def test_the_table_has_the_fixed_budget_protocols_final_policy_and_the_share_tha
     unscored = compare.group_row(compare.group_runs([run(0, None)])[0])
     assert unscored["final policy solves"] is None
     assert compare.markdown_table([unscored], []).splitlines()[2].endswith("| - | - |")
+
+
+# ---------------------------------------------------------------------------- the executor seam, here
+
+
+def test_local_slots_run_a_request_and_say_how_it_ended(tmp_path):
+    """`LocalSlots` as both drivers use it: room while a slot is free, "started" then "landed" with the run's own exit
+    status and last error line (a config that does not exist: `train` refuses it at once, exit 2), its log where
+    the request put it, and nothing left running."""
+    import time
+
+    from dqn_cartpole.experiments.executor import LocalSlots, RunRequest
+
+    slots = LocalSlots(1, str(tmp_path / "logs"))
+    request = RunRequest("a", str(tmp_path / "run"), str(tmp_path / "logs" / "a.log"), str(tmp_path / "none.yaml"))
+    assert slots.room() == 1
+    slots.submit(request)
+    assert slots.room() == 0
+    events, deadline = [], time.monotonic() + 60
+    while slots.flights and time.monotonic() < deadline:
+        events += slots.step(0.2)
+    slots.close()
+    assert [e[0] for e in events] == ["started", "landed"] and events[0][1:] == ("a", 1, None)
+    ended = events[1][2]
+    assert (ended.key, ended.status, ended.log_path) == ("a", 2, request.log_path)
+    assert "none.yaml" in ended.error and ended.error in (tmp_path / "logs" / "a.log").read_text()
+    assert slots.room() == 1 and not slots.flights and not slots.slots.workers
+
+
+def test_evaluations_are_passed_on_once_each_and_a_row_being_written_waits(tmp_path):
+    from dqn_cartpole.experiments.run_actor import new_evaluations
+
+    path = str(tmp_path / "eval_metrics.csv")
+    with open(path, "w") as handle:
+        handle.write("env_steps,average_return\n100,9.5\n200,12\n300,\n")
+    assert new_evaluations(path, 0) == ([(100, 9.5), (200, 12.0)], 2)
+    with open(path, "w") as handle:  # the row written in full
+        handle.write("env_steps,average_return\n100,9.5\n200,12\n300,20\n")
+    assert new_evaluations(path, 2) == ([(300, 20.0)], 3)
+    assert new_evaluations(path, 3) == ([], 3)

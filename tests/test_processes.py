@@ -24,7 +24,7 @@ import pytest
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.processes import commands, supervisor
-from dqn_cartpole.processes.supervisor import Backoff, Child, ChildSet, stop_all
+from dqn_cartpole.processes.supervisor import Backoff, Child, stop_all
 from dqn_cartpole.run_folder import lock
 
 # A child that writes one line per SIGTERM it receives (and otherwise ignores it), then says it is ready.
@@ -203,14 +203,12 @@ def test_the_log_tail_is_what_the_child_wrote_since_its_last_start(tmp_path, sta
     assert Child("console", python("pass")).output() == ""  # no log: nothing to read
 
 
-def test_a_child_set_stops_only_the_children_still_running(tmp_path, started):
-    children = ChildSet()
-    running = children.add(start(started, "runner", python(COUNT_TERMS, str(tmp_path / "terms")),
-                                 tmp_path / "runner.log"))
-    gone = children.add(start(started, "gone", python("pass")))
+def test_stop_all_stops_only_the_children_still_running(tmp_path, started):
+    running = start(started, "runner", python(COUNT_TERMS, str(tmp_path / "terms")), tmp_path / "runner.log")
+    gone = start(started, "gone", python("pass"))
     wait_until(lambda: "ready" in running.output() and gone.returncode is not None)
-    assert children.running() == [running]
-    children.stop(signal.SIGINT, grace_s=10)  # it ends on the SIGINT at once; the grace is for a loaded machine
+    stop_all([running, gone], grace_s=10, signum=signal.SIGINT)  # it ends on the SIGINT at once; the grace: load
+    assert gone.returncode == 0
     assert running.returncode == -signal.SIGINT and not (tmp_path / "terms").exists()  # the signal given, once
 
 

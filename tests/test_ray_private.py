@@ -12,7 +12,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from dqn_cartpole.distributed import ray_topology  # noqa: E402
-from dqn_cartpole.experiments.ray_pool import cluster_errors_in_one_line  # noqa: E402
+from dqn_cartpole.experiments.executor import cluster_errors_in_one_line  # noqa: E402
 from dqn_cartpole.processes import ray_private  # noqa: E402
 
 NODE_DIED = ("A worker died or was killed while executing a task by an unexpected system error. To troubleshoot "

@@ -166,18 +166,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     plan = tune.plan_tune(args.config, args.space, args.trials, jobs, args.storage, args.study,
                           shortcut_overrides(args, seed=False) + args.overrides, args.seed, args.seeds, args.objective)
     if runner:
-        from dqn_cartpole.experiments import tune_ray
+        from dqn_cartpole.experiments.executor import RayActors
 
         with ray_cluster_session(args, "tune --ray") as (ray, joined):
             print(joined, flush=True)
-            return tune_ray.run_tune_on_ray(dataclasses.replace(plan, runner=runner), ray)
+            return tune.run_tune(dataclasses.replace(plan, runner=runner), RayActors(ray, plan.jobs))
     return tune.run_tune(plan)
 
 
 def run_sweep_on_ray(plan, args: argparse.Namespace):
     """The sweep on the Ray cluster; prints its summary (with what Ray added) and returns its outcome. A sweep with
     nothing left to run does not start or join Ray."""
-    from dqn_cartpole.experiments import sweep, sweep_ray
+    from dqn_cartpole.experiments import sweep
+    from dqn_cartpole.experiments.executor import RayActors
 
     if all(sweep.member_state(member) in ("done", "broken") for member in plan.members):
         start = time.time()
@@ -187,20 +188,20 @@ def run_sweep_on_ray(plan, args: argparse.Namespace):
     with ray_cluster_session(args, "sweep --ray") as (ray, joined):
         print(joined, flush=True)
         start = time.time()
-        runner = sweep_ray.RaySweep(plan, ray, show_progress=not args.quiet)
-        runner.transfers.cluster = joined
-        outcome = runner.run()
+        executor = RayActors(ray, plan.jobs)
+        executor.transfers.cluster = joined
+        outcome = sweep.run_sweep(plan, show_progress=not args.quiet, executor=executor)
         wall_s = time.time() - start
     where = f"on Ray ({'--jobs ' + str(plan.jobs) + ', ' if plan.jobs else ''}one run per CPU)"
     print("\n".join(sweep.summary_lines(plan, outcome, wall_s, where)))
-    print(runner.transfers.line())
+    print(executor.transfers.line())
     return outcome
 
 
 @contextlib.contextmanager
 def ray_cluster_session(args: argparse.Namespace, what: str):
     """(the ray module, a line saying which cluster and how long joining or starting it took) for the block."""
-    from dqn_cartpole.experiments.ray_pool import check_cluster, cluster_errors_in_one_line
+    from dqn_cartpole.experiments.executor import check_cluster, cluster_errors_in_one_line
     from dqn_cartpole.processes import ray_cluster
 
     start = time.time()

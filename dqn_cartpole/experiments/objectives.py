@@ -1,6 +1,6 @@
 """`tune --objective`: what a trial minimises, read from a finished run's summary.json.
 
-The study (`tune`, `tune_ray`) and its outputs (`tune_outputs`, best.yaml's header) name the objectives from here.
+The study (`tune`) and its outputs (`tune_outputs`, best.yaml's header) name the objectives from here.
 A run that never solves scores `PENALTY_FACTOR` x its budget (env steps, or the seconds that whole budget takes at the
 run's own speed), so any solving config beats any unsolved one.
 """

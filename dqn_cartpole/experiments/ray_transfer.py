@@ -17,7 +17,6 @@ import shutil
 import tarfile
 from typing import Any
 
-from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder import layout
 from dqn_cartpole.run_folder.atomic import write_json_atomic
 
@@ -110,10 +109,3 @@ def _moved(value: Any, old: str, new: str) -> Any:
     if isinstance(value, str) and (value == old or value.startswith(old + os.sep)):
         return new + value[len(old):]
     return value
-
-
-def check_fits(size: int, what: str) -> None:
-    """A one-line UserError for a folder to resume that is too large to send to a worker."""
-    if size > MAX_FOLDER_BYTES:
-        raise UserError(f"{what}: holds {size / 2**20:.0f} MB, more than the {MAX_FOLDER_BYTES / 2**20:.0f} MB a "
-                        f"run may send to a worker to resume")

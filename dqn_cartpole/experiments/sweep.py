@@ -1,6 +1,7 @@
 """`sweep`: every (grid point, seed) pair is an ordinary run folder under <output.root>/sweeps/NAME/.
 
-The sweep runs its members as `train ... --quiet` child processes, N at a time. Running the same
+The sweep runs its members as `train ... --quiet` runs, N at a time, on an executor (`executor.LocalSlots` here,
+`executor.RayActors` with --ray: their folders come back into the same layout). Running the same
 command again continues it: finished members are skipped, stopped or crashed ones resume from
 their checkpoints (`train --resume`). `sweep.yaml` records what was asked, so a second command
 with the same name but a different grid is refused rather than mixed in.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
-import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -21,10 +22,11 @@ from dqn_cartpole.config import Override, override_source
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.experiments import grid, train_worker
+from dqn_cartpole.experiments import grid, ray_transfer
+from dqn_cartpole.experiments.executor import Ended, LocalSlots, RayActors, RunRequest, describe_node
+from dqn_cartpole.experiments.sweep_progress import SweepProgress
 from dqn_cartpole.experiments.tracking_group import group_overrides
-from dqn_cartpole.processes.commands import child_command, continue_command, resume_argv, train_argv
-from dqn_cartpole.processes.supervisor import ChildSet
+from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.run_folder import layout, read_run
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.csv_files import dict_rows, read_csv, write_csv_atomic
@@ -35,6 +37,7 @@ LOGS_DIR = "logs"
 MEMORY_PER_RUN_MB = 700  # peak RSS of one training process (TensorFlow + TF-Agents), measured on the default config
 POLL_S = 0.5
 STOP_WAIT_S = 120.0  # a stopped run writes its checkpoint, plots and videos
+RAY_STOP_WAIT_S = 150.0  # on Ray: the 120 s for the checkpoint, and the folder's way back
 
 
 @dataclass(frozen=True)
@@ -166,53 +169,132 @@ def member_state(member: Member) -> str:
     return "done" if status in (exit_status.EXIT_OK, exit_status.EXIT_FAILED) else "resume"
 
 
-def member_argv(plan: SweepPlan, member: Member, state: str) -> list[str]:
-    if state == "resume":
-        return resume_argv(member.run_dir, "--quiet")
-    return train_argv(plan.config_path, [*plan.manifest["set"], *member.overrides], member.run_dir)
-
-
 # ---------------------------------------------------------------------------- running
 
 
-def run_sweep(plan: SweepPlan, show_progress: bool = True) -> Outcome:
-    """Runs every unfinished member, `plan.jobs` at a time; stops them all on SIGINT/SIGTERM."""
+def run_sweep(plan: SweepPlan, show_progress: bool = True, executor=None) -> Outcome:
+    """Runs every unfinished member on `executor` (default: here, `plan.jobs` at a time); stops them all on
+    SIGINT/SIGTERM."""
     os.makedirs(plan.folder, exist_ok=True)
     write_manifest(plan)
-    outcome = Outcome()
-    queue = []
-    for member in plan.members:
-        state = member_state(member)
-        if state == "done":
-            outcome.done.append(member.name)
-        elif state == "broken":
-            outcome.failed.append((member.name, None, "holds files but no config.yaml; move it away", member.run_dir))
+    ray_transfer.clear_staging(plan.folder)  # what an interrupted `sweep --ray` left half-received
+    return SweepDriver(plan, executor or LocalSlots(plan.jobs, plan.logs), show_progress).run()
+
+
+class SweepDriver:
+    """One sweep command: submits the members while the executor has room, follows them, says how each ended. Here
+    the progress is a bar of iterations; on Ray a count of runs, with a line for each run started, finished, lost or
+    failed (`sweep_progress`)."""
+
+    def __init__(self, plan: SweepPlan, executor, show_progress: bool) -> None:
+        self.plan, self.executor, self.outcome = plan, executor, Outcome()
+        self.members = {m.name: m for m in plan.members}
+        self.on_ray = isinstance(executor, RayActors)
+        self.running: Counter = Counter()  # node -> runs running there (on Ray)
+        self.where: dict = {}  # member name -> node it runs on (on Ray)
+        if self.on_ray:
+            self.progress = SweepProgress(f"sweep {plan.name}", len(plan.members), "runs", show_progress)
         else:
-            queue.append((member, state))
-    children = ChildSet()
-    running: dict = {}  # Child -> Member
-    slots = train_worker.WorkerSlots(plan.jobs, plan.logs)  # the runs' processes, reused from run to run
-    bar = _progress_bar(plan, show_progress)
-    with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
-        try:
-            while (queue or running) and not stop.requested:
-                while queue and len(running) < plan.jobs and not stop.requested:
-                    member, state = queue.pop(0)
-                    child = children.add(slots.start(member.run_dir, child_command(member_argv(plan, member, state)),
-                                                     os.path.join(plan.logs, f"{member.name}.log")))
-                    running[child] = member
-                time.sleep(POLL_S)
-                _collect_finished(running, children, outcome)
-                _update_bar(bar, plan, outcome)
-        finally:  # a signal, or an error in this loop: no child outlives the sweep
-            outcome.stopped_by = stop.signum
-            children.stop(stop.signum or signal.SIGTERM, STOP_WAIT_S)
-            _collect_finished(running, children, outcome)
-            slots.close()
-    _update_bar(bar, plan, outcome)
-    bar.close()
-    write_page(plan)
-    return outcome
+            self.progress = _progress_bar(plan, show_progress)
+
+    def run(self) -> Outcome:
+        queue, executor = self._queue(), self.executor
+        with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
+            try:
+                while (queue or executor.busy()) and not stop.requested:
+                    while queue and executor.room() > 0 and not stop.requested:
+                        member, state = queue.pop(0)
+                        executor.submit(RunRequest(member.name, member.run_dir, self._log(member),
+                                                   self.plan.config_path,
+                                                   (*self.plan.manifest["set"], *member.overrides),
+                                                   resume=state == "resume"))
+                    self._handle(executor.step(POLL_S))
+            finally:  # a signal, or an error in this loop: no run outlives the sweep
+                self.outcome.stopped_by = stop.signum
+                if executor.busy():
+                    grace = RAY_STOP_WAIT_S if self.on_ray else STOP_WAIT_S
+                    self._handle(executor.stop_all(stop.signum or signal.SIGTERM, grace))
+                executor.close()
+        self._update()
+        self.progress.close()
+        write_page(self.plan)
+        return self.outcome
+
+    def _queue(self) -> list:
+        queue = []
+        for member in self.plan.members:
+            state = member_state(member)
+            if state == "done":
+                self.outcome.done.append(member.name)
+            elif state == "broken":
+                self.outcome.failed.append((member.name, None, "holds files but no config.yaml; move it away",
+                                            member.run_dir))
+            else:
+                queue.append((member, state))
+        self._update()
+        return queue
+
+    def _log(self, member: Member) -> str:
+        return os.path.join(self.plan.logs, f"{member.name}.log")
+
+    # -- events
+    def _handle(self, events: list) -> None:
+        for event in events:
+            kind, key = event[0], event[1]
+            if kind == "started" and event[3] is not None:
+                node = describe_node(event[3])
+                self.where[key] = node
+                self.running[node] += 1
+                attempt = f" (attempt {event[2]})" if event[2] > 1 else ""
+                self._event(f"{key}: started on {node}{attempt}")
+            elif kind == "lost":
+                self._not_running(key)
+                again = "; running it again on another node" if event[4] else ""
+                self._event(f"{key}: lost with {describe_node(event[2])} ({event[3]}){again}", always=True)
+            elif kind == "landed":
+                self._not_running(key)
+                self._landed(self.members[key], event[2])
+        self._update()
+
+    def _landed(self, member: Member, ended: Ended) -> None:
+        status, node = ended.status, describe_node(ended.node)
+        if status is None and ended.cancelled:
+            if ended.node is not None:
+                self._event(f"{member.name}: stopped on {node} without sending its folder back in time; it starts "
+                            f"again next time", always=True)
+        elif status == exit_status.EXIT_OK:
+            self.outcome.ok.append(member.name)
+            self._event(f"{member.name}: finished on {node} in {ended.run_s:.1f} s")
+        elif self.outcome.stopped_by is not None and status is not None and exit_status.is_stop(status):
+            self._event(f"{member.name}: stopped on {node}, checkpoint saved")
+        else:
+            self.outcome.failed.append((member.name, status, ended.error, ended.log_path))
+            self._event(f"{member.name}: failed (exit {status}): {ended.error or '?'}  [log: {ended.log_path}]",
+                        always=True)
+
+    def _not_running(self, key: str) -> None:
+        node = self.where.pop(key, None)
+        if node is not None:
+            self.running[node] -= 1
+            if self.running[node] <= 0:
+                del self.running[node]
+
+    def _event(self, text: str, always: bool = False) -> None:
+        """A line above the progress (on Ray; here the summary says what failed)."""
+        if self.on_ray:
+            done = len(self.outcome.done) + len(self.outcome.ok)
+            self.progress.event(f"[{done}/{len(self.plan.members)}] {text}", always)
+
+    def _update(self) -> None:
+        o = self.outcome
+        if not self.on_ray:
+            _update_bar(self.progress, self.plan, o)
+            return
+        running = sum(self.running.values())
+        where = ", ".join(f"{node}: {n}" for node, n in sorted(self.running.items()))
+        note = (f"{running} running{f' ({where})' if where else ''}, {len(o.failed)} failed, "
+                f"{self.executor.transfers.retried} retried")
+        self.progress.update(len(o.done) + len(o.ok), note)
 
 
 def write_page(plan: SweepPlan) -> str:
@@ -239,16 +321,6 @@ def read_summary(run_dir: str) -> dict:
         return read_run(run_dir).summary
     except UserError:
         return {}
-
-
-def _collect_finished(running: dict, children: ChildSet, outcome: Outcome) -> None:
-    for child in [c for c in running if c.returncode is not None]:
-        member = running.pop(child)
-        children.remove(child)
-        if child.returncode == exit_status.EXIT_OK:
-            outcome.ok.append(member.name)
-        elif outcome.stopped_by is None or not exit_status.is_stop(child.returncode):
-            outcome.failed.append((member.name, child.returncode, child.last_error(), child.log_path))
 
 
 def _progress_bar(plan: SweepPlan, enabled: bool):

@@ -35,7 +35,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -222,15 +221,13 @@ class WorkerSlots:
         self.extra_env = {**WORKER_ENV, **(extra_env or {})}
         self.workers: list[Worker] = []
         self.started = 0
-        self._lock = threading.Lock()  # tune's trial threads share the slots
 
     def start(self, name: str, command: list, log_path: str, reuse: bool = True) -> Child:
         """Starts the run `command` (`processes.commands.child_command`) with its output in `log_path`: on a worker,
         or in a fresh process when `reuse` is False, the run is not `reusable` or DQN_CARTPOLE_FRESH_RUNS=1."""
         if not reuse or os.environ.get(FRESH_RUNS_ENV) == "1" or not reusable(command[3:]):
             return Child(name, command, log_path, header=True).start()
-        with self._lock:
-            return self._on_worker(name, command, log_path)
+        return self._on_worker(name, command, log_path)
 
     def _on_worker(self, name: str, command: list, log_path: str) -> "ReusedRun":
         keep = [w for w in self.workers if w.idle or (w.busy and w.alive)]
@@ -254,8 +251,7 @@ class WorkerSlots:
         return ReusedRun(name, command, log_path, header=True, worker=worker).start()
 
     def close(self) -> None:
-        with self._lock:
-            for worker in self.workers:
-                worker.close()
-            self.workers = []
+        for worker in self.workers:
+            worker.close()
+        self.workers = []
 

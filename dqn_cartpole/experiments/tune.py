@@ -1,4 +1,10 @@
-"""`tune`: an Optuna study whose trials are ordinary training runs in child processes.
+"""`tune`: an Optuna study whose trials are ordinary training runs, here or on Ray.
+
+The study stays with this driver in its storage (the journal file by default): it asks Optuna for each trial and
+tells it the result (ask-and-tell), while its executor has room (`executor.LocalSlots`, --jobs at a time here, or
+`executor.RayActors`, one per CPU of a Ray cluster, whose folders come back into trials/NNNN/). Ctrl-C stops every
+run (each saves a checkpoint), marks their trials FAILED with the reason, writes the outputs and prints the command
+that continues the study.
 
 Objective (minimised, `--objective`), per run, read from its summary.json:
   env_steps  the env steps to a confirmed solve (`solved_env_steps`), the default;
@@ -17,7 +23,7 @@ mean, and the median rule may prune it from the second seed on (compared with th
 after the same seeds). Without `--seeds`, a trial trains the config's `training.seed` once.
 
 Sampler: TPE, multivariate, with few random start-up trials for small studies. Pruner: the median
-rule; with one seed, on the run's periodic evaluations: the parent tails the trial's eval_metrics.csv
+rule; with one seed, on the run's periodic evaluations: the driver follows the trial's eval_metrics.csv
 and reports each evaluation as the negated average return at its env step (the study minimises, so
 a higher return is a lower value); a trial the pruner stops gets SIGTERM and ends with its
 checkpoint. A run that diverges (exit 1) is pruned (with several seeds it is an unsolved seed), any
@@ -30,32 +36,27 @@ import os
 import signal
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.experiments import grid, space, storage, study_checks, train_worker
+from dqn_cartpole.experiments import grid, ray_transfer, space, storage, study_checks
+from dqn_cartpole.experiments.executor import Ended, LocalSlots, RunRequest, describe_node
 from dqn_cartpole.experiments.objectives import OBJECTIVES, env_step_budget, score
-from dqn_cartpole.processes import commands
 from dqn_cartpole.experiments.tracking_group import group_overrides, trial_tags
-from dqn_cartpole.processes.commands import child_command, train_argv
-from dqn_cartpole.processes.supervisor import Child, ChildSet
+from dqn_cartpole.processes import commands
 
 JOURNAL_FILE = "journal.log"
 TRIALS_DIR = "trials"
 POLL_S = 0.5
 STOP_WAIT_S = 120.0  # a stopped run writes its checkpoint, plots and videos
+RAY_STOP_WAIT_S = 150.0  # on Ray: the 120 s for the checkpoint, and the folder's way back
 
 
 class TrialFailed(Exception):
     """The trial's run failed; the reason is already recorded on the trial."""
-
-
-class TrialStopped(Exception):
-    """The user stopped the tune command while this trial ran."""
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,9 @@ def make_study(plan: TunePlan, opened_storage):
                                direction="minimize", load_if_exists=True)
 
 
-def run_tune(plan: TunePlan) -> int:
-    """Runs trials until the study holds `plan.trials`; writes best.yaml, tables and plots. Returns the exit status."""
+def run_tune(plan: TunePlan, executor=None) -> int:
+    """Runs trials on `executor` (default: here, `plan.jobs` at a time) until the study holds `plan.trials`; writes
+    best.yaml, tables and plots. Returns the exit status."""
     import optuna
 
     from dqn_cartpole.experiments import tune_outputs
@@ -149,19 +151,19 @@ def run_tune(plan: TunePlan) -> int:
     for number in storage.fail_dead_workers_trials(opened, plan.study_name):
         print(f"trial {number}: marked FAILED (its worker process died)", file=sys.stderr)
     remaining = plan.trials - len(study.get_trials(deepcopy=False))
+    if executor is None:
+        where, executor = f"with {plan.jobs} at a time", LocalSlots(plan.jobs, os.path.join(plan.folder, "logs"))
+    else:
+        where = f"on Ray, {f'--jobs {plan.jobs} at a time' if plan.jobs else 'one per CPU of the cluster'}"
     print(f"study {plan.study_name} in {storage.describe(plan.storage_url)}: {len(study.trials)} trials so far, "
-          f"running up to {max(0, remaining)} more with {plan.jobs} at a time; trials in {plan.trials_dir}")
-    children = ChildSet()
-    slots = train_worker.WorkerSlots(plan.jobs, os.path.join(plan.folder, "logs"))
+          f"running up to {max(0, remaining)} more {where}; trials in {plan.trials_dir}", flush=True)
+    _clear_staging(plan.trials_dir)
     with StopRequest(STOP_CHILDREN, second_signal_interrupts=False) as stop:
-        if remaining > 0:
-            objective = Objective(plan, children, stop, study, slots)
-            study.optimize(objective, n_trials=remaining, n_jobs=plan.jobs, catch=(TrialFailed, TrialStopped),
-                           callbacks=[optuna.study.MaxTrialsCallback(plan.trials, states=None),
-                                      lambda study, _trial: study.stop() if stop.requested else None],
-                           gc_after_trial=False)
-        children.stop(stop.signum or signal.SIGTERM, STOP_WAIT_S)  # nothing is left running, even after an error
-        slots.close()
+        try:
+            if remaining > 0:
+                StudyDriver(plan, executor, study, stop).run(remaining)
+        finally:
+            executor.close()
     for line in tune_outputs.write_outputs(study, plan):
         print(line)
     warning = study_checks.all_equal_warning([t.value for t in study.trials if t.state.name == "COMPLETE"])
@@ -172,6 +174,16 @@ def run_tune(plan: TunePlan) -> int:
               f"{continue_command(plan)}")
         return exit_status.for_signal(stop.signum)
     return exit_status.EXIT_OK
+
+
+def _clear_staging(trials_dir: str) -> None:
+    """What an interrupted `tune --ray` left half-received, in trials/ and in each trial's folder (its seeds)."""
+    if not os.path.isdir(trials_dir):
+        return
+    ray_transfer.clear_staging(trials_dir)
+    for name in os.listdir(trials_dir):
+        if os.path.isdir(os.path.join(trials_dir, name)):
+            ray_transfer.clear_staging(os.path.join(trials_dir, name))
 
 
 def continue_command(plan: TunePlan) -> str:
@@ -187,103 +199,153 @@ def continue_command(plan: TunePlan) -> str:
     return commands.continue_command(argv)
 
 
-class Objective:
-    """One trial: start its run (or one run per seed), report progress, prune or score it."""
+class TrialRuns:
+    """One trial: its run (or its seeds' runs, in turn), the evaluations reported, and its verdict."""
 
-    def __init__(self, plan: TunePlan, children: ChildSet, stop: StopRequest, study,
-                 slots: "train_worker.WorkerSlots") -> None:
-        self.plan, self.children, self.stop, self.study, self.slots = plan, children, stop, study, slots
-        self.worker = storage.worker_id()
+    def __init__(self, plan: TunePlan, trial, worker: str) -> None:
+        self.plan, self.trial = plan, trial
+        self.overrides, self.folder = start_trial(trial, plan, worker)
+        self.rows: list[dict] = []  # the seeds done (with --seeds)
+        self.pruned_at: Optional[str] = None
+        self.last_step = -1
 
-    def __call__(self, trial) -> float:
-        if self.stop.requested:
-            self.study.stop()
-            raise TrialStopped("stopped before it started")
-        overrides, folder = start_trial(trial, self.plan, self.worker)
-        if self.plan.seeds:
-            return self._seeds(trial, overrides, folder)
-        child = self._start(trial, overrides, folder, f"{trial.number:04d}")
-        pruned_at = self._run(child, trial, follow_evaluations=True)
-        return score_trial(trial, run_result(trial, RunEnded.of(child), pruned_at), self.plan.objective)
+    def request(self) -> RunRequest:
+        """The trial's next run. A reused worker's run counts its seconds from its own start, a fresh one's from
+        its process's: the seconds objectives time a fresh process, as a person times `train`."""
+        number, plan = f"{self.trial.number:04d}", self.plan
+        reuse = plan.objective == "env_steps"
+        logs = os.path.join(plan.folder, "logs")
+        if not plan.seeds:
+            return RunRequest(number, self.folder, os.path.join(logs, f"{number}.log"), plan.config_path,
+                              (*plan.overrides, *self.overrides), report_evaluations=True, reuse=reuse)
+        seed = plan.seeds[len(self.rows)]
+        return RunRequest(f"{number}-s{seed}", os.path.join(self.folder, f"s{seed}"),
+                          os.path.join(logs, f"{number}-s{seed}.log"), plan.config_path,
+                          (*plan.overrides, *self.overrides, f"training.seed={seed}"), reuse=reuse)
 
-    def _seeds(self, trial, overrides: list[str], folder: str) -> float:
-        """Trains each seed in turn; the running mean of their scores is reported after each (and may be pruned)."""
-        rows: list[dict] = []
-        for seed in self.plan.seeds:
-            if self.stop.requested:  # between two seeds: no run is left to stop
-                self.study.stop()
-                trial.set_user_attr("reason", f"stopped by {signal_name(self.stop.signum)} after "
-                                              f"{len(rows)} seeds")
-                raise TrialStopped("stopped by the user")
-            child = self._start(trial, [*overrides, f"training.seed={seed}"], os.path.join(folder, f"s{seed}"),
-                                f"{trial.number:04d}-s{seed}")
-            pruned_at = self._run(child, trial, follow_evaluations=False)
-            mean = after_seed(trial, self.plan, rows, seed, run_result(trial, RunEnded.of(child), pruned_at, True))
-        return mean
-
-    def _start(self, trial, overrides: Sequence[str], run_dir: str, log_name: str) -> Child:
-        argv = train_argv(self.plan.config_path, [*self.plan.overrides, *overrides], run_dir)
-        log = os.path.join(self.plan.folder, "logs", f"{log_name}.log")
-        # a reused worker's run counts its seconds from its own start, a fresh one's from its process's: the
-        # seconds objectives time a fresh process, as a person times `train`
-        reuse = self.plan.objective == "env_steps"
-        return self.children.add(self.slots.start(run_dir, child_command(argv), log, reuse=reuse))
-
-    def _run(self, child: Child, trial, follow_evaluations: bool) -> Optional[str]:
-        """Waits for the run (reporting its evaluations, with one seed); returns why it was pruned, if it was."""
-        try:
-            return self._follow(child, trial, follow_evaluations)
-        finally:
-            child.stop(STOP_WAIT_S)  # SIGTERM if it still runs, SIGKILL after the grace
-            self.children.remove(child)
-
-    def _follow(self, child: Child, trial, follow_evaluations: bool) -> Optional[str]:
-        """Reports each new evaluation until the run ends; SIGTERMs it if pruned (returns why) or stopped."""
-        from dqn_cartpole.run_folder.layout import RunLayout
-        from dqn_cartpole.run_folder.csv_files import read_csv
-
-        reported, eval_csv = 0, RunLayout(child.name).eval_metrics
-        while child.returncode is None:
-            time.sleep(POLL_S)
-            if self.stop.requested:
-                child.send(self.stop.signum)
-                train_worker.wait_run(child)
-                self.study.stop()
-                trial.set_user_attr("reason", f"stopped by {signal_name(self.stop.signum)}; the run folder "
-                                              f"can be continued with train --resume")
-                raise TrialStopped("stopped by the user")
-            if not follow_evaluations:
+    def evaluations(self, pairs: list) -> Optional[str]:
+        """Reports each new evaluation (negated average return at its env step: the study minimises); returns why
+        the trial is pruned, once it is."""
+        for step, average_return in pairs:
+            if self.pruned_at or step <= self.last_step:  # a retried run evaluates the same steps again
                 continue
-            rows = read_csv(eval_csv)
-            for row in rows[reported:]:
-                if row.get("average_return") in (None, "") or row.get("env_steps") in (None, ""):
-                    continue
-                step, value = int(row["env_steps"]), -float(row["average_return"])
-                trial.report(value, step)
-                if trial.should_prune():
-                    child.send(signal.SIGTERM)  # it saves a checkpoint and exits 143
-                    train_worker.wait_run(child)
-                    return f"pruned by the median rule at env step {step} (average return {-value:g})"
-            reported = len(rows)
+            self.last_step = step
+            self.trial.report(-average_return, step)
+            if self.trial.should_prune():
+                self.pruned_at = f"pruned by the median rule at env step {step} (average return {average_return:g})"
+                return self.pruned_at
         return None
 
+    def ended(self, run_dir: str, ended: Ended) -> Optional[float]:
+        """The trial's value once its last run ended; None while seeds remain. Raises TrialPruned or TrialFailed."""
+        if not self.plan.seeds:
+            run = run_result(self.trial, run_dir, ended, self.pruned_at)
+            return score_trial(self.trial, run, self.plan.objective)
+        seed = self.plan.seeds[len(self.rows)]
+        run = run_result(self.trial, run_dir, ended, None, seeds=True)
+        mean = after_seed(self.trial, self.plan, self.rows, seed, run)
+        return mean if len(self.rows) == len(self.plan.seeds) else None
+
+
+class StudyDriver:
+    """One tune command: asks Optuna for a trial while the executor has room (and the study holds fewer than
+    `plan.trials`, counting other workers' trials), tells it each result (ask-and-tell: the study stays here)."""
+
+    def __init__(self, plan: TunePlan, executor, study, stop: StopRequest) -> None:
+        self.plan, self.executor, self.study, self.stop = plan, executor, study, stop
+        self.worker = storage.worker_id()
+        self.active: dict = {}  # run key -> (TrialRuns, its run folder)
+
+    def run(self, remaining: int) -> None:
+        asked, executor = 0, self.executor
+        try:
+            while not self.stop.requested and (asked < remaining or executor.busy()):
+                while (asked < remaining and executor.room() > 0 and not self.stop.requested
+                       and len(self.study.get_trials(deepcopy=False)) < self.plan.trials):
+                    self._submit(TrialRuns(self.plan, self.study.ask(), self.worker))
+                    asked += 1
+                if not executor.busy() and len(self.study.get_trials(deepcopy=False)) >= self.plan.trials:
+                    break  # other workers asked for the rest
+                self._handle(executor.step(POLL_S))
+        finally:
+            if executor.busy():
+                grace = STOP_WAIT_S if isinstance(executor, LocalSlots) else RAY_STOP_WAIT_S
+                self._handle(executor.stop_all(self.stop.signum or signal.SIGTERM, grace))
+            for key in list(self.active):  # stopped between two seeds, or lost while stopping
+                self._stopped(self.active.pop(key)[0], " before its next seed")
+
+    def _submit(self, runs: TrialRuns) -> None:
+        request = runs.request()
+        self.active[request.key] = (runs, request.run_dir)
+        self.executor.submit(request)
+
+    def _handle(self, events: list) -> None:
+        for event in events:
+            kind, key = event[0], event[1]
+            runs, _ = self.active.get(key, (None, None))
+            if runs is None:
+                continue
+            if kind == "started" and event[3] is not None:
+                runs.trial.set_user_attr("node", describe_node(event[3]))
+                print(f"trial {runs.trial.number}: {key} started on {describe_node(event[3])}", flush=True)
+            elif kind == "evaluations":
+                if runs.evaluations(event[2]):
+                    self.executor.stop(key, signal.SIGTERM)  # it saves a checkpoint and exits 143
+            elif kind == "lost":
+                again = "; running it again on another node" if event[4] else ""
+                print(f"trial {runs.trial.number}: {key} lost with {describe_node(event[2])} "
+                      f"({event[3]}){again}", file=sys.stderr, flush=True)
+            elif kind == "landed":
+                self._landed(key, event[2])
+
+    def _landed(self, key: str, ended: Ended) -> None:
+        runs, run_dir = self.active.pop(key)
+        if ended.status is None:
+            if ended.cancelled:
+                self._stopped(runs, " before its run sent its folder back")
+            else:
+                self._tell_failed(runs.trial, f"{ended.error} (log: {ended.log_path})")
+            return
+        stopped = self.stop.requested and exit_status.is_stop(ended.status)
+        if stopped and not runs.pruned_at:
+            self._stopped(runs, "; the run folder can be continued with train --resume")
+            return
+        self._verdict(runs, run_dir, ended)
+
+    def _verdict(self, runs: TrialRuns, run_dir: str, ended: Ended) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        try:
+            value = runs.ended(run_dir, ended)
+        except optuna.TrialPruned:
+            self.study.tell(runs.trial, state=TrialState.PRUNED)
+            return
+        except TrialFailed:
+            self.study.tell(runs.trial, state=TrialState.FAIL)
+            return
+        if value is not None:
+            self.study.tell(runs.trial, value)
+        elif self.stop.requested:
+            self._stopped(runs, f" after {len(runs.rows)} seeds")
+        else:
+            self._submit(runs)  # its next seed
+
+    def _stopped(self, runs: TrialRuns, when: str) -> None:
+        from optuna.trial import TrialState
+
+        runs.trial.set_user_attr("reason", f"stopped by {signal_name(self.stop.signum or signal.SIGTERM)}{when}")
+        self.study.tell(runs.trial, state=TrialState.FAIL)
+
+    def _tell_failed(self, trial, reason: str) -> None:
+        from optuna.trial import TrialState
+
+        trial.set_user_attr("reason", reason)
+        print(f"trial {trial.number}: failed, {reason}", file=sys.stderr, flush=True)
+        self.study.tell(trial, state=TrialState.FAIL)
 
 
 # ---------------------------------------------------------------------------- one trial's decisions (here and on Ray)
-
-
-@dataclass(frozen=True)
-class RunEnded:
-    """How one run of a trial ended: its folder, its exit status (None: no process status), its last error line."""
-
-    run_dir: str
-    status: Optional[int]
-    last_error: str
-    log_path: str
-
-    @classmethod
-    def of(cls, child: Child) -> "RunEnded":
-        return cls(child.name, child.returncode, child.last_error(), child.log_path or "")
 
 
 def start_trial(trial, plan: TunePlan, worker: str) -> tuple[list[str], str]:
@@ -297,7 +359,7 @@ def start_trial(trial, plan: TunePlan, worker: str) -> tuple[list[str], str]:
     return [*overrides, *tracked], folder
 
 
-def run_result(trial, ended: RunEnded, pruned_at: Optional[str], seeds: bool = False):
+def run_result(trial, run_dir: str, ended: Ended, pruned_at: Optional[str], seeds: bool = False):
     """The finished run's record; raises TrialPruned (pruned, or diverged with one seed) or TrialFailed."""
     import optuna
 
@@ -308,7 +370,7 @@ def run_result(trial, ended: RunEnded, pruned_at: Optional[str], seeds: bool = F
         print(f"trial {trial.number}: {pruned_at}")
         raise optuna.TrialPruned(pruned_at)
     status = ended.status
-    run = read_run(ended.run_dir) if os.path.isfile(os.path.join(ended.run_dir, "config.yaml")) else None
+    run = read_run(run_dir) if os.path.isfile(os.path.join(run_dir, "config.yaml")) else None
     diverged = run is not None and run.get("diverged_at_iteration") is not None
     if status == exit_status.EXIT_FAILED and diverged and run.finished:
         if seeds:  # one seed of several: an unsolved seed, scored with the penalty
@@ -318,7 +380,7 @@ def run_result(trial, ended: RunEnded, pruned_at: Optional[str], seeds: bool = F
         print(f"trial {trial.number}: pruned, {reason}")
         raise optuna.TrialPruned(reason)
     if status != exit_status.EXIT_OK or run is None or not run.finished:
-        reason = f"exit status {status}: {ended.last_error or 'no summary'} (log: {ended.log_path})"
+        reason = f"exit status {status}: {ended.error or 'no summary'} (log: {ended.log_path})"
         trial.set_user_attr("reason", reason)
         print(f"trial {trial.number}: failed, {reason}", file=sys.stderr)
         raise TrialFailed(reason)

@@ -19,7 +19,6 @@ import ctypes
 import os
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -187,29 +186,3 @@ def stop_all(children: Iterable[Child], grace_s: float, signum: int = signal.SIG
         except subprocess.TimeoutExpired:
             child.process.kill()
             child.process.wait()
-
-
-class ChildSet:
-    """The children of one command; thread-safe, so tune's worker threads can share one."""
-
-    def __init__(self) -> None:
-        self._children: list[Child] = []
-        self._lock = threading.Lock()
-
-    def add(self, child: Child) -> Child:
-        with self._lock:
-            self._children.append(child)
-        return child
-
-    def remove(self, child: Child) -> None:
-        with self._lock:
-            if child in self._children:
-                self._children.remove(child)
-
-    def running(self) -> list[Child]:
-        with self._lock:
-            return [c for c in self._children if c.returncode is None]
-
-    def stop(self, signum: int, grace_s: float) -> None:
-        """Forwards `signum` once to every running child, waits up to `grace_s`, then kills what is left."""
-        stop_all(self.running(), grace_s, signum)
