@@ -43,7 +43,7 @@ class Watch:
 
 def start(run_dir: str, grace_s: float = GRACE_S) -> Child:
     """Starts the reaper of `run_dir`'s roles; `finish` it when the launcher ends normally."""
-    reaper = Child(__name__, what="the reaper")
+    reaper = Child(__name__, what="the reaper", label=run_dir)  # `ps` shows the run it guards
     reaper.send(Watch(run_dir, grace_s, os.getpid()))
     return reaper
 

@@ -60,13 +60,15 @@ class Child:
     else why not (one line)."""
 
     def __init__(self, module: str, on_message: Optional[Callable[[Any], None]] = None,
-                 what: str = "the child process", niceness: int = 0):
+                 what: str = "the child process", niceness: int = 0, label: Optional[str] = None):
+        """Starts the child; `label` (a run folder) is shown in its command line, so `ps` says what it serves."""
         self.what = what
         self.started = time.perf_counter()
         self.sent: Optional[float] = None  # when the first message went out
         self.seconds: Optional[float] = None  # from the first message sent to the child's end, once it has ended
         self.peak_rss_mb: Optional[float] = None  # the child's own peak memory, once it reported it
-        self.process = subprocess.Popen([sys.executable, "-m", RUNNER, module], stdin=subprocess.PIPE,
+        self.process = subprocess.Popen([sys.executable, "-m", RUNNER, module, *([label] if label else [])],
+                                        stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(),
                                         start_new_session=True)
         if niceness:
@@ -206,9 +208,9 @@ def serve(answer: Callable[[Any, Callable[[Any], None]], None], prepare: Callabl
 
 
 def main(argv: list[str]) -> int:
-    """`python -m dqn_cartpole.processes.child MODULE`: runs MODULE's `serve_child()`."""
-    if len(argv) != 1:
-        print(f"usage: python -m {RUNNER} MODULE  (messages as pickles on stdin)", file=sys.stderr)
+    """`python -m dqn_cartpole.processes.child MODULE [LABEL]`: runs MODULE's `serve_child()`."""
+    if len(argv) not in (1, 2):
+        print(f"usage: python -m {RUNNER} MODULE [LABEL]  (messages as pickles on stdin)", file=sys.stderr)
         return EXIT_USAGE
     return getattr(importlib.import_module(argv[0]), ENTRY)()
 
