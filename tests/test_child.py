@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from dqn_cartpole.processes.child import Child, ChildFailed
+from dqn_cartpole.processes.child import WorkerChild, ChildFailed
 
 ECHO = """
     import sys
@@ -41,7 +41,7 @@ def echo_module(tmp_path, monkeypatch):
 
 
 def test_messages_go_both_ways_in_order_and_the_last_is_the_peak_memory(echo_module, capsys):
-    child = Child(echo_module, what="the echo")
+    child = WorkerChild(echo_module, what="the echo")
     try:
         for value in (1, "ab", 3):
             child.send(value)
@@ -56,7 +56,7 @@ def test_messages_go_both_ways_in_order_and_the_last_is_the_peak_memory(echo_mod
 
 
 def test_a_child_that_raises_is_one_line_and_receive_says_it(echo_module):
-    child = Child(echo_module, what="the echo")
+    child = WorkerChild(echo_module, what="the echo")
     child.send("fail")
     with pytest.raises(ChildFailed) as failed:
         child.receive()
@@ -65,13 +65,13 @@ def test_a_child_that_raises_is_one_line_and_receive_says_it(echo_module):
 
 
 def test_a_killed_child_is_one_line_and_close_ends_a_child_that_outlives_it(echo_module):
-    child = Child(echo_module, what="the echo")
+    child = WorkerChild(echo_module, what="the echo")
     child.send("hang")
     child.process.send_signal(signal.SIGKILL)
     with pytest.raises(ChildFailed) as failed:
         child.receive()
     assert str(failed.value) == "the echo exited with status -9"
-    hung = Child(echo_module, what="the echo")
+    hung = WorkerChild(echo_module, what="the echo")
     hung.send("hang")
     hung.close(timeout_s=1.0)
     assert hung.process.returncode == -signal.SIGKILL

@@ -26,7 +26,7 @@ from typing import Optional
 
 from dqn_cartpole.core.numpy_episodes import EvalResult, greedy_act, mean_max_q, run_episodes
 from dqn_cartpole.core.vector_env import VectorSteps, make_vector_steps
-from dqn_cartpole.processes.child import Child, ChildFailed, serve
+from dqn_cartpole.processes.child import WorkerChild, ChildFailed, serve
 
 CLOSE_TIMEOUT_S = 10.0
 
@@ -105,7 +105,7 @@ class ProcessWorker:
     where = "another process"
 
     def __init__(self, spec: EvaluationSpec):
-        self.child = Child(__name__, what="the evaluator process")
+        self.child = WorkerChild(__name__, what="the evaluator process")
         self.child.send(spec)
 
     @property

@@ -2,7 +2,7 @@
 
 Each role gets SIGTERM when the launcher dies (PR_SET_PDEATHSIG, `processes.supervisor`), but a role stuck
 where it never sees the signal would live on. So `train --topology local` also starts this small process
-(no TensorFlow, not tied to the launcher's life: a `processes.child.Child`). The launcher sends it where to look,
+(no TensorFlow, not tied to the launcher's life: a `processes.child.WorkerChild`). The launcher sends it where to look,
 and then:
 
 * the launcher ends normally: it sends `done` and ends the reaper's input, and the reaper leaves;
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from dqn_cartpole.processes.child import Child, serve
+from dqn_cartpole.processes.child import WorkerChild, serve
 from dqn_cartpole.run_folder.layout import LOCK_FILE
 from dqn_cartpole.run_folder.lock import holders
 
@@ -41,9 +41,9 @@ class Watch:
     launcher_pid: int
 
 
-def start(run_dir: str, grace_s: float = GRACE_S) -> Child:
+def start(run_dir: str, grace_s: float = GRACE_S) -> WorkerChild:
     """Starts the reaper of `run_dir`'s roles; `finish` it when the launcher ends normally."""
-    reaper = Child(__name__, what="the reaper", label=run_dir)  # `ps` shows the run it guards
+    reaper = WorkerChild(__name__, what="the reaper", label=run_dir)  # `ps` shows the run it guards
     reaper.send(Watch(run_dir, grace_s, os.getpid()))
     return reaper
 
@@ -61,7 +61,7 @@ def started_by(pid: int, launcher_pid: int) -> bool:
         return False
 
 
-def finish(reaper: Child) -> None:
+def finish(reaper: WorkerChild) -> None:
     """The launcher's roles are stopped: the reaper leaves without touching anything."""
     reaper.send(DONE, end=True)
     reaper.close(timeout_s=5)

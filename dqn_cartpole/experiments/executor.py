@@ -212,7 +212,7 @@ class Slot:
 def describe_node(node: Optional[dict]) -> str:
     if not node:
         return "an unknown node"
-    return f"{node['ip']} ({node['host']}, node {node['node_id'][:8]})"
+    return f"{node['node_ip']} ({node['host']}, node {node['node_id'][:8]})"
 
 
 class RayActors:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Optional
 
 from dqn_cartpole.experiments import ray_transfer, train_worker
 from dqn_cartpole.processes.commands import child_command
+from dqn_cartpole.processes.ray_node import this_node
 from dqn_cartpole.processes.supervisor import Child
 from dqn_cartpole.run_folder.layout import RunLayout
 
@@ -41,7 +41,7 @@ class RunOutcome:
     log_text: str
     folder: bytes  # the run folder, packed (b"" when the run never made one)
     written_at: str  # the folder's path on the worker (summary.json's paths start with it)
-    node: dict = field(default_factory=dict)  # node_id, ip, host
+    node: dict = field(default_factory=dict)  # node_id, node_ip, host
     seconds: dict = field(default_factory=dict)  # run, pack (on the worker)
     evaluations: list = field(default_factory=list)  # the run's last evaluations, not yet passed on
 
@@ -50,7 +50,7 @@ class RunActor:
     """A Ray actor (two threads: `run` on one; `stop` and `evaluations` on the other) that trains runs in turn."""
 
     def __init__(self) -> None:
-        self.node = node_info()
+        self.node = this_node()
         self.slots = train_worker.WorkerSlots(1, os.path.join(temp_root(), f"{os.getpid()}-workers"))
         self._lock = threading.Lock()
         self._child: Optional[Child] = None
@@ -61,7 +61,7 @@ class RunActor:
         self._sent_rows = 0
 
     def where(self) -> dict:
-        """The node this actor runs on (node_id, ip, host)."""
+        """The node this actor runs on (node_id, node_ip, host)."""
         return self.node
 
     def run(self, request, config_text: str, code: tuple, resume_folder: Optional[bytes]) -> RunOutcome:
@@ -161,13 +161,6 @@ def new_evaluations(eval_csv: str, reported: int) -> tuple[list, int]:
 # ---------------------------------------------------------------------------- the node
 
 
-def node_info() -> dict:
-    import ray  # pylint: disable=import-outside-toplevel
-
-    return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-            "host": socket.gethostname()}
-
-
 def code_version() -> tuple:
     """(package version, git commit or None) of the dqn_cartpole this process imports."""
     from dqn_cartpole.run_folder.provenance import checkout_root, git_state
@@ -184,7 +177,7 @@ def check_same_code(code: tuple, node: dict) -> None:
     """Raises DifferentCode unless this node runs the driver's `code` (package version, git commit or None)."""
     mine = code_version()
     if mine[0] != code[0] or (mine[1] and code[1] and mine[1] != code[1]):
-        raise DifferentCode(f"node {node['ip']} ({node['host']}) runs dqn_cartpole {_describe(mine)}, the driver "
+        raise DifferentCode(f"node {node['node_ip']} ({node['host']}) runs dqn_cartpole {_describe(mine)}, the driver "
                             f"{_describe(code)}: install the same version on every node")
 
 

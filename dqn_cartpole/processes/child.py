@@ -1,9 +1,11 @@
 """One way to start and talk to a worker-like child of this package: the plotter, the video renderer, the snapshot
 evaluator and the local topology's reaper.
 
-The parent starts `python -m dqn_cartpole.processes.child MODULE` (`Child`), which imports MODULE and runs its
-`serve_child()`, with this checkout first on the path (`supervisor.child_env`). The child runs in a session of its own, so a Ctrl-C at the terminal reaches only the parent, which
-still hands the children their work; and, if asked, at a lower CPU priority than the parent.
+The parent starts `python -m dqn_cartpole.processes.child MODULE` (`WorkerChild`), which imports MODULE and runs its
+`serve_child()`, with this checkout first on the path (`supervisor.child_env`). The child runs in a session of its
+own, so a Ctrl-C at the terminal reaches only the parent, which still hands the children their work; and, if asked,
+at a lower CPU priority than the parent. (`supervisor.Child` is the other kind: a command that is supervised,
+stopped and restarted, such as a role or a sweep's run.)
 
 Messages go both ways as pickles. The parent's go on the child's stdin: a thread writes them, so `send` never waits,
 even while the child still imports or a message is larger than the pipe holds. The child's come back on its stdout:
@@ -55,7 +57,7 @@ def lower_priority(pid: int, niceness: int) -> None:
         pass
 
 
-class Child:
+class WorkerChild:
     """A child running `module.serve_child()` (see the module docstring). `wait()` returns None if it succeeded,
     else why not (one line)."""
 

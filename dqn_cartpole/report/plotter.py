@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from dqn_cartpole.processes.child import Child, serve
+from dqn_cartpole.processes.child import WorkerChild, serve
 
 NICENESS = 10  # the plotter's and the renderer's CPU priority below the trainer's
 
 
-def start_plotter(run_dir: Optional[str] = None, on_wrote: Callable[[str], None] = lambda path: None) -> Child:
+def start_plotter(run_dir: Optional[str] = None, on_wrote: Callable[[str], None] = lambda path: None) -> WorkerChild:
     """A child process that draws a run's plots (each path it writes goes to `on_wrote`): `run_dir`'s now, or the
     one `send(run_dir, end=True)` gives it later."""
-    plotter = Child(__name__, on_message=lambda message: on_wrote(message[1]), what="the plotter",
+    plotter = WorkerChild(__name__, on_message=lambda message: on_wrote(message[1]), what="the plotter",
                     niceness=NICENESS)
     if run_dir is not None:
         plotter.send(run_dir, end=True)

@@ -6,7 +6,7 @@ in the same seeded gymnasium env (its dynamics depend only on the seed and the a
 replayed returns are checked), draws each frame with gymnasium's rgb_array renderer, captions
 it with the episode and the return so far, and streams it into ffmpeg's H.264 encoder. After a
 training run the rendering runs in a child process that imports no TensorFlow
-(a `processes.child.Child` sent each `VideoJob`; see `start_job`), while the trainer draws its plots.
+(a `processes.child.WorkerChild` sent each `VideoJob`; see `start_job`), while the trainer draws its plots.
 
 Each episode ends on a one-second title card with its return, which also keeps a random agent's
 short episodes on screen long enough to see. A video may show only its first `full_episodes`
@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from dqn_cartpole.env_ids import make_gymnasium
-from dqn_cartpole.processes.child import Child, serve
+from dqn_cartpole.processes.child import WorkerChild, serve
 from dqn_cartpole.report.plotter import NICENESS
 from dqn_cartpole.run_folder.atomic import replacing
 
@@ -392,7 +392,7 @@ def record_video(act: Callable, env_id: str, path: str, num_episodes: int, fps: 
 # ---------------------------------------------------------------------------- the renderer process
 
 
-class VideoProcess(Child):
+class VideoProcess(WorkerChild):
     """A child process rendering `VideoJob`s (see `serve_child`): `send_job` them now or later; `frames_done`
     follows its progress."""
 

@@ -1,6 +1,6 @@
 """The run's artifact phase: the plots and the videos, made by child processes that start with the run.
 
-Both children (`report.plotter` and the renderer of `report.video`, each a `processes.child.Child`: no
+Both children (`report.plotter` and the renderer of `report.video`, each a `processes.child.WorkerChild`: no
 TensorFlow) start when the session starts, so their imports
 (matplotlib, imageio, pygame: ~1 s) and the plotter's first drawing (fonts, layout: ~0.5 s) overlap
 the training instead of following it. The random agent's video needs no training: its episodes
@@ -9,7 +9,8 @@ episodes are played (NumPy, ~0.05 s) as soon as the final policy is known, which
 evaluation beside the training is the moment its solve is taken in (`start_final`), before the
 final checkpoint: the renderer renders them and the plotter draws the plots (the metrics are
 complete then) while this process finishes. A run that ends otherwise has them started at its end,
-once its logs are closed. Then this process waits for both. A run that never gets there (an error) ends both children through the end of their stdin.
+once its logs are closed. Then this process waits for both. A run that never gets there (an error) ends both
+children through the end of their input.
 """
 
 from __future__ import annotations
