@@ -79,6 +79,19 @@ def test_loss_plot_draws_the_mean_and_the_max_of_each_interval(drawn):
     lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()}
     assert lines["mean over the log interval"] == pytest.approx([0.1, 0.2, 0.3])
     assert lines["max over the log interval"] == pytest.approx([0.5, 1.0, 1.5])
+    assert fig.axes[0].get_yscale() == "log"
+
+
+def test_loss_plot_of_a_log_without_the_max_draws_the_loss_alone(drawn):
+    """A train log from before `loss_max` was written: one line, the loss at each log."""
+    run = record("CartPole-v1", [9], [20, 30])
+    for row in run.train_rows:
+        row["loss_max"] = ""
+    figures.plot_loss(run, run_facts(run), "unused.png")
+    (fig,) = drawn
+    lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()}
+    assert lines == {"loss at each log": pytest.approx([0.1, 0.2])}
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["loss at each log"]
 
 
 def test_priorities_plot_draws_the_weights_range_and_the_priorities_written(drawn):
@@ -92,3 +105,4 @@ def test_priorities_plot_draws_the_weights_range_and_the_priorities_written(draw
     assert weights["smallest weight"] == pytest.approx([0.25, 0.5])
     assert priorities["mean written"] == pytest.approx([0.9, 0.3])
     assert priorities["largest written"] == pytest.approx([5.0, 2.0])
+    assert fig.axes[1].get_yscale() == "log" and fig.axes[1].collections  # the band between the two

@@ -269,7 +269,10 @@ def test_the_train_row_summarises_the_intervals_weights_and_priorities():
         "importance_weight_min": 0.9, "priority_mean": 1.0, "priority_max": 2.0}
 
 
-def test_the_topologies_refuse_prioritized_replay_in_one_line(tmp_path):
+def test_the_topologies_and_the_roles_refuse_prioritized_replay_in_one_line(tmp_path, capsys):
+    """`--topology local/ray`, and each role started by hand (a learner used to wait for data, then crash), before
+    anything is made."""
+    from dqn_cartpole.cli.main import main
     from dqn_cartpole.distributed import launcher
     from dqn_cartpole.errors import UserError
 
@@ -278,3 +281,12 @@ def test_the_topologies_refuse_prioritized_replay_in_one_line(tmp_path):
         with pytest.raises(UserError, match=rf"^replay.prioritized: --topology {topology} does not prioritize yet "
                                             r"\(its collectors write no priorities\); train in one process"):
             launcher.local_config(config, str(tmp_path), None, topology)
+    run_dir = tmp_path / "run"
+    for role in ("replay-server", "collect", "evaluate-live", "learn"):
+        capsys.readouterr()
+        assert main([role, "--config", SMOKE, "--set", "replay.backend=reverb", "--set", "replay.prioritized=true",
+                     "--replay-address", "localhost:1", "--run-dir", str(run_dir)]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert lines == [f"error: replay.prioritized: the {role} role does not prioritize yet (its collectors write "
+                         f"no priorities); train in one process, or set replay.prioritized: false"], lines
+        assert not run_dir.exists()

@@ -22,7 +22,9 @@ import signal
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
+import numpy as np
 import pytest
 
 from helpers import (C51_SETS, CONFIGS, KILL_ENV, REPO, c51_atoms_by_hand, check_c51_run, cli_env, run_cli, run_python,
@@ -175,17 +177,17 @@ def c51_killed(tmp_path_factory) -> dict:
         proc.wait(timeout=60)
     newest = [n for n in checkpoints(run_dir) if n.startswith("ckpt-") and "." not in n][-1]
     saved = py_priorities(run_dir, newest)
+    shutil.copytree(run_dir, tmp_path / "copy")  # as killed: test_priorities_survive_a_sigkill_and_the_resume
     printed = io.StringIO()
     with contextlib.redirect_stderr(printed):  # the resume's Progress writes to sys.stderr
         resume_here(run_dir)
     return {"run_dir": run_dir, "status": proc.returncode, "stderr": (tmp_path / "stderr").read_text(),
-            "resumed": printed.getvalue(), "killed_at": newest, "saved": saved}
+            "resumed": printed.getvalue(), "killed_at": newest, "saved": saved, "copy": str(tmp_path / "copy")}
 
 
-def py_priorities(run_dir: str, checkpoint: str) -> tuple:
+def py_priorities(run_dir: str, checkpoint: str, by_slot: bool = False) -> tuple:
     """(the sum-tree's leaves holding a window, the largest priority seen) in a py_uniform prioritized run's
-    checkpoint (`replay.prioritized_py`: both in the buffer's NumpyState)."""
-    import numpy as np
+    checkpoint (`replay.prioritized_py`: both in the buffer's NumpyState); `by_slot`: the leaves as {slot: leaf}."""
     import tensorflow as tf
 
     reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints", checkpoint, "tf", "ckpt"))
@@ -195,6 +197,8 @@ def py_priorities(run_dir: str, checkpoint: str) -> tuple:
 
     tree = state("sum_tree")
     leaves = tree[len(tree) // 2:]
+    if by_slot:
+        return {int(slot): float(leaves[slot]) for slot in np.flatnonzero(leaves)}, float(state("max_priority"))
     return leaves[leaves > 0], float(state("max_priority"))
 
 
@@ -218,6 +222,90 @@ def test_a_sigkilled_prioritized_run_resumes_with_the_priorities_it_had_written(
     assert all(r["priority_mean"] and r["importance_weight_min"] for r in train)  # before the kill and after
     _, final_largest = py_priorities(run_dir, checkpoints(run_dir)[-1])
     assert final_largest >= largest  # the largest is never forgotten: the resume loaded it
+
+
+@pytest.fixture(scope="module")
+def reverb_killed(tmp_path_factory) -> dict:
+    """A prioritized DQN run on Reverb, SIGKILLed (by its crash point) while it writes its second checkpoint: the
+    TensorFlow files of ckpt-200 are written, its Reverb table is not, and ckpt-100 is the newest complete one."""
+    run_dir = str(tmp_path_factory.mktemp("reverb") / "run")
+    killed = cli(*train_args(run_dir, "replay.backend=reverb", "replay.prioritized=true", iterations=200),
+                 kill="checkpoint-write:2")
+    return {"run_dir": run_dir, "status": killed.returncode, "stderr": killed.stderr}
+
+
+class Priorities(NamedTuple):
+    """What a checkpoint keeps of prioritized replay: each stored item's priority (Reverb: by item key, its
+    priority; py_uniform: by slot, its sum-tree leaf, priority^alpha; items not whole yet, at 0, left out) and the
+    largest priority seen, which new items enter at."""
+
+    items: dict
+    largest: float
+
+
+def reverb_priorities(run_dir: str, checkpoint: str) -> Priorities:
+    """A Reverb run's checkpoint, read from its files: Reverb's table checkpoint (`items.tfrecord`, ZLIB records of
+    Reverb's own `PrioritizedItem` protos: every item's key, table and priority, so no server and no sampling is
+    needed to see them all) and the largest, a variable of the TensorFlow checkpoint."""
+    import tensorflow as tf
+    from reverb.cc import schema_pb2
+
+    from dqn_cartpole.replay.reverb_tables import TABLE_NAME
+
+    folder = os.path.join(run_dir, "checkpoints", checkpoint)
+    (table,) = os.listdir(os.path.join(folder, "reverb"))
+    records = tf.data.TFRecordDataset(os.path.join(folder, "reverb", table, "items.tfrecord"), compression_type="ZLIB")
+    items = {}
+    for record in records.as_numpy_iterator():
+        item = schema_pb2.PrioritizedItem.FromString(record)
+        if item.table == TABLE_NAME:  # the other table (insertion order) holds the same items by their index
+            items[item.key] = item.priority
+    largest = tf.train.load_checkpoint(os.path.join(folder, "tf", "ckpt")).get_tensor(
+        "replay_max_priority/.ATTRIBUTES/VARIABLE_VALUE")
+    return Priorities(items, float(largest))
+
+
+def py_priorities_by_slot(run_dir: str, checkpoint: str) -> Priorities:
+    leaves, largest = py_priorities(run_dir, checkpoint, by_slot=True)
+    return Priorities(leaves, largest)
+
+
+@pytest.mark.parametrize("backend", ["py_uniform", "reverb"])
+def test_priorities_survive_a_sigkill_and_the_resume(backend, request):
+    """A prioritized run killed with SIGKILL resumes with the priorities its checkpoint holds: one iteration later
+    (one train step, a batch of 32) every other item has the priority it had, and the largest seen, which new items
+    enter at, is the checkpoint's or one the step just wrote. Fails if the resume loses them (all at 1 or all at the
+    largest, an empty or uniform sum-tree, a largest reset to 1), or if the resume itself breaks.
+    py_uniform: the C51 run above (killed from outside), its folder as the kill left it; Reverb: a DQN run."""
+    if backend == "py_uniform":
+        killed = request.getfixturevalue("c51_killed")
+        run_dir, read = killed["copy"], py_priorities_by_slot
+    else:
+        killed = request.getfixturevalue("reverb_killed")
+        run_dir, read = killed["run_dir"], reverb_priorities
+        assert killed["status"] == -signal.SIGKILL, killed["stderr"][-3000:]
+        assert checkpoints(run_dir) == ["ckpt-0000000100", "ckpt-0000000200.tmp", "reverb-server"]
+    newest = [n for n in checkpoints(run_dir) if n.startswith("ckpt-") and "." not in n][-1]
+    iteration = int(newest[len("ckpt-"):])
+    before = read(run_dir, newest)
+    values = np.array(list(before.items.values()))
+    assert len(values) > 100 and len(set(values.round(9))) > 10  # written back: not one value for all
+    assert before.largest > 1.0  # the largest written replaced the initial 1
+
+    resumed = resume_here(run_dir, f"training.num_iterations={iteration + 1}")
+    assert resumed.summary["exit_status"] == 0 and resumed.summary["resumed_from"].endswith(newest)
+    after = read(run_dir, f"ckpt-{iteration + 1:010d}")
+
+    assert set(before.items) <= set(after.items)  # every item is still there (capacity 2,000: none evicted)
+    rewritten = {k: after.items[k] for k in before.items if after.items[k] != before.items[k]}
+    assert 0 < len(rewritten) <= 32, len(rewritten)  # the one batch written back; every other item kept its own
+    new = {k: v for k, v in after.items.items() if k not in before.items}
+    assert new  # the collected step's window (and the seam's, where the killed episode stood)
+    # The largest carried on from the checkpoint: the old one, or a priority the step just wrote, and nothing else.
+    alpha = resumed.config.replay.priority_exponent  # py_uniform's leaves are priority^alpha
+    written = [v ** (1 / alpha) if backend == "py_uniform" else v for v in [*rewritten.values(), *new.values()]]
+    assert after.largest == pytest.approx(max(before.largest, *written), rel=1e-6)
+    assert after.largest >= before.largest
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):

@@ -70,6 +70,9 @@ def load_role_config(args: argparse.Namespace) -> Any:
     if config.replay.backend != "reverb":
         raise UserError(f"{args.command}: the roles share a Reverb server; set replay.backend: reverb "
                         f"(got {config.replay.backend})")
+    if config.replay.prioritized:  # the collectors' writers tag items with their train step, where a priority goes
+        raise UserError(f"replay.prioritized: the {args.command} role does not prioritize yet (its collectors write "
+                        f"no priorities); train in one process, or set replay.prioritized: false")
     parse_address(args.replay_address)
     return config
 

@@ -113,22 +113,32 @@ def _returns_panel(ax, rows: list[dict], collect: list[dict], all_rows: list[dic
 def plot_loss(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     """The TD loss on a log scale: its mean over each log interval, and its max."""
     rows = [r for r in rows_with(record.train_rows, "train_step", "loss") if float(r["loss"]) > 0]
-    peaks = [r for r in rows_with(rows, "loss_max") if float(r["loss_max"]) > 0]
     fig, ax = plt.subplots(figsize=(7, 4))
-    scale = facts.train_steps_per_iteration
-    if peaks:
-        ax.plot(values(peaks, "train_step", scale), values(peaks, "loss_max"), color="tab:red", alpha=0.5,
-                linewidth=1, label="max over the log interval")
-    ax.plot(values(rows, "train_step", scale), values(rows, "loss"), color="tab:blue", linewidth=2,
-            label="mean over the log interval" if peaks else "loss at each log")
-    ax.set_yscale("log")
-    ax.set_xlabel("iterations")
+    mean_and_max_on_a_log_axis(ax, rows, facts.train_steps_per_iteration, ("loss", "mean over the log interval"),
+                               ("loss_max", "max over the log interval"), alone="loss at each log")
     ax.set_ylabel("TD loss (log scale)")
     ax.set_title(f"{facts.env_id}: training loss")
+    _save(fig, out_path)
+
+
+def mean_and_max_on_a_log_axis(ax, rows: list[dict], scale: int, mean: tuple[str, str], peak: tuple[str, str],
+                               alone: str = "", band: bool = False) -> None:
+    """A log interval's mean (a column, its label) as a line against iterations, under its largest value (the rows
+    whose `peak` column is above 0; with none, the mean alone, labelled `alone`), on a log axis; `band` shades
+    between the two."""
+    peaks = [r for r in rows_with(rows, peak[0]) if float(r[peak[0]]) > 0]
+    if peaks:
+        x = values(peaks, "train_step", scale)
+        if band:
+            ax.fill_between(x, values(peaks, mean[0]), values(peaks, peak[0]), color="tab:red", alpha=0.15)
+        ax.plot(x, values(peaks, peak[0]), color="tab:red", alpha=0.5, linewidth=1, label=peak[1])
+    ax.plot(values(rows, "train_step", scale), values(rows, mean[0]), color="tab:blue", linewidth=2,
+            label=mean[1] if peaks else alone)
+    ax.set_yscale("log")
+    ax.set_xlabel("iterations")
     ax.grid(alpha=0.3, which="both")
     if rows:
         ax.legend(loc="best", fontsize=8)
-    _save(fig, out_path)
 
 
 def plot_epsilon(record: RunRecord, facts: RunFacts, out_path: str) -> None:
@@ -191,17 +201,10 @@ def plot_priorities(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     left.set_title(f"{facts.env_id}: importance weights")
     left.grid(alpha=0.3)
     left.legend(loc="best", fontsize=8)
-    x = values(rows, "train_step", scale)
-    right.fill_between(x, values(rows, "priority_mean"), values(rows, "priority_max"), color="tab:red", alpha=0.15)
-    right.plot(x, values(rows, "priority_max"), color="tab:red", alpha=0.6, linewidth=1, label="largest written")
-    right.plot(x, values(rows, "priority_mean"), color="tab:blue", linewidth=2, label="mean written")
-    right.set_yscale("log")
-    right.set_xlabel("iterations")
+    mean_and_max_on_a_log_axis(right, rows, scale, ("priority_mean", "mean written"),
+                               ("priority_max", "largest written"), band=True)
     right.set_ylabel("priority (log scale)")
     right.set_title(f"{facts.env_id}: priorities written by the learner")
-    right.grid(alpha=0.3, which="both")
-    if rows:
-        right.legend(loc="best", fontsize=8)
     _save(fig, out_path)
 
 

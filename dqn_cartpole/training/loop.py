@@ -108,7 +108,7 @@ def python_iterations(train: Callable[[], tf.Tensor], collection: Any) -> Callab
     The driver's time steps are numpy (the Python env's). The compiled call is a concrete function
     (no per-call lookup of a trace); for a buffer that lives in the graph it first writes the
     iteration's steps, which the driver's stash kept. The run's env-step metric is brought up to
-    date once per chunk.
+    date once per chunk. Its outputs are `compile_iterations`' ([num_iterations] or [num_iterations, k]).
     """
     stash = collection.stash
     if stash is None:
@@ -123,12 +123,12 @@ def python_iterations(train: Callable[[], tf.Tensor], collection: Any) -> Callab
         iteration = lambda: call(stash.take())  # noqa: E731
 
     def run_iterations(time_step, policy_state, num_iterations):
-        losses = np.zeros(int(num_iterations), np.float32)
-        for i in range(len(losses)):
+        outputs = []  # a loss per iteration, or a vector (loss first: prioritized replay's train step)
+        for _ in range(int(num_iterations)):
             time_step, policy_state = collection.driver.run(time_step, policy_state)
-            losses[i] = iteration().numpy()
+            outputs.append(iteration().numpy())
         collection.count()
-        return time_step, policy_state, tf.constant(losses)
+        return time_step, policy_state, tf.constant(np.asarray(outputs, np.float32))
 
     return run_iterations
 
