@@ -225,9 +225,12 @@ def test_the_rainbow_space_plans_with_the_switches_and_a_bad_switch_value_is_ref
     common = dict(config_path=os.path.join(CONFIGS, "rainbow.yaml"), trials=16, jobs=1, storage_url=None,
                   study_name=None, overrides=[f"output.root={tmp_path}", "video.enabled=false"], sampler_seed=0,
                   seeds_text="0,1")
-    plan = plan_tune(space_path=os.path.join(CONFIGS, "tune", "rainbow-space.yaml"), **common)
+    plan = plan_tune(space_path=os.path.join(CONFIGS, "tune", "rainbow-switches-space.yaml"), **common)
     keys = {param.key for param in plan.params}
     assert {"network.dueling", "network.noisy", "replay.priority_exponent", "replay.importance_exponent"} <= keys
+    preset = plan_tune(space_path=os.path.join(CONFIGS, "tune", "rainbow-space.yaml"), **common)  # every part on
+    assert {"replay.priority_exponent", "network.noisy_sigma0"} <= {p.key for p in preset.params} and not {
+        "network.dueling", "network.noisy"} & {p.key for p in preset.params}
     bad = tmp_path / "space.yaml"
     bad.write_text("network.noisy: {choices: [true, 3]}\n")
     with pytest.raises(UserError, match="network.noisy: 3 is not a valid value"):
