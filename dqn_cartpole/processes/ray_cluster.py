@@ -58,12 +58,6 @@ def check_pydantic(what: str) -> None:
                         f"(docs/tracking.md)")
 
 
-def ray_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("ray") is not None
-
-
 LOCAL = "local"  # as an address: a private instance, even beside a `ray start` cluster (Ray's own word)
 
 
