@@ -66,8 +66,8 @@ class WorkerChild:
         """Starts the child; `label` (a run folder) is shown in its command line, so `ps` says what it serves."""
         self.what = what
         self.started = time.perf_counter()
-        self.sent: Optional[float] = None  # when the first message went out
-        self.seconds: Optional[float] = None  # from the first message sent to the child's end, once it has ended
+        self.sent: Optional[float] = None  # when the last message went out
+        self.seconds: Optional[float] = None  # from the last message sent to the child's end, once it has ended
         self.peak_rss_mb: Optional[float] = None  # the child's own peak memory, once it reported it
         self.process = subprocess.Popen([sys.executable, "-m", RUNNER, module, *([label] if label else [])],
                                         stdin=subprocess.PIPE,
@@ -114,8 +114,7 @@ class WorkerChild:
 
     def send(self, message: Any, end: bool = False) -> None:
         """Hands `message` to the child (and, with `end`, ends its stdin: no more messages come)."""
-        if self.sent is None:
-            self.sent = time.perf_counter()
+        self.sent = time.perf_counter()
         self._outbox.put(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
         if end:
             self.end_input()
