@@ -3,7 +3,7 @@
 `this_node()` names the node of the calling process (the driver, an actor or a task) with the same keys everywhere:
 `node_id` (Ray's hex id), `node_ip` (the address Ray's raylet registered, which other nodes reach) and `host`.
 `pinned_to(node_id)` is the `.options(...)` that keeps an actor on that node and nowhere else (the replay server, the
-learner and the evaluator beside the run folder; an experiment's board beside its driver).
+learner and the evaluator beside the run folder).
 """
 
 from __future__ import annotations
