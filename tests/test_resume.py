@@ -487,11 +487,17 @@ def test_readme_snippet_loads_a_policy_in_a_fresh_process_with_only_tf_agents(re
     from dqn_cartpole.core.q_probe import QProbe
 
     c51_final = os.path.join(c51_killed["run_dir"], "policy", "final")
-    # The probe's states, and states spread over CartPole's range (a short run's policy may pick one action on every
-    # probe state): the comparison below means something only if both actions are greedy somewhere.
-    spread = np.random.default_rng(0).uniform([-2.4, -3.0, -0.2, -3.0], [2.4, 3.0, 0.2, 3.0], (256, 4))
-    states = np.concatenate([QProbe.states_of("CartPole-v1", 0), spread.astype(np.float32)])
-    _, expected_q = c51_atoms_by_hand(c51_final, states, 51, -10.0, 10.0)  # smoke + kind c51: C51's defaults
+    # The comparison below means something only if both actions are greedy at some of the states. A short run's
+    # policy picks one action at 91-96% of the probe's states (and at all of them in one CI run), so the states are
+    # the probe's plus up to 128 per action from a box twice CartPole's range (50-70% one action), each with a clear
+    # gap between its two expected Q-values (float32 in the policy, float64 here: a near tie could go either way).
+    support = (51, -10.0, 10.0)  # smoke + kind c51: C51's defaults
+    pool = np.random.default_rng(0).uniform(-1.0, 1.0, (20_000, 4)) * np.array([4.8, 10.0, 0.42, 10.0])
+    _, pool_q = c51_atoms_by_hand(c51_final, pool, *support)
+    clear = np.abs(pool_q[:, 1] - pool_q[:, 0]) > 1e-3
+    picked = [pool[clear & (pool_q.argmax(axis=1) == action)][:128] for action in (0, 1)]
+    states = np.concatenate([QProbe.states_of("CartPole-v1", 0), *picked]).astype(np.float32)
+    _, expected_q = c51_atoms_by_hand(c51_final, states, *support)
     assert set(expected_q.argmax(axis=1)) == {0, 1}
     np.save(tmp_path / "states.npy", states)
     np.save(tmp_path / "greedy.npy", expected_q.argmax(axis=1))
