@@ -3,8 +3,8 @@ creates and removes. Machine A runs the Ray head and the command; machine B join
 commands the scaling-out guide gives (docs/scale-out.md: `ray start --head` / `ray start --address`, token
 authentication on), then
 `train --topology ray --address` runs the smoke config with the shared replay on the server
-(`distributed.replay: server`): a collector placed on machine B feeds the learner over the veth pair, and its
-rows reach the run folder on A. While it runs, each machine's listening sockets are read (`ss -ltnp`): what
+(`distributed.replay: server`), prioritized (Ape-X): a collector placed on machine B feeds the learner over the veth
+pair, and its rows reach the run folder on A. While it runs, each machine's listening sockets are read (`ss -ltnp`): what
 docs/security.md says a cluster run opens. A driver without the cluster's token gets one line."""
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ def test_a_collector_on_another_machine_of_a_ray_cluster_feeds_the_learner(ray_c
     a, b, token = ray_cluster
     run_dir = str(tmp_path / "run")
     role = ("--topology", "ray", "--address", f"{SUBNET}.1:6379", "--config", SMOKE, "--quiet",
-            "--set", "distributed.replay=server", "--set", "video.enabled=false")
+            "--set", "distributed.replay=server", "--set", "video.enabled=false",
+            "--set", "replay.backend=reverb", "--set", "replay.prioritized=true")  # Ape-X: see the last lines
     # Without the cluster's token: one line, nothing made.
     refused = subprocess.run(["ip", "netns", "exec", a, *cli_command("train", *role, "--output-dir", run_dir)],
                              env=cli_env(RAY_USAGE_STATS_ENABLED="0"), capture_output=True, text=True, timeout=60)
@@ -137,6 +138,11 @@ def test_a_collector_on_another_machine_of_a_ray_cluster_feeds_the_learner(ray_c
     text = (tmp_path / "out").read_text()
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     assert summary["train_steps"] == 300 and summary["final_return"] is not None  # the evaluator's
+    # Prioritized replay across machines: the learner drew by priority (importance weights under 1) and wrote
+    # priorities back (tests/test_prioritized.py checks a collector's own, computed as it writes).
+    train_rows = rows(os.path.join(run_dir, "train_metrics.csv"))
+    assert all(float(r["importance_weight_min"]) < 1.0 and float(r["priority_max"]) > 0 for r in train_rows), \
+        train_rows
     on_b_collectors = [n for n, e in placed.items() if n.startswith("collector") and e["node_ip"] == f"{SUBNET}.2"]
     assert on_b_collectors, placed  # SPREAD put one on machine B
     for name in on_b_collectors:  # its rows crossed to machine A's run folder

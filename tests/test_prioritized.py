@@ -269,24 +269,100 @@ def test_the_train_row_summarises_the_intervals_weights_and_priorities():
         "importance_weight_min": 0.9, "priority_mean": 1.0, "priority_max": 2.0}
 
 
-def test_the_topologies_and_the_roles_refuse_prioritized_replay_in_one_line(tmp_path, capsys):
+def test_the_topologies_and_the_roles_refuse_prioritized_replay_on_the_learners_own_buffer_in_one_line(tmp_path,
+                                                                                                       capsys):
     """`--topology local/ray`, and each role started by hand (a learner used to wait for data, then crash), before
-    anything is made."""
+    anything is made: the learner's own buffer (distributed.replay: learner) samples uniformly. The server's shared
+    table (`server`) prioritizes."""
     from dqn_cartpole.cli.main import main
     from dqn_cartpole.distributed import launcher
     from dqn_cartpole.errors import UserError
 
     config = load_config(None, ["replay.backend=reverb", "replay.prioritized=true"])
     for topology in ("local", "ray"):
-        with pytest.raises(UserError, match=rf"^replay.prioritized: --topology {topology} does not prioritize yet "
-                                            r"\(its collectors write no priorities\); train in one process"):
+        with pytest.raises(UserError, match=rf"^replay.prioritized: --topology {topology} keeps the replay in the "
+                                            r"learner's own buffer \(distributed.replay: learner\), which samples "
+                                            r"uniformly; set distributed.replay: server"):
             launcher.local_config(config, str(tmp_path), None, topology)
+        server = load_config(None, ["replay.backend=reverb", "replay.prioritized=true", "distributed.replay=server"])
+        assert launcher.local_config(server, str(tmp_path), None, topology) is server
     run_dir = tmp_path / "run"
     for role in ("replay-server", "collect", "evaluate-live", "learn"):
         capsys.readouterr()
         assert main([role, "--config", SMOKE, "--set", "replay.backend=reverb", "--set", "replay.prioritized=true",
                      "--replay-address", "localhost:1", "--run-dir", str(run_dir)]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
-        assert lines == [f"error: replay.prioritized: the {role} role does not prioritize yet (its collectors write "
-                         f"no priorities); train in one process, or set replay.prioritized: false"], lines
+        assert lines == [f"error: replay.prioritized: the {role} role keeps the replay in the learner's own buffer "
+                         f"(distributed.replay: learner), which samples uniformly; set distributed.replay: server (a "
+                         f"prioritized table on the replay server, as Ape-X), or replay.prioritized: false"], lines
         assert not run_dir.exists()
+
+
+def by_hand_actor_priorities(weights: list, windows, gamma: float, epsilon: float) -> np.ndarray:
+    """|r + gamma d max_a Q(s', a) - Q(s, a)| + epsilon of 2-step windows, in NumPy from the online weights alone (a
+    Dense ReLU layer, then the Q-values): the network is its own target; 0 + epsilon for a window that starts at a
+    LAST step."""
+    def q(observations):
+        hidden = np.maximum(observations @ weights[0] + weights[1], 0.0)
+        return hidden @ weights[2] + weights[3]
+
+    first, second = windows.observation[:, 0].astype(np.float64), windows.observation[:, 1].astype(np.float64)
+    actions = windows.action[:, 0].astype(np.int64)
+    target = windows.reward[:, 0] + gamma * windows.discount[:, 0] * q(second).max(axis=1)
+    delta = target - q(first)[np.arange(len(actions)), actions]
+    return np.where(windows.step_type[:, 0] == ts.StepType.LAST, 0.0, np.abs(delta)) + epsilon
+
+
+def test_a_collector_writes_each_window_at_its_own_priority_from_the_weights_it_pulled():
+    """Ape-X: the compiled collector's windows enter the server's prioritized table at |TD error| + epsilon computed
+    from the weights it pulled (the learner's, not its own initial ones: its target network is a copy of them), not
+    at 1 or at the largest seen."""
+    import threading
+    import time
+
+    import reverb
+
+    from dqn_cartpole.console import signals
+    from dqn_cartpole.distributed import collector, status
+    from dqn_cartpole.distributed.variables import WeightPusher, WeightSync, make_variables_table
+    from dqn_cartpole.replay.packing import StepPacker
+
+    config = load_config(SMOKE, ["replay.backend=reverb", "replay.prioritized=true", "distributed.replay=server",
+                                 "distributed.weight_refresh_steps=20", "replay.priority_epsilon=0.01"])
+    with contextlib.ExitStack() as stack:
+        _, _, learner = parts.agent_with_envs(config, 1, 0, stack)
+        env, tf_env, agent = parts.agent_with_envs(config, 1, 1, stack)
+        spec = agent.collect_data_spec
+        server = build.start_replay_server(config.replay, spec, agent.window_length, stack,
+                                           extra_tables=[make_variables_table(learner), *status.make_tables()],
+                                           replay_tables=build.distributed_replay_tables(config, spec))
+        client = reverb.Client(server.address)
+        for variable in learner.q_network.variables:  # weights far from the collector's own initial ones
+            variable.assign(variable * 3.0 + 0.1)
+        pusher = WeightPusher(WeightSync(server.address, learner), every_steps=1000)
+        stack.callback(pusher.close)
+        pusher.push_now()
+        replay = build.make_stream_writers(config, spec, server.address, stack,
+                                           collector.actor_priorities(agent, config))
+        driver = collector.CompiledCollectorDriver(env, tf_env, agent.collect_policy, replay.add_batch, 20)
+        stop = signals.StopRequest()
+        thread = threading.Thread(target=collector.run_driver, args=(driver, WeightSync(server.address, agent),
+                                                                     lambda row: None, stop, replay), daemon=True)
+        thread.start()
+        table = lambda: client.server_info()[reverb_tables.TABLE_NAME]  # noqa: E731
+        deadline = time.monotonic() + 60
+        while table().current_size < 100 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status.publish_stop(client, 0, solved=False)
+        thread.join(30)
+        assert not thread.is_alive(), "the collector did not leave on the run's stop"
+        assert table().current_size >= 100
+        sampled = {}
+        for item in client.sample(reverb_tables.TABLE_NAME, num_samples=400, emit_timesteps=False):
+            sampled[int(np.squeeze(item.info.key))] = (float(np.squeeze(item.info.priority)), item.data[0])
+        priorities = np.array([priority for priority, _ in sampled.values()])
+        windows = StepPacker(spec).unpack_numpy(np.stack([window for _, window in sampled.values()]))
+        expected = by_hand_actor_priorities([v.numpy() for v in learner.q_network.variables], windows,
+                                            config.agent.gamma, 0.01)
+        np.testing.assert_allclose(priorities, expected, rtol=1e-4, atol=1e-5)
+        assert len(sampled) > 20 and np.ptp(priorities) > 0.1 and (priorities != 1.0).all()

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from dqn_cartpole.cli.args import add_config_args, config_path
-from dqn_cartpole.config import load_config
+from dqn_cartpole.config import check_prioritized_across_processes, load_config
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.replay.reverb_tables import check_port_free, parse_address
@@ -70,9 +70,7 @@ def load_role_config(args: argparse.Namespace) -> Any:
     if config.replay.backend != "reverb":
         raise UserError(f"{args.command}: the roles share a Reverb server; set replay.backend: reverb "
                         f"(got {config.replay.backend})")
-    if config.replay.prioritized:  # the collectors' writers tag items with their train step, where a priority goes
-        raise UserError(f"replay.prioritized: the {args.command} role does not prioritize yet (its collectors write "
-                        f"no priorities); train in one process, or set replay.prioritized: false")
+    check_prioritized_across_processes(config, f"the {args.command} role")
     parse_address(args.replay_address)
     return config
 

@@ -28,13 +28,14 @@ from dqn_cartpole.config.schema import (AGENT_KINDS, C51_DEFAULTS, MAX_SEED, ROL
                                         AgentConfig, CollectionConfig, Config, DistributedConfig, EnvConfig,
                                         EvaluationConfig, NetworkConfig, OutputConfig, ReplayConfig, TrainingConfig,
                                         VideoConfig, applies, fields)
-from dqn_cartpole.config.validate import blame, register_agent_kind, validate, validate_env_id
+from dqn_cartpole.config.validate import (blame, check_prioritized_across_processes, register_agent_kind, validate,
+                                         validate_env_id)
 
 __all__ = [
     "AGENT_KINDS", "C51_DEFAULTS", "CONFIGS_PREFIX", "DEFAULT_CONFIG", "MAX_SEED", "NOT_PRESETS",
     "ROLES_ONLY_SECTIONS", "SECTIONS", "AgentConfig", "CollectionConfig", "Config", "DistributedConfig", "EnvConfig",
     "EvaluationConfig", "Flagged", "Loaded", "NetworkConfig", "Override", "OutputConfig", "ReplayConfig", "TrainingConfig",
-    "VideoConfig", "applies", "apply_override", "blame", "c51_values", "default_config_path", "dump_written",
+    "VideoConfig", "applies", "apply_override", "blame", "c51_values", "check_prioritized_across_processes", "default_config_path", "dump_written",
     "dump_yaml", "fields", "load", "load_config", "locate_config", "locate_space", "migrate_double_dqn", "nested",
     "override_source", "override_values", "parse_override", "plain", "preset_for", "read_resolved", "read_yaml", "register_agent_kind",
     "resolve_auto", "sampling_mode", "shipped_config_names", "shipped_configs_dir", "to_dict", "validate",

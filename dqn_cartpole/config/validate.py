@@ -11,7 +11,7 @@ from dqn_cartpole.config.coerce import suggest
 from dqn_cartpole.config.declare import show
 from dqn_cartpole.config.resolve import c51_values
 from dqn_cartpole.config.schema import SECTIONS, Config
-from dqn_cartpole.errors import ConfigError
+from dqn_cartpole.errors import ConfigError, UserError
 
 Fail = Callable[..., None]  # fail(key, problem, *other keys involved)
 REGISTERED_CHOICES: dict[str, tuple] = {}  # section.key -> values added from outside (`register_agent_kind`)
@@ -130,6 +130,16 @@ def _priorities_need_a_backend_that_keeps_them(config: Config, fail: Fail) -> No
     if config.replay.prioritized and config.replay.backend == "tf_uniform":
         fail("replay.prioritized", "tf_uniform samples uniformly and keeps no priorities; use replay.backend: "
                                    "reverb or py_uniform for prioritized replay", "replay.backend")
+
+
+def check_prioritized_across_processes(config: Config, who: str) -> None:
+    """One line if `who` (a topology, a role) cannot prioritize: across processes the priorities live in the replay
+    server's table (Ape-X: the collectors write each window at its priority, the learner writes the new ones back);
+    the learner's own buffer (distributed.replay: learner) samples uniformly."""
+    if config.replay.prioritized and config.distributed.replay == "learner":
+        raise UserError(f"replay.prioritized: {who} keeps the replay in the learner's own buffer (distributed.replay: "
+                        f"learner), which samples uniformly; set distributed.replay: server (a prioritized table on "
+                        f"the replay server, as Ape-X), or replay.prioritized: false")
 
 
 def _tracking_keys_need_a_backend(config: Config, fail: Fail) -> None:

@@ -132,28 +132,35 @@ def start_replay_server(replay_config: ReplayConfig, data_spec: Any, window_leng
 
 
 def make_replay_client(replay_config: ReplayConfig, data_spec: Any, num_envs: int, window_length: int, address: str,
-                       stack: contextlib.ExitStack, rate_limiter_timeout_ms: int = -1) -> Replay:
+                       stack: contextlib.ExitStack, rate_limiter_timeout_ms: int = -1, remote: bool = False) -> Replay:
     """A Reverb client (reader and one writer per env) of the server at `address`.
 
-    A remote reader sets `rate_limiter_timeout_ms`, so a sample fails instead of waiting forever.
+    A reader of a server in another process (`remote`: a learner's) sets `rate_limiter_timeout_ms`, so a sample fails
+    instead of waiting forever, and writes its new priorities (prioritized replay) from a thread of their own.
     """
     from dqn_cartpole.replay.reverb_client import PrioritizedReverbReplay, ReverbReplay  # only Reverb pays
 
-    replay_class = PrioritizedReverbReplay if replay_config.prioritized else ReverbReplay
-    replay = replay_class(data_spec, num_envs, replay_config, window_length, address, rate_limiter_timeout_ms)
+    if replay_config.prioritized:
+        replay = PrioritizedReverbReplay(data_spec, num_envs, replay_config, window_length, address,
+                                         rate_limiter_timeout_ms, in_background=remote)
+    else:
+        replay = ReverbReplay(data_spec, num_envs, replay_config, window_length, address, rate_limiter_timeout_ms)
     stack.callback(replay.close)
     return replay
 
 
-def make_stream_writers(config: Config, data_spec: Any, address: str, stack: contextlib.ExitStack) -> Any:
+def make_stream_writers(config: Config, data_spec: Any, address: str, stack: contextlib.ExitStack,
+                        priorities: Optional[Callable[[Any], Any]] = None) -> Any:
     """A collector's writers: one per env, windows into the server's queue or replay tables (see
-    `distributed_writer_tables`)."""
+    `distributed_writer_tables`); with `priorities` (prioritized replay), each window at the priority it gives
+    (`StreamWriters`), the writers flushed every `distributed.weight_refresh_steps` env steps."""
     import reverb
 
     from dqn_cartpole.replay.reverb_writers import StreamWriters  # imports Reverb: only this backend pays
 
     writers = StreamWriters(reverb.Client(address), data_spec, config.env.num_envs,
-                            window_length_for(config.agent), distributed_writer_tables(config))
+                            window_length_for(config.agent), distributed_writer_tables(config),
+                            priorities=priorities, refresh_steps=config.distributed.weight_refresh_steps)
     stack.callback(writers.close)
     return writers
 

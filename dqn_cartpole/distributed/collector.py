@@ -20,6 +20,7 @@ import os
 import time
 from typing import Any, Callable, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from dqn_cartpole.config import Config
@@ -49,7 +50,8 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str,
         start.mark("envs and agent")
         check_server(address, config.distributed.connect_timeout_s)  # after the agent: it overlaps the server's start
         start.mark("the server's answer")
-        replay = build.make_stream_writers(config, agent.collect_data_spec, address, stack)
+        priorities = actor_priorities(agent, config) if config.replay.prioritized else None
+        replay = build.make_stream_writers(config, agent.collect_data_spec, address, stack, priorities)
         sync = WeightSync(address, agent)
         driver_class = PyCollectorDriver if config.collection.driver == "py" else CompiledCollectorDriver
         driver = driver_class(env, tf_env, agent.collect_policy, replay.add_batch,
@@ -67,6 +69,24 @@ def collect(config: Config, address: str, collector_id: int, run_dir: str,
             run_driver(driver, sync, lambda row: log_row(row, csv_log, scalars), stop, replay, before=before,
                        first_write=start)
     return exit_status.for_signal(stop.signum) if stop.signum else 0
+
+
+def actor_priorities(agent: Any, config: Config) -> Callable[[np.ndarray], np.ndarray]:
+    """Packed windows [B, sequence_length, bytes] -> each one's initial priority, |TD error| (or C51's cross-entropy)
+    + replay.priority_epsilon, from the weights the collector acts with (`PrioritizedAgent.actor_priorities`): Ape-X's
+    actors prioritize what they write, so a new window enters at its own priority, not the largest seen."""
+    from dqn_cartpole.replay.packing import StepPacker
+    from dqn_cartpole.training.prioritized import check_agent
+
+    check_agent(agent, config.agent.kind)
+    packer, epsilon = StepPacker(agent.collect_data_spec), config.replay.priority_epsilon
+    spec = packer.window_spec(agent.window_length)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, *spec.shape], spec.dtype)], autograph=False)
+    def compute(windows: tf.Tensor) -> tf.Tensor:
+        return tf.cast(agent.actor_priorities(packer.unpack(windows)), tf.float64) + epsilon
+
+    return lambda windows: compute(windows).numpy()
 
 
 def log_row(row: dict, csv_log: CsvLog, scalars: Scalars) -> None:

@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Optional
 
-from dqn_cartpole.config import Config, dump_yaml
+from dqn_cartpole.config import Config, check_prioritized_across_processes, dump_yaml
 from dqn_cartpole.console import signals
 from dqn_cartpole.distributed import policy, reaper
 from dqn_cartpole.distributed.policy import Role
@@ -128,9 +128,7 @@ def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.Resu
                  topology: str = "local") -> Config:
     """The run's config as the roles share it (replay.backend: reverb), or a one-line UserError: a resumed run
     must have kept its replay in Reverb, and with a shared table, its checkpoint must hold that table."""
-    if config.replay.prioritized:
-        raise UserError(f"replay.prioritized: --topology {topology} does not prioritize yet (its collectors write "
-                        f"no priorities); train in one process, or set replay.prioritized: false")
+    check_prioritized_across_processes(config, f"--topology {topology}")
     if plan is not None and config.replay.backend != "reverb":  # its replay is in the checkpoint, not in a server
         raise UserError(f"--resume {run_dir}: the run's replay is {config.replay.backend}, and --topology {topology} "
                         f"shares a Reverb server; continue it in one process: {resume_command(run_dir)}")

@@ -51,6 +51,7 @@ from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.replay import deadlines
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.training import prioritized
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop
 from dqn_cartpole.training.outcome import RunEnd
 from dqn_cartpole.training.parts import Parts
@@ -113,7 +114,10 @@ class LearnerData:
 
     def __init__(self, config: Config, link: ServerLink):
         self.config, self.link = config, link
+        # The train row's columns: the policy lag (each item's priority carries its collecting train step), or with
+        # prioritized replay, where the priority is the item's own, the importance weights and the priorities.
         self.lag = IntervalLag(config.training.log_interval)
+        self.priorities = prioritized.IntervalPriorities(config.training.log_interval)
         self.crash: Optional[str] = None  # why it left early: NO_DATA, SERVER_GONE
 
     @property
@@ -135,10 +139,15 @@ class LearnerData:
         return (), (), None  # the collectors fill the replay (`feeding` waits for it)
 
     def make_train(self, session: Any) -> Callable:
-        """The session's gradient step, on samples that carry their collecting train step (policy lag)."""
+        """The session's gradient step, on samples that carry their collecting train step (policy lag); with
+        prioritized replay, on the server table's prioritized samples, whose new priorities it writes back."""
         cfg, agent = self.config, session.pipeline.agent
-        if cfg.replay.prioritized:  # the roles' writers tag items with their train step, where a priority would go
-            raise UserError("replay.prioritized: the learn role does not prioritize yet; set replay.prioritized: false")
+        if cfg.replay.prioritized:
+            prioritized.check_agent(agent, cfg.agent.kind)
+            return prioritized.make_prioritized_train_step(agent, session.pipeline.replay, cfg.replay,
+                                                           cfg.training.batch_size,
+                                                           cfg.training.train_steps_per_iteration,
+                                                           cfg.training.jit_compile)
         sample = session.pipeline.replay.sampler(cfg.training.batch_size, agent.window_length, with_tags=True)
         return make_lagged_train_step(agent, sample, cfg.training.train_steps_per_iteration, cfg.training.jit_compile)
 
@@ -163,7 +172,8 @@ class LearnerData:
 
     def after_chunk(self, session: Any, chunk: Chunk) -> None:
         session.checkpoints.time_step = None  # no env stream here: checkpoints keep no seam
-        session.state.row_extras = self.lag.row(chunk.first, chunk.extras)
+        columns = self.priorities if self.config.replay.prioritized else self.lag
+        session.state.row_extras = columns.row(chunk.first, chunk.extras)
         parts.count_env_steps(session.pipeline, session.pipeline.replay.inserts)
 
     def wait_for_data(self, session: Any) -> bool:

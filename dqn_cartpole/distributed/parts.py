@@ -38,7 +38,7 @@ def learner_replay(config: Config, address: str, stack: contextlib.ExitStack, ra
             return build.make_learner_replay(config, agent.collect_data_spec, address, agent.train_step_counter,
                                              stack, rate_limiter_timeout_ms)
         return build.make_replay_client(config.replay, agent.collect_data_spec, config.env.num_envs,
-                                        agent.window_length, address, stack, rate_limiter_timeout_ms)
+                                        agent.window_length, address, stack, rate_limiter_timeout_ms, remote=True)
 
     return make
 

@@ -247,19 +247,74 @@ class ReverbReplay(Replay):
         self.writers.close()
 
 
+class BackgroundPriorities:
+    """Writes a learner's new priorities to a server in another process from a thread of their own, so a compiled
+    chunk never waits on the server: Reverb's in-graph update waits for ever for a server that is gone (the chunk
+    could not be cancelled, nor the learner stopped), and a table restarted on its port answers it only then.
+
+    `put` (in the graph, through a numpy_function) hands a batch over; the thread writes what has piled up since its
+    last write in one call, within a deadline. A write the server does not take (gone, restarted) is dropped: its
+    items' priorities are lost with the server, or stay as the restored table holds them.
+    """
+
+    def __init__(self, client: Any, table: str):
+        import queue
+        import threading
+
+        self.client, self.table = client, table
+        self.written = self.dropped = 0  # batches
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="priority writer", daemon=True)
+        self._thread.start()
+
+    def put(self, keys: np.ndarray, priorities: np.ndarray) -> np.ndarray:
+        self._pending.put((keys, priorities))
+        return np.array(len(keys), np.int64)
+
+    def _run(self) -> None:
+        import queue
+
+        while not self._closed.is_set():
+            try:
+                batches = [self._pending.get(timeout=0.2)]
+            except queue.Empty:
+                continue
+            while True:
+                try:
+                    batches.append(self._pending.get_nowait())
+                except queue.Empty:
+                    break
+            updates = {int(key): float(value) for keys, values in batches for key, value in zip(keys, values)}
+            try:
+                deadlines.within(deadlines.CALL_TIMEOUT_S,
+                                 lambda: self.client.mutate_priorities(self.table, updates=updates),
+                                 "write the priorities")
+                self.written += len(batches)
+            except deadlines.ServerProblem:
+                self.dropped += len(batches)
+                log.debug("priorities not written", exc_info=True)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=1.0)  # a write stuck on a gone server is left behind (a daemon thread)
+
+
 class PrioritizedReverbReplay(ReverbReplay):
     """A client of a Reverb server whose training table has a `Prioritized` selector (`replay.prioritized`).
 
     Reverb keeps the priorities, their sums and the probabilities it samples with. This client writes each new item
     at the largest priority written so far (`max_priority`, a variable a checkpoint keeps: Reverb's table checkpoint
-    keeps the items' own priorities), samples `PrioritizedBatch`es, and writes the learner's new priorities back with
-    one in-graph op per batch (`TFClient.update_priorities`).
+    keeps the items' own priorities), samples `PrioritizedBatch`es, and writes the learner's new priorities back:
+    with one in-graph op per batch (`TFClient.update_priorities`) to a server of its own process, or, to a server in
+    another process (`in_background`: a learner's), through `BackgroundPriorities`.
     """
 
     def __init__(self, data_spec: Any, num_envs: int, config: ReplayConfig, sequence_length: int, address: str,
-                 rate_limiter_timeout_ms: int = -1):
+                 rate_limiter_timeout_ms: int = -1, in_background: bool = False):
         super().__init__(data_spec, num_envs, config, sequence_length, address, rate_limiter_timeout_ms)
         self.max_priority = tf.Variable(INITIAL_MAX_PRIORITY, dtype=tf.float64, trainable=False, name="max_priority")
+        self.background = BackgroundPriorities(self.client, TABLE_NAME) if in_background else None
 
     # -- writing: new items at the largest priority seen
     def add_batch(self, items: Any) -> Any:
@@ -288,6 +343,12 @@ class PrioritizedReverbReplay(ReverbReplay):
         import reverb
 
         priorities = tf.cast(priorities, tf.float64)
+        if self.background is not None:
+            handed = tf.numpy_function(self.background.put, [tf.cast(keys, tf.uint64), priorities], tf.int64,
+                                       stateful=True, name="reverb_priorities_in_background")
+            with tf.control_dependencies([handed]):
+                raised = self.max_priority.assign(tf.maximum(self.max_priority, tf.reduce_max(priorities)))
+            return tf.group(raised)
         if tf.executing_eagerly():
             updates = dict(zip(np.asarray(keys).tolist(), priorities.numpy().tolist()))
             self._within(lambda: self.client.mutate_priorities(TABLE_NAME, updates=updates))
@@ -301,3 +362,8 @@ class PrioritizedReverbReplay(ReverbReplay):
 
     def priority_trackables(self) -> dict:
         return {"replay_max_priority": self.max_priority}
+
+    def close(self) -> None:
+        if self.background is not None:
+            self.background.close()
+        super().close()

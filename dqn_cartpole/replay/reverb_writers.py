@@ -93,14 +93,20 @@ class WindowWriter:
     item in every one of `tables`. With `episodes`, windows stay inside an episode (see the module docstring).
 
     The items of `tables[0]` get `priority` (the collecting train step, see `StreamWriters.tag_items`),
-    those of the others their insertion index (which orders the insertion-order table).
+    those of the others their insertion index (which orders the insertion-order table). With `keep_alive`
+    (Ape-X priorities, see `StreamWriters`) each window instead waits in `waiting`, with its packed steps, until
+    `create_waiting` is given its priority; the writer keeps the references of that many newest steps alive.
     """
 
-    def __init__(self, client: Any, sequence_length: int, tables: Sequence[str], padding: Optional[np.ndarray]):
+    def __init__(self, client: Any, sequence_length: int, tables: Sequence[str], padding: Optional[np.ndarray],
+                 keep_alive: Optional[int] = None):
         self._length, self._tables = sequence_length, tuple(tables)
         self.priority = DEFAULT_PRIORITY
+        self.waiting: Optional[list] = None if keep_alive is None else []  # (window, index, its packed steps)
+        self._rows: collections.deque = collections.deque(maxlen=sequence_length)  # the newest steps (waiting)
         # validate_items=False, as tf-agents' observers: the table signature already fixes the shapes.
-        writer = client.trajectory_writer(num_keep_alive_refs=sequence_length + 1, validate_items=False)
+        writer = client.trajectory_writer(num_keep_alive_refs=keep_alive or sequence_length + 1,
+                                          validate_items=False)
         self._writer = PatientWriter(writer)
         # The C++ writer directly: the Python wrapper's nest handling per step cost more than the write.
         self._cpp = writer._writer  # pylint: disable=protected-access
@@ -125,11 +131,25 @@ class WindowWriter:
     def _write(self, row: np.ndarray, next_index: Callable[[], int]) -> None:
         (ref,) = self._cpp.Append([row])
         self._refs.append(ref)
+        if self.waiting is not None:
+            self._rows.append(row)
         if len(self._refs) < self._length:
             return
         window, index = [list(self._refs)], float(next_index())
+        if self.waiting is not None:
+            self.waiting.append((window, index, np.stack(self._rows)))
+            return
+        self._create(window, index, self.priority)
+
+    def create_waiting(self, priorities: np.ndarray) -> None:
+        """Creates the waiting windows' items, the i-th at `priorities[i]` in the first table."""
+        waiting, self.waiting = self.waiting, []
+        for (window, index, _), priority in zip(waiting, priorities):
+            self._create(window, index, float(priority))
+
+    def _create(self, window: list, index: float, priority: float) -> None:
         for table in self._tables:  # uniform sampling and a queue ignore the priority
-            self._cpp.CreateItem(table, self.priority if table == self._tables[0] else index, window, [False])
+            self._cpp.CreateItem(table, priority if table == self._tables[0] else index, window, [False])
         self._unchecked += len(self._tables)
         if self._unchecked >= CHECK_EVERY:
             self._writer.flush(block_until_num_items=MAX_PENDING)
@@ -150,6 +170,9 @@ class WindowWriter:
         self._writer.end_episode(clear_buffers=True)
         self._refs.clear()
         self._held.clear()
+        self._rows.clear()
+        if self.waiting:
+            self.waiting = []
 
     def close(self) -> None:
         try:
@@ -162,10 +185,17 @@ class WindowWriter:
 class StreamWriters:
     """The writing half of a Reverb replay: one `WindowWriter` per env, into `tables` (the first one gets the
     collecting train step as priority). A collector writes through this alone; a `ReverbReplay` adds the
-    reading half."""
+    reading half.
+
+    With `priorities` (prioritized replay on a server: a collector is an Ape-X actor), the windows wait in the
+    writers until `flush`, which hands all of them at once, packed ([windows, sequence_length, bytes]), to
+    `priorities` and creates each item at the priority it returns. A collector flushes after every
+    `refresh_steps` env steps (per env at most), so the writers keep that many steps' references alive.
+    """
 
     def __init__(self, client: Any, data_spec: Any, num_envs: int, sequence_length: int, tables: Sequence[str],
-                 first_index: int = 0):
+                 first_index: int = 0, priorities: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+                 refresh_steps: int = 0):
         self.data_spec = data_spec
         self.packer = StepPacker(data_spec)
         self.episodes = isinstance(data_spec, trajectory_lib.Trajectory)
@@ -175,7 +205,10 @@ class StreamWriters:
             self._step_type = tf.nest.flatten(marks).index(True)  # where the step type sits among the fields
             observation = np.zeros((1,) + tuple(data_spec.observation.shape), data_spec.observation.dtype.as_numpy_dtype)
             padding = self.packer.pack([a[0] for a in tf.nest.flatten(boundary_steps(data_spec, observation))])
-        self.writers = [WindowWriter(client, sequence_length, tables, padding) for _ in range(num_envs)]
+        # A step appends at most sequence_length rows (a LAST step adds its padding): the oldest waiting window's.
+        keep_alive = None if priorities is None else sequence_length * (refresh_steps + 1) + 1
+        self._priorities = priorities
+        self.writers = [WindowWriter(client, sequence_length, tables, padding, keep_alive) for _ in range(num_envs)]
         self._next_index = first_index  # the insertion index of the next window (orders the pass table)
 
     def add_batch(self, items: Any) -> Any:
@@ -230,9 +263,21 @@ class StreamWriters:
             writer.give_up_when(interrupted)
 
     def flush(self) -> None:
-        """Waits until every item created so far is in the tables."""
+        """Creates the waiting windows' items (`priorities`), then waits until every item is in the tables."""
+        self.create_waiting()
         for writer in self.writers:
             writer.flush()
+
+    def create_waiting(self) -> None:
+        """The windows waiting for their priorities (`priorities`), all in one call, become items."""
+        if self._priorities is None:
+            return
+        counts = [len(writer.waiting) for writer in self.writers]
+        if not sum(counts):
+            return
+        priorities = self._priorities(np.stack([rows for writer in self.writers for _, _, rows in writer.waiting]))
+        for writer, start, count in zip(self.writers, np.cumsum([0] + counts), counts):
+            writer.create_waiting(priorities[start:start + count])
 
     def forget(self) -> None:
         """Drops the steps held for the next windows (after a clear) and restarts the numbering."""
@@ -241,6 +286,10 @@ class StreamWriters:
         self._next_index = 0
 
     def close(self) -> None:
+        try:
+            self.create_waiting()
+        except Exception:  # pylint: disable=broad-except  # closing on an error: those windows are dropped
+            log.debug("the waiting windows' priorities failed", exc_info=True)
         for writer in self.writers:
             try:
                 writer.close()

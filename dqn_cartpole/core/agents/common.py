@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 from tf_agents.trajectories import trajectory as trajectory_lib
+from tf_agents.utils import common as tf_agents_common
 
 from dqn_cartpole.config import AgentConfig
 from dqn_cartpole.core.agents.n_step import n_step_transition, window_length
@@ -112,6 +113,15 @@ class TfAgentAdapter:
 
     def train(self, experience: trajectory_lib.Trajectory, weights: Any = None) -> Any:
         return self.tf_agent.train(experience, weights=weights)  # weights: prioritized replay's importance weights
+
+    def actor_priorities(self, experience: trajectory_lib.Trajectory) -> tf.Tensor:
+        """[B] each window's priority before epsilon as an Ape-X actor computes it (`protocol.PrioritizedAgent`):
+        `item_priorities` of the loss, no train step, with the online network as its own target (an actor holds
+        only the online weights it acts with; its target network is a copy of them, made here)."""
+        target = self.tf_agent._target_q_network  # pylint: disable=protected-access
+        copied = tf_agents_common.soft_variables_update(self.q_network.variables, target.variables, tau=1.0)
+        with tf.control_dependencies([copied]):
+            return self.item_priorities(self.tf_agent.train_loss(experience, training=False))
 
     def numpy_greedy(self) -> Optional[NumpyGreedy]:
         """The greedy action computed in NumPy from the live weights (None: only `policy` computes it)."""

@@ -78,3 +78,7 @@ class PrioritizedAgent(Protocol):
     def item_priorities(self, loss_info: Any) -> Any:
         """[B] float: each item's priority before epsilon, from its train step's LossInfo: |n-step TD error| for the
         DQN family, the item's cross-entropy for C51 (0 for a window that starts at a LAST step: it has no loss)."""
+
+    def actor_priorities(self, experience: Any) -> Any:
+        """[B] float: each window's `item_priorities` as a collector computes it before writing the window (Ape-X):
+        from the online weights alone (also as the target), no train step."""
