@@ -84,16 +84,22 @@ def test_importance_weights_of_a_hand_made_table():
 # ---------------------------------------------------------------------------- one train step, by hand
 
 
-def agent_and_replay(stack: contextlib.ExitStack, kind: str, backend: str = "py_uniform"):
+def agent_and_replay(stack: contextlib.ExitStack, kind: str, backend: str = "py_uniform", remote_of: list = None):
     """An agent on CartPole (n_step 1) and a prioritized replay (alpha 1) holding six hand-made steps (py_uniform: at
-    unequal priorities)."""
+    unequal priorities). With `remote_of` (reverb), the replay is a learner's client (`remote`) of a server appended
+    to that list."""
     config_path, kind_sets = (SMOKE, [f"agent.kind={kind}"]) if kind != "c51" else (None, ["agent.kind=c51",
                                                                                             "agent.n_step=1"])
     config = load_config(config_path, kind_sets + [f"replay.backend={backend}", "replay.prioritized=true",
                                                    "replay.priority_exponent=1.0", "replay.priority_epsilon=0.01",
                                                    "replay.importance_exponent=0.5"])
     _, _, agent = parts.agent_with_envs(config, 1, 0, stack)
-    replay = build.make_replay(config, agent, stack)
+    if remote_of is None:
+        replay = build.make_replay(config, agent, stack)
+    else:
+        remote_of.append(build.start_replay_server(config.replay, agent.collect_data_spec, 2, stack))
+        replay = build.make_replay_client(config.replay, agent.collect_data_spec, 1, 2, remote_of[-1].address, stack,
+                                          remote=True)
     rng = np.random.default_rng(0)
     spec = agent.collect_data_spec
     for step in range(6):  # rewards of +-5: TD errors of both signs, well above the initial largest priority, 1
@@ -192,6 +198,49 @@ def test_reverb_priorities_are_written_back_inside_the_compiled_call():
         assert all(written[int(k)] > 3.0 for k in keys.numpy())  # |TD error| ~ 5 + epsilon, where 1 was
         assert sorted(written.values())[0] == 1.0  # the windows not sampled keep theirs
         assert float(replay.max_priority.numpy()) == max(written.values())
+
+
+def test_a_learner_writes_priorities_to_another_processs_server_from_a_thread_and_never_waits_on_a_gone_one(
+        monkeypatch):
+    """A learner's client of a standalone server (`remote`) hands each batch's priorities to a thread of their own:
+    they reach the table, and with the server gone the compiled step still returns at once (Reverb's in-graph write
+    would wait for ever, and no cancellation reaches it); the thread drops the writes it cannot make."""
+    import time
+
+    from dqn_cartpole.replay import deadlines
+
+    with contextlib.ExitStack() as stack:
+        servers = []
+        config, agent, replay = agent_and_replay(stack, "dqn", backend="reverb", remote_of=servers)
+        sample, update = replay.prioritized_sampler(4, 2), prioritized_update(agent, replay, config.replay)
+        batch = sample()
+        @tf.function(autograph=False)
+        def write(keys, priorities):
+            replay.update_priorities(keys, priorities)
+
+        write(batch.keys, tf.constant([5.0, 6.0, 7.0, 8.0], tf.float64))
+        deadline = time.monotonic() + 10
+        while replay.background.written < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        written = {}
+        for item in replay.client.sample(reverb_tables.TABLE_NAME, num_samples=300, emit_timesteps=False):
+            written[int(item.info.key)] = float(item.info.priority)
+        expected = dict(zip(np.asarray(batch.keys).tolist(), [5.0, 6.0, 7.0, 8.0]))  # a key drawn twice: its last
+        assert {key: written[key] for key in expected} == expected and sorted(written.values())[0] == 1.0
+        update(sample())  # the update of the compiled step goes the same way
+        deadline = time.monotonic() + 10
+        while replay.background.written < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert replay.background.written == 2 and replay.background.dropped == 0
+
+        monkeypatch.setattr(deadlines, "CALL_TIMEOUT_S", 0.5)
+        servers[0].stop()
+        started = time.monotonic()
+        write(batch.keys, tf.constant([1.0, 2.0, 3.0, 4.0], tf.float64))
+        assert time.monotonic() - started < 0.5  # handed over, not written
+        while replay.background.dropped < 1 and time.monotonic() - started < 10:
+            time.sleep(0.05)
+        assert replay.background.dropped == 1
 
 
 # ---------------------------------------------------------------------------- what a checkpoint keeps
