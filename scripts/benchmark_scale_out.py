@@ -202,11 +202,11 @@ def local_run(collectors: int, out: str, overrides: list) -> tuple[dict, float]:
     return run_train(out, ["--topology", "local", "--collectors", str(collectors)], overrides)
 
 
-def local_throughput(collectors: int, iterations: int, workdir: str) -> dict:
+def local_throughput(collectors: int, iterations: int, workdir: str, overrides: tuple = (), tag: str = "") -> dict:
     """The collectors' summed env steps/s (their CSVs' last rows) and the learner's train steps/s."""
-    out = os.path.join(workdir, f"local-{collectors}")
+    out = os.path.join(workdir, f"local-{collectors}{tag}")
     summary, _ = local_run(collectors, out, [f"training.num_iterations={iterations}",
-                                              "evaluation.stop_when_solved=false"])
+                                              "evaluation.stop_when_solved=false", *overrides])
     env_rate = 0.0
     for i in range(collectors):
         with open(os.path.join(out, "roles", f"collector-{i}.csv"), encoding="utf-8") as handle:
@@ -353,6 +353,35 @@ def throughput_tables(collector_counts: list, iterations: int, workdir: str, bef
         print(f"| {n} collector(s) | {r['env_steps_per_s']:.0f} | {r['train_steps_per_s']:.0f} |", flush=True)
 
 
+# The server's shared table with no samples-per-insert ratio (the collectors write as fast as they go), uniform and
+# prioritized (Ape-X: each collector computes its windows' priorities from the weights it pulled).
+SHARED_TABLE = ("replay.backend=reverb", "distributed.replay=server", "distributed.samples_per_insert=null")
+PRIORITY_VARIANTS = {"uniform": SHARED_TABLE, "prioritized": SHARED_TABLE + ("replay.prioritized=true",)}
+
+
+def priorities_table(collector_counts: list, iterations: int, rounds: int, reference: str) -> None:
+    """The collectors' env steps/s on the shared table, uniform against prioritized, `rounds` alternating pairs per
+    number of collectors, between two runs of the reference loop."""
+    workdir = tempfile.mkdtemp(prefix="dqn-bench-priorities-")
+    print(f"load average (1/5/15 min) at the start: {load()}", flush=True)
+    before = reference_rate(reference, iterations) if os.path.isfile(reference) else None
+    print(f"\n| train --topology local, default config, {iterations} iterations, `{', '.join(SHARED_TABLE)}` | "
+          f"uniform: collectors' env steps/s (each pair) | prioritized | median ratio |\n| --- | --- | --- | --- |")
+    for n in collector_counts:
+        rates: dict = {name: [] for name in PRIORITY_VARIANTS}
+        for round_ in range(rounds):
+            for name, overrides in PRIORITY_VARIANTS.items():
+                result = local_throughput(n, iterations, workdir, overrides, f"-{name}-{round_}")
+                rates[name].append(result["env_steps_per_s"])
+        ratio = statistics.median(p / u for u, p in zip(rates["uniform"], rates["prioritized"]))
+        print(f"| {n} collector(s) | {', '.join(f'{v:.0f}' for v in rates['uniform'])} | "
+              f"{', '.join(f'{v:.0f}' for v in rates['prioritized'])} | **{ratio:.2f}** |", flush=True)
+    after = reference_rate(reference, iterations) if before else None
+    if before:
+        print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end")
+    print(f"load average at the end: {load()}; runs in {workdir}")
+
+
 def main(argv: list) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale-out", default="1,2", metavar="N,N,...", help="numbers of collectors")
@@ -366,6 +395,9 @@ def main(argv: list) -> None:
                         help="add one --topology ray run per failure of one role (scripts/benchmark_ray.py)")
     parser.add_argument("--solve-only", action="store_true",
                         help="only the time-to-solve table (and the failure runs): no throughput tables")
+    parser.add_argument("--priorities", type=int, default=0, metavar="ROUNDS",
+                        help="only the Ape-X table: each number of collectors on the server's shared table, uniform "
+                             "and prioritized, ROUNDS alternating pairs (the collectors' env steps/s)")
     parser.add_argument("--learner-child", default=None, choices=list(LEARNER_MODES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.learner_child is not None:
@@ -373,6 +405,9 @@ def main(argv: list) -> None:
         return
     if not re.fullmatch(r"[1-9]\d*(,[1-9]\d*)*", args.scale_out):
         raise UserError(f"--scale-out {args.scale_out}: expected numbers of collectors like 1,2")
+    if args.priorities:
+        priorities_table([int(v) for v in args.scale_out.split(",")], args.iterations, args.priorities, args.reference)
+        return
     scale_out_tables([int(v) for v in args.scale_out.split(",")], args.iterations, parse_seeds(args.seeds),
                      args.reference, args.ray, args.ray_failures, args.solve_only)
 
