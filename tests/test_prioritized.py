@@ -287,9 +287,20 @@ def test_tf_uniform_refuses_prioritized_replay_in_one_line():
         load_config(None, ["replay.prioritized=true"])
 
 
-def test_reverb_priorities_and_the_largest_survive_a_checkpoint(tmp_path):
+def test_reverb_priorities_and_the_largest_survive_a_checkpoint_and_a_servers_restart(tmp_path):
+    """The table checkpoint keeps the priorities. A learner checkpoint moves the table out of the server's folder
+    (into ckpt-N/reverb/): a server that starts again within the run gets the newest checkpoint's table back there
+    (`restage_newest_table`) instead of starting empty."""
+    import os
+    import shutil
+
+    from helpers import write_checkpoint
+
+    from dqn_cartpole.run_folder import checkpointing
+
     config = ReplayConfig(backend="reverb", capacity=100, prioritized=True, priority_exponent=1.0)
-    server_dir = str(tmp_path / "server")
+    root = str(tmp_path / "checkpoints")
+    server_dir = checkpointing.reverb_server_dir(root)
     with contextlib.ExitStack() as stack:
         server = build.start_replay_server(config, SPEC, 2, stack, server_dir)
         replay = build.make_replay_client(config, SPEC, 1, 2, server.address, stack)
@@ -297,6 +308,12 @@ def test_reverb_priorities_and_the_largest_survive_a_checkpoint(tmp_path):
         set_known_priorities(replay)
         replay.checkpoint()
         saved = tf.train.Checkpoint(**replay.priority_trackables()).write(str(tmp_path / "ckpt"))
+    (table,) = os.listdir(server_dir)
+    checkpoint = write_checkpoint(root, 100)  # as the learner's checkpoint takes the table
+    os.makedirs(os.path.join(checkpoint, checkpointing.REVERB_DIR))
+    shutil.move(os.path.join(server_dir, table), os.path.join(checkpoint, checkpointing.REVERB_DIR, table))
+    assert checkpointing.restage_newest_table(root) == "ckpt-0000000100"
+    assert os.listdir(server_dir) == [table] and checkpointing.restage_newest_table(root) is None  # once
     with contextlib.ExitStack() as stack:  # a new server loads the table checkpoint, a new client the largest
         server = build.start_replay_server(config, SPEC, 2, stack, server_dir)
         replay = build.make_replay_client(config, SPEC, 1, 2, server.address, stack)

@@ -36,6 +36,10 @@ def serve(config: Config, port: int, run_dir: str) -> int:
     """Serves until SIGINT/SIGTERM; returns the exit status (128 + the signal)."""
     checkpoint_dir = checkpointing.reverb_server_dir(RunLayout(run_dir).checkpoints)
     os.makedirs(checkpoint_dir, exist_ok=True)  # the launcher stages a resumed run's table here first
+    if config.distributed.replay == "server":  # started again within the run: its newest table, not an empty one
+        restaged = checkpointing.restage_newest_table(RunLayout(run_dir).checkpoints)
+        if restaged is not None:
+            announce(f"replay server: loading the replay table of {restaged}, the run's newest checkpoint")
     with signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S) as stop, contextlib.ExitStack() as stack:
         _, _, agent = parts.agent_with_envs(config, 1, config.training.seed, stack)
         server = build.start_replay_server(config.replay, agent.collect_data_spec, agent.window_length, stack,

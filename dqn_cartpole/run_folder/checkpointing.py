@@ -414,6 +414,27 @@ def stage_reverb(root: str, found: Optional[Found]) -> str:
     return server_dir
 
 
+def restage_newest_table(root: str) -> Optional[str]:
+    """Before a server that holds the replay starts again within a run (Ray restarts it on its port): Reverb loads
+    the newest complete table checkpoint in the server's folder, but each learner checkpoint moved the table it wrote
+    into `ckpt-N/reverb/`, so the folder may hold none (the server would start empty) or only an older one of its
+    timer's. Copies the newest usable checkpoint's table in when it is newer (its name is a timestamp) than every
+    complete one there, through a folder beside it and one rename; returns the checkpoint's name, or None."""
+    server_dir = reverb_server_dir(root)
+    present = [name for name in os.listdir(server_dir) if os.path.exists(os.path.join(server_dir, name,
+                                                                                        REVERB_DONE_FILE))]
+    good, _ = scan(root)
+    source = os.path.join(good[0].path, REVERB_DIR) if good else None
+    tables = sorted(os.listdir(source)) if source and os.path.isdir(source) else []
+    if not tables or (present and max(present) >= tables[-1]):
+        return None
+    staging = server_dir + ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(os.path.join(source, tables[-1]), staging)
+    os.rename(staging, os.path.join(server_dir, tables[-1]))
+    return os.path.basename(good[0].path)
+
+
 def restore_metrics(found: Found, paths: dict[str, str]) -> None:
     """Puts back each metrics CSV as it was at the checkpoint (rows written after it are dropped)."""
     for name, path in paths.items():
