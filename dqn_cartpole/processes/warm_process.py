@@ -267,6 +267,9 @@ def fork_role(program: str, argv: list, log_path: str, status_w: int, life_r: in
         os._exit(1)  # pylint: disable=protected-access
     show_command([sys.executable, "-m", program, *argv])
     sys.argv = [program, *argv]
+    from dqn_cartpole.processes.exit_now import report_with  # pylint: disable=import-outside-toplevel
+
+    report_with(lambda status: report_exit(status_w, status))  # a role that ends at once says how, too
     code = 0
     try:
         runpy.run_module(program, run_name="__main__", alter_sys=True)
