@@ -203,6 +203,20 @@ def newest_checkpoint(run_dir: str) -> dict:
         return dict(json.load(handle), name=names[-1])
 
 
+def test_a_learner_whose_first_fill_never_completes_leaves_with_one_line(tmp_path):
+    """Its queue holds fewer windows than its first batch needs and no collector comes: the fill's read waits
+    rate_limiter_timeout_ms, then the learner says so in one line and exits 3 (it used to crash with a traceback:
+    "generator didn't yield")."""
+    with contextlib.ExitStack() as stack:
+        server, _, _ = serve_a_learners_tables(stack, windows=10)  # the smoke config fills 64 first
+        learner = start_learner(server, str(tmp_path / "run"), tmp_path)
+        stack.callback(lambda: learner.poll() is None and (learner.kill(), learner.wait()))
+        status = learner.wait(timeout=120)
+    stderr = (tmp_path / "stderr").read_text()
+    assert status == 3 and "had no new data for 3 s" in stderr, (status, stderr[-2000:])
+    assert "Traceback" not in stderr and "didn't yield" not in stderr, stderr[-2000:]
+
+
 @pytest.mark.parametrize("stop", ["no data", "server gone", "SIGTERM"])
 def test_a_learner_whose_data_stops_checkpoints_every_step_it_trained_and_leaves(tmp_path, stop):
     """Its queue runs dry (the collectors are gone), then: the server lives on (its read times out), or the server

@@ -161,10 +161,20 @@ class LearnerData:
             session.pipeline.replay.counts_from(lambda: self.link.watch.server_info)
         self.link.pusher.push_now()  # the collectors and the evaluator start from these weights
         try:
-            yield ((), ()) if self.wait_for_data(session) else None
-        except tf.errors.OutOfRangeError:  # a read that waited rate_limiter_timeout_ms
+            filled = self.wait_for_data(session)
+        except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as exc:  # the fill's own read (learner mode)
+            self.read_ended(session, exc)
+            filled = False  # still one yield: a context manager that yields none is a RuntimeError
+        try:
+            yield ((), ()) if filled else None
+        except (tf.errors.OutOfRangeError, tf.errors.CancelledError) as exc:
+            self.read_ended(session, exc)
+
+    def read_ended(self, session: Any, exc: Exception) -> None:
+        """A read that waited rate_limiter_timeout_ms (no data), or was cancelled (see `distributed.cancel`)."""
+        if isinstance(exc, tf.errors.OutOfRangeError):
             self.cut_short(session, NO_DATA)
-        except tf.errors.CancelledError:  # see `distributed.cancel`
+        else:
             self.cut_short(session, self.link.canceller.reason or SERVER_GONE)
 
     def running_chunk(self) -> contextlib.AbstractContextManager:
