@@ -472,6 +472,12 @@ def main() -> None:
     parser.add_argument("--capacity", nargs="?", const="1,2,4,8,16", metavar="N,N,...",
                         help="only the capacity benchmark (scripts/benchmark_capacity.py, see there for its options): "
                              "one replay server and one learner fed by N synthetic collectors")
+    parser.add_argument("--fixed-budget", metavar="N", type=int,
+                        help="only the fixed-budget protocol (scripts/benchmark_fixed_budget.py, see there for its "
+                             "options): N iterations with the early stop off on each seed, each final policy scored "
+                             "over 100 fresh episodes")
+    parser.add_argument("--sweep", action="store_true",
+                        help="only the sweep section (scripts/benchmark_sweep.py): sweep --ray against --jobs 2")
     if any(a == "--capacity" or a.startswith("--capacity=") for a in sys.argv[1:]):
         import benchmark_capacity  # scripts/ is on the path when this file runs as a script
 
