@@ -60,22 +60,23 @@ def test_report_shows_outcome_evaluations_and_changed_config(smoke_run):
     assert "env.id" not in changed
 
 
-def test_report_command_is_fast_and_never_imports_tensorflow(smoke_run):
+def test_report_command_never_imports_tensorflow(smoke_run):
+    """What keeps `report` quick (a second or two, not TensorFlow's import): no TensorFlow, TF-Agents or Reverb. (No
+    timing here: speed targets live in scripts/benchmark.py, and a timed test failed at load 20.)"""
     run_dir, _ = smoke_run
     before = os.path.getmtime(os.path.join(run_dir, "report.html"))
-    code = (f"import sys, time\nfrom dqn_cartpole import cli\nstarted = time.perf_counter()\n"
+    code = (f"import sys\nfrom dqn_cartpole import cli\n"
             f"status = cli.main(['report', {run_dir!r}])\n"
             f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tf_agents', 'reverb'))\n"
-            f"print(status, time.perf_counter() - started, heavy)")
+            f"print(status, heavy)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stderr == ""
     wrote, status_and_time = proc.stdout.splitlines()[0], proc.stdout.splitlines()[-1]
     assert wrote == f"wrote {os.path.join(run_dir, 'report.html')}"
-    status, seconds, heavy = status_and_time.split(" ", 2)
+    status, heavy = status_and_time.split(" ", 1)
     assert status == "0" and heavy == "[]", proc.stdout
-    assert float(seconds) < 10
     assert os.path.getmtime(os.path.join(run_dir, "report.html")) > before
 
 
