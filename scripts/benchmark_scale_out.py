@@ -405,6 +405,8 @@ def main(argv: list) -> None:
         return
     if not re.fullmatch(r"[1-9]\d*(,[1-9]\d*)*", args.scale_out):
         raise UserError(f"--scale-out {args.scale_out}: expected numbers of collectors like 1,2")
+    if args.priorities < 0:
+        raise UserError(f"--priorities {args.priorities}: expected a number of rounds, 1 or more")
     if args.priorities:
         priorities_table([int(v) for v in args.scale_out.split(",")], args.iterations, args.priorities, args.reference)
         return
