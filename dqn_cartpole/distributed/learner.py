@@ -143,11 +143,7 @@ class LearnerData:
         prioritized replay, on the server table's prioritized samples, whose new priorities it writes back."""
         cfg, agent = self.config, session.pipeline.agent
         if cfg.replay.prioritized:
-            prioritized.check_agent(agent, cfg.agent.kind)
-            return prioritized.make_prioritized_train_step(agent, session.pipeline.replay, cfg.replay,
-                                                           cfg.training.batch_size,
-                                                           cfg.training.train_steps_per_iteration,
-                                                           cfg.training.jit_compile)
+            return prioritized.train_step_for(cfg, agent, session.pipeline.replay)
         sample = session.pipeline.replay.sampler(cfg.training.batch_size, agent.window_length, with_tags=True)
         return make_lagged_train_step(agent, sample, cfg.training.train_steps_per_iteration, cfg.training.jit_compile)
 

@@ -34,10 +34,12 @@ def announce(line: str) -> None:
 
 def serve(config: Config, port: int, run_dir: str) -> int:
     """Serves until SIGINT/SIGTERM; returns the exit status (128 + the signal)."""
-    checkpoint_dir = checkpointing.reverb_server_dir(RunLayout(run_dir).checkpoints)
+    checkpoints = RunLayout(run_dir).checkpoints
+    checkpoint_dir = checkpointing.reverb_server_dir(checkpoints)
     os.makedirs(checkpoint_dir, exist_ok=True)  # the launcher stages a resumed run's table here first
-    if config.distributed.replay == "server":  # started again within the run: its newest table, not an empty one
-        restaged = checkpointing.restage_newest_table(RunLayout(run_dir).checkpoints)
+    holds_replay = config.distributed.replay == "server"
+    if holds_replay:  # started again within the run: its newest table, not an empty one
+        restaged = checkpointing.restage_newest_table(checkpoints)
         if restaged is not None:
             announce(f"replay server: loading the replay table of {restaged}, the run's newest checkpoint")
     with signals.StopRequest(give_up_after_s=signals.ROLE_GIVE_UP_S) as stop, contextlib.ExitStack() as stack:
@@ -55,7 +57,6 @@ def serve(config: Config, port: int, run_dir: str) -> int:
         deadlines.within(deadlines.CALL_TIMEOUT_S, lambda: client.reset(VARIABLES_TABLE), "reset variables")
         status.clear(client)
         announce(f"replay server ready at port {server.port}")
-        holds_replay = config.distributed.replay == "server"
         every_s = config.distributed.server_checkpoint_s if holds_replay else None
         next_checkpoint = time.monotonic() + every_s if every_s else float("inf")
         while not stop.requested:

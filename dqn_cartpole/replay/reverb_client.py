@@ -340,25 +340,26 @@ class PrioritizedReverbReplay(ReverbReplay):
         return sample
 
     def update_priorities(self, keys: Any, priorities: Any) -> Any:
-        import reverb
-
         priorities = tf.cast(priorities, tf.float64)
+        written = self._write_priorities(tf.cast(keys, tf.uint64), priorities)
+        with tf.control_dependencies([] if written is None else [written]):
+            raised = self.max_priority.assign(tf.maximum(self.max_priority, tf.reduce_max(priorities)))
+        return raised if written is None else tf.group(written, raised)
+
+    def _write_priorities(self, keys: Any, priorities: Any) -> Any:
+        """Hands a batch's new priorities to the server: the op that does it, or None (written already, eagerly)."""
         if self.background is not None:
-            handed = tf.numpy_function(self.background.put, [tf.cast(keys, tf.uint64), priorities], tf.int64,
-                                       stateful=True, name="reverb_priorities_in_background")
-            with tf.control_dependencies([handed]):
-                raised = self.max_priority.assign(tf.maximum(self.max_priority, tf.reduce_max(priorities)))
-            return tf.group(raised)
+            return tf.numpy_function(self.background.put, [keys, priorities], tf.int64, stateful=True,
+                                     name="reverb_priorities_in_background")
         if tf.executing_eagerly():
             updates = dict(zip(np.asarray(keys).tolist(), priorities.numpy().tolist()))
             self._within(lambda: self.client.mutate_priorities(TABLE_NAME, updates=updates))
-            return self.max_priority.assign(tf.maximum(self.max_priority, tf.reduce_max(priorities)))
+            return None
+        import reverb
+
         # The client op made in the graph it runs in: a client resource made eagerly was gone from a resumed run's
         # compiled loop ("Resource ... ReverbClient does not exist").
-        written = reverb.TFClient(self.address).update_priorities(TABLE_NAME, tf.cast(keys, tf.uint64), priorities)
-        with tf.control_dependencies([written]):
-            raised = self.max_priority.assign(tf.maximum(self.max_priority, tf.reduce_max(priorities)))
-        return tf.group(written, raised)
+        return reverb.TFClient(self.address).update_priorities(TABLE_NAME, keys, priorities)
 
     def priority_trackables(self) -> dict:
         return {"replay_max_priority": self.max_priority}

@@ -133,12 +133,8 @@ class LocalCollection:
         """One iteration's gradient step(s) on batches of the agent's windows from the replay's sampler."""
         cfg, agent = session.config, session.pipeline.agent
         if cfg.replay.prioritized:
-            prioritized.check_agent(agent, cfg.agent.kind)
             self.priorities = prioritized.IntervalPriorities(cfg.training.log_interval)
-            return prioritized.make_prioritized_train_step(agent, session.pipeline.replay, cfg.replay,
-                                                           cfg.training.batch_size,
-                                                           cfg.training.train_steps_per_iteration,
-                                                           cfg.training.jit_compile)
+            return prioritized.train_step_for(cfg, agent, session.pipeline.replay)
         sample = session.pipeline.replay.sampler(cfg.training.batch_size, agent.window_length)
         return make_train_step(agent, sample, cfg.training.train_steps_per_iteration, cfg.training.jit_compile)
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from dqn_cartpole.config import ReplayConfig
+from dqn_cartpole.config import Config, ReplayConfig
 from dqn_cartpole.core.agents import PrioritizedAgent
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.replay.base import Replay
@@ -59,6 +59,15 @@ def make_prioritized_train_step(agent: Any, replay: Replay, config: ReplayConfig
     sample = replay.prioritized_sampler(batch_size, agent.window_length)
     update = prioritized_update(agent, replay, config, jit_compile)
     return repeat_steps(lambda: update(sample()), train_steps, tf.zeros([4]))
+
+
+def train_step_for(config: Config, agent: Any, replay: Replay) -> Callable[[], tf.Tensor]:
+    """A run's prioritized train step (one process or a learner): the agent checked (`check_agent`), then
+    `make_prioritized_train_step` with the run's batch, steps per iteration and compilation."""
+    check_agent(agent, config.agent.kind)
+    training = config.training
+    return make_prioritized_train_step(agent, replay, config.replay, training.batch_size,
+                                       training.train_steps_per_iteration, training.jit_compile)
 
 
 class IntervalPriorities:
