@@ -91,7 +91,10 @@ def compile_iterations(train: Callable[[], tf.Tensor], driver: Optional[Any] = N
         def body(i, time_step, policy_state, losses):
             if driver is not None:
                 time_step, policy_state = driver.run(time_step, policy_state)
-            return i + 1, time_step, policy_state, losses.write(i, train())
+            # A TF driver returns its time step after its observers wrote the step: the train step's samples come
+            # after the writes (py_uniform's write and sample are numpy ops with no order of their own).
+            with tf.control_dependencies(tf.nest.flatten(time_step)):
+                return i + 1, time_step, policy_state, losses.write(i, train())
 
         losses = tf.TensorArray(tf.float32, size=num_iterations)
         _, time_step, policy_state, losses = tf.while_loop(
