@@ -60,6 +60,7 @@ def test_a_run_in_a_reused_worker_is_the_run_a_fresh_process_trains(tmp_path):
         baseline = slots.start(fresh, child_command(train_argv(DEFAULT, [*SHORT, "training.seed=7"], fresh)),
                                str(tmp_path / "logs" / "fresh.log"), reuse=False)
         first, pid = run_in(slots, str(tmp_path / "first"), 7)
+        assert psutil.Process(pid).environ()["OMP_NUM_THREADS"] == "1", "as Ray sets it in a one-CPU worker"
         other, pid_other = run_in(slots, str(tmp_path / "other"), 1, "training.num_iterations=100")
         again, pid_again = run_in(slots, str(tmp_path / "again"), 7)
         assert (first, other, again) == (0, 0, 0)

@@ -65,6 +65,14 @@ def kill_tree(process: subprocess.Popen) -> list:
     return tree
 
 
+def running(process: psutil.Process) -> bool:
+    """Whether `process` has not ended (a zombie has: only its adopter has not reaped it yet)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def running_trial(worker: subprocess.Popen, tmp_path, number: str) -> bool:
     """Whether the tune worker runs the trial's training (in a reused train process, which a trial's log names as
     soon as the run is handed to it)."""
@@ -101,15 +109,26 @@ def test_two_workers_share_a_journal_study_and_it_resumes(tmp_path):
 
     # A worker killed mid-trial leaves a RUNNING trial; the next worker on this host fails it. (Killed as soon as
     # the trial's run process started: what the run had done by then does not matter.)
-    killed = start(tune_argv(tmp_path, 4))
+    # Killed alone: its train process gets SIGTERM when it dies, and ends.
+    killed, trainers = start(tune_argv(tmp_path, 4)), []
     try:
         deadline = time.time() + 120
         while not running_trial(killed, tmp_path, "0002") and time.time() < deadline and killed.poll() is None:
             time.sleep(0.2)
         assert running_trial(killed, tmp_path, "0002"), "trial 2 never started"
-        assert any(train_worker.WORKER_MODULE in p.cmdline() for p in psutil.Process(killed.pid).children())
+        trainers = [p for p in psutil.Process(killed.pid).children() if train_worker.WORKER_MODULE in p.cmdline()]
+        assert trainers
+        killed.kill()
+        killed.communicate(timeout=30)
+        deadline = time.time() + 60
+        while any(map(running, trainers)) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not any(map(running, trainers)), "a train process ends with its parent"
+        summary = tmp_path / "tune" / "t" / "trials" / "0002" / "summary.json"
+        assert not summary.is_file() or json.loads(summary.read_text())["stopped_by"] == "SIGTERM", \
+            "its run was stopped (or killed before it wrote anything), not trained to its end"
     finally:
-        tree = kill_tree(killed)
+        tree = kill_tree(killed) if killed.poll() is None else trainers
     assert not [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert load(journal(tmp_path)).trials[2].state == TrialState.RUNNING
 

@@ -1,30 +1,44 @@
-"""The reused train process's own side (`experiments/train_worker.py` starts it and speaks to it): TensorFlow imported
-once, then one run a request, trained in this process through the Python API (`dqn_cartpole.train`).
+"""The reused train process's own side (`experiments/train_worker.py` starts it and speaks to it, through
+`processes.child`): TensorFlow imported once, then one run a message, trained in this process through the Python API
+(`dqn_cartpole.train`).
 
-A request is one JSON line on stdin (a `train` or `train --resume` argv and a log path); the answer is one JSON line on
-stdout with the run's exit status, the CLI's. `experiments/train_worker.py` says which runs come here, and when a
-worker ends.
+A message is a `train` or `train --resume` argv and a log path; the answer is the run's exit status (the CLI's) and
+whether this worker takes another run. `experiments/train_worker.py` says which runs come here, and when a worker
+ends.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import resource
 import signal
 import sys
 import traceback
+from typing import Optional
 
-from dqn_cartpole.experiments.train_worker import MAX_RUNS
+from dqn_cartpole.processes.child import serve
 from dqn_cartpole.processes.commands import parse_train_argv
+from dqn_cartpole.processes.peak_memory import peak_rss_mb
 
 MAX_RSS_MB = 1500  # a worker ends once its peak memory passed this (a default run peaks at ~600 MB in a worker)
 
 
-def serve(max_runs: int = MAX_RUNS, max_rss_mb: float = MAX_RSS_MB) -> int:
-    """The worker's life: TensorFlow once, then one run a request until stdin closes or a rule ends it."""
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # between runs, anything printed goes where the worker's errors go
+def serve_child(max_rss_mb: float = MAX_RSS_MB) -> int:
+    """The worker's life: TensorFlow once, then one run a message until stdin closes or a run ends it; it exits
+    with that run's status, at once (TensorFlow's teardown would only cost time)."""
+    def answer(request: tuple, reply) -> Optional[int]:
+        status = run_logged(*request)
+        goes_on = status == 0 and (peak_rss_mb() or 0.0) <= max_rss_mb
+        reply((status, goes_on))
+        return None if goes_on else status
+
+    status = serve(answer, prepare)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def prepare() -> None:
+    """Signals at their defaults between runs (a run sets its own), and every import a run needs."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     from dqn_cartpole.console.imports import import_tensorflow
 
@@ -33,21 +47,6 @@ def serve(max_runs: int = MAX_RUNS, max_rss_mb: float = MAX_RSS_MB) -> int:
 
     run_ops_on_one_thread()  # before any op: as a fresh default run sets it for itself
     import dqn_cartpole.training.session  # noqa: F401  pylint: disable=unused-import  # the rest of the imports
-    runs = 0
-    for line in sys.stdin:
-        request = json.loads(line)
-        status = run_logged(request["argv"], request["log"])
-        runs += 1
-        goes_on = status == 0 and runs < max_runs and peak_rss_mb() <= max_rss_mb
-        replies.write(json.dumps({"status": status, "runs": runs, "peak_rss_mb": peak_rss_mb(),
-                                  "goes_on": goes_on}) + "\n")
-        if not goes_on:
-            return status
-    return 0
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_logged(argv: list, log_path: str) -> int:
@@ -96,9 +95,3 @@ def train_here(argv: list) -> int:
     stopped = run.read().get("stopped_by")
     return for_signal(signal.Signals[stopped]) if stopped else 0
 
-
-if __name__ == "__main__":
-    STATUS = serve(int(sys.argv[1]) if len(sys.argv) > 1 else MAX_RUNS)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(STATUS)  # at once: the runs closed their files, and TensorFlow's teardown would only cost time

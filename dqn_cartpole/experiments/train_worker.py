@@ -1,11 +1,11 @@
 """Reused train processes: a long-lived process that imports TensorFlow once and trains one run after another.
 
 A fresh `python -m dqn_cartpole train` per run pays Python's and TensorFlow's start-up every time (17-19% of a
-default run, docs/experiments.md). A worker (`python -m dqn_cartpole.api.worker_process`) pays it once: it
-reads one request a line on stdin (a `train` or `train --resume` argv and a log path), trains the run in-process
-through the Python API (`dqn_cartpole.train`, i.e. `training.run.run_here`: Keras' global state cleared, the seeds
-set, TensorFlow's gradient registry and the heap left as found), its output (Python's and TensorFlow's C++ lines)
-in the run's log at the descriptor level, and answers one line on stdout with the run's exit status, the CLI's.
+default run, docs/experiments.md). A worker (`api.worker_process`, a `processes.child.WorkerChild`) pays it once:
+it is sent each run (a `train` or `train --resume` argv and a log path), trains it in-process through the Python API
+(`dqn_cartpole.train`, i.e. `training.run.run_here`: Keras' global state cleared, the seeds set, TensorFlow's
+gradient registry and the heap left as found), its output (Python's and TensorFlow's C++ lines) in the run's log at
+the descriptor level, and answers with the run's exit status, the CLI's.
 
 Each run stays the run a fresh process trains (tests/test_experiments_reuse.py: the same seed gives the same rows,
 also as the second run in a worker), because what outlives a run in a worker is held to what cannot change it:
@@ -30,23 +30,22 @@ exit status is the run's), or as a fresh `Child` when the run is not `reusable`.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 from dqn_cartpole.console.exit_status import STOP_SIGNALS
+from dqn_cartpole.processes.child import ChildFailed, WorkerChild
 from dqn_cartpole.processes.commands import parse_train_argv
-from dqn_cartpole.processes.supervisor import Child, child_env, die_with_parent
+from dqn_cartpole.processes.supervisor import Child
 
 MAX_RUNS = 8  # a worker is replaced after this many runs
 FRESH_RUNS_ENV = "DQN_CARTPOLE_FRESH_RUNS"  # "1": every run a fresh process, as before workers (benchmarks)
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # as Ray sets in a one-CPU worker: the run's ops are on one thread already
-WORKER_MODULE = "dqn_cartpole.api.worker_process"  # the worker's side: `serve`, through the Python API
+WORKER_MODULE = "dqn_cartpole.api.worker_process"  # the worker's side: `serve_child`, through the Python API
 
 
 # ---------------------------------------------------------------------------- which runs
@@ -73,22 +72,15 @@ def reusable(argv: list) -> bool:
 # ---------------------------------------------------------------------------- the parent's side
 
 
-class Worker:
-    """One worker process, seen from its parent."""
+class Worker(WorkerChild):
+    """One worker process, seen from its parent: tied to its life, its own output in `log_path`."""
 
     def __init__(self, log_path: str, max_runs: int = MAX_RUNS, extra_env: Optional[dict] = None) -> None:
-        self.log_path = log_path
-        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-        with open(log_path, "ab") as log:
-            env = {**child_env(), **(extra_env or {})}
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", WORKER_MODULE, str(max_runs)], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True, preexec_fn=die_with_parent)
-        os.set_blocking(self.process.stdout.fileno(), False)
-        self._buffer = b""
+        super().__init__(WORKER_MODULE, what="the train process", tied=True, log_path=log_path, extra_env=extra_env)
+        self.log_path, self.max_runs = log_path, max_runs
         self.runs = 0
         self.busy = False
-        self.retiring = False  # it said it ends after the run it answered
+        self.retiring = False  # it ends after the run it answered
 
     @property
     def alive(self) -> bool:
@@ -100,37 +92,25 @@ class Worker:
         return not self.busy and not self.retiring and self.alive
 
     def submit(self, argv: list, log_path: str) -> None:
-        self.process.stdin.write((json.dumps({"argv": list(argv), "log": log_path}) + "\n").encode())
-        self.process.stdin.flush()
+        self.send((list(argv), log_path))
         self.busy = True
 
-    def reply(self) -> Optional[dict]:
-        """The answer to the run in progress, once it came (non-blocking)."""
-        try:
-            chunk = self.process.stdout.read()
-        except (OSError, ValueError):
-            chunk = None
-        self._buffer += chunk or b""
-        if b"\n" not in self._buffer:
+    def reply(self) -> Optional[int]:
+        """The exit status of the run in progress, once the worker answered (never waits); `ChildFailed` if it
+        ended without answering. After `max_runs` runs its input ends: it ends."""
+        answer = self.receive(block=False)
+        if answer is None:
             return None
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        answer = json.loads(line)
-        self.busy, self.retiring = False, not answer["goes_on"]
+        status, goes_on = answer
         self.runs += 1
-        return answer
+        self.busy, self.retiring = False, not goes_on or self.runs >= self.max_runs
+        if self.retiring:
+            self.end_input()
+        return status
 
-    def close(self, grace_s: float = 5.0) -> None:
-        """Ends an idle worker (stdin closed), or kills it after `grace_s`."""
-        if self.alive:
-            try:
-                self.process.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Ends an idle worker (its input ended), or kills it after `timeout_s`."""
+        super().close(timeout_s)
 
 
 @dataclass(eq=False)
@@ -155,10 +135,9 @@ class ReusedRun(Child):
     @property
     def returncode(self) -> Optional[int]:
         if self._status is None:
-            answer = self.worker.reply()
-            if answer is not None:
-                self._status = answer["status"]
-            elif not self.worker.alive:
+            try:
+                self._status = self.worker.reply()
+            except ChildFailed:
                 self._status = _died_status(self.worker.process.returncode)
                 if self.worker.process.returncode > 0 or -self.worker.process.returncode not in STOP_SIGNALS:
                     self._note_death()
@@ -235,13 +214,9 @@ class WorkerSlots:
             if worker not in keep:  # ended, or ending after its last run
                 worker.close()
         self.workers = keep
-        worker = next((w for w in self.workers if w.idle), None)
+        worker = next((w for w in self.workers if w.idle), None)  # one that died idle is not: a new one takes it
         if worker is not None:
-            try:
-                return ReusedRun(name, command, log_path, header=True, worker=worker).start()
-            except OSError:  # it died idle (killed from outside) before it read the run: a new one takes it
-                worker.close()
-                self.workers.remove(worker)
+            return ReusedRun(name, command, log_path, header=True, worker=worker).start()
         if len(self.workers) >= self.size:
             raise RuntimeError(f"every one of the {self.size} workers is busy")
         self.started += 1

@@ -1,5 +1,5 @@
 """One way to start and talk to a worker-like child of this package: the plotter, the video renderer, the snapshot
-evaluator and the local topology's reaper.
+evaluator, the local topology's reaper and the reused train process (`experiments/train_worker.py`).
 
 The parent starts `python -m dqn_cartpole.processes.child MODULE` (`WorkerChild`), which imports MODULE and runs its
 `serve_child()`, with this checkout first on the path (`supervisor.child_env`). The child runs in a session of its
@@ -12,11 +12,17 @@ even while the child still imports or a message is larger than the pipe holds. T
 a thread reads them and hands each to `on_message`, or keeps it for `receive`. The child (`serve`) answers each
 message as it comes, with as many messages as it likes, until the end of its stdin; its last message is its own peak
 memory. Its prints go to stderr: its warnings (`warning: ...`) are passed on, and its last other line is why it
-failed, in one line.
+failed, in one line. `answer` returning an exit status ends the child with it.
+
+Options for a child with a life of its own (the train process): `tied`, it gets SIGTERM when the parent dies, with no
+signal blocked and SIGINT at its default (`supervisor.die_with_parent`); `log_path`, its stderr appended to that
+file rather than kept for `reason`; `extra_env`, variables added to its environment. `receive(block=False)` never
+waits, for a parent that polls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pickle
@@ -31,7 +37,7 @@ from typing import Any, Callable, Optional
 
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_signal
 from dqn_cartpole.processes.peak_memory import peak_rss_mb
-from dqn_cartpole.processes.supervisor import child_env
+from dqn_cartpole.processes.supervisor import child_env, die_with_parent
 
 RUNNER = "dqn_cartpole.processes.child"
 ENTRY = "serve_child"  # what a child's module defines: it calls `serve`
@@ -62,17 +68,22 @@ class WorkerChild:
     else why not (one line)."""
 
     def __init__(self, module: str, on_message: Optional[Callable[[Any], None]] = None,
-                 what: str = "the child process", niceness: int = 0, label: Optional[str] = None):
+                 what: str = "the child process", niceness: int = 0, label: Optional[str] = None,
+                 tied: bool = False, log_path: Optional[str] = None, extra_env: Optional[dict] = None):
         """Starts the child; `label` (a run folder) is shown in its command line, so `ps` says what it serves."""
         self.what = what
         self.started = time.perf_counter()
         self.sent: Optional[float] = None  # when the last message went out
         self.seconds: Optional[float] = None  # from the last message sent to the child's end, once it has ended
         self.peak_rss_mb: Optional[float] = None  # the child's own peak memory, once it reported it
-        self.process = subprocess.Popen([sys.executable, "-m", RUNNER, module, *([label] if label else [])],
-                                        stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(),
-                                        start_new_session=True)
+        self._stderr: list[bytes] = []
+        if log_path:
+            os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+        with open(log_path, "ab") if log_path else contextlib.nullcontext(subprocess.PIPE) as stderr:
+            self.process = subprocess.Popen([sys.executable, "-m", RUNNER, module, *([label] if label else [])],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                            env={**child_env(), **(extra_env or {})}, start_new_session=True,
+                                            preexec_fn=die_with_parent if tied else None)
         if niceness:
             lower_priority(self.process.pid, niceness)
         self.on_message = on_message
@@ -80,9 +91,11 @@ class WorkerChild:
         self._inbox: queue.Queue = queue.Queue()
         self._input_ended = False
         self._warned = False
-        self._stderr: list[bytes] = []
-        self._threads = [threading.Thread(target=target, daemon=True) for target in
-                         (self._write, self._read, lambda: self._stderr.extend(self.process.stderr))]
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._threads = [threading.Thread(target=self._write, daemon=True), self._reader]
+        if not log_path:
+            self._threads.append(threading.Thread(target=lambda: self._stderr.extend(self.process.stderr),
+                                                  daemon=True))
         for thread in self._threads:
             thread.start()
 
@@ -125,12 +138,20 @@ class WorkerChild:
             self._input_ended = True
             self._outbox.put(None)
 
-    def receive(self) -> Any:
-        """The child's next message, waiting for it; `ChildFailed` if the child ends first."""
-        message = self._inbox.get()
+    def receive(self, block: bool = True) -> Any:
+        """The child's next message, waiting for it (without `block`: None if none has come); `ChildFailed` if the
+        child ends first."""
+        if not block and self._inbox.empty() and self.process.poll() is not None:
+            self._reader.join()  # it has ended: its last messages are taken in
+        try:
+            message = self._inbox.get(block)
+        except queue.Empty:
+            return None
         if message is _ENDED:
             self._inbox.put(_ENDED)  # for a later `receive`
-            status = self.process.wait()
+            status = self.process.wait() if block else self.process.poll()
+            if status is None:  # its output has ended, it has not yet
+                return None
             raise ChildFailed(self.reason(status) or f"{self.what} ended before its answer")
         return message
 
@@ -154,7 +175,7 @@ class WorkerChild:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        self._threads[1].join(timeout_s)  # its last messages (its peak memory) are taken in
+        self._reader.join(timeout_s)  # its last messages (its peak memory) are taken in
 
     def reason(self, status: int) -> Optional[str]:
         """None for a child that exited 0, else its last line on stderr that is not a warning."""
@@ -172,11 +193,12 @@ class WorkerChild:
                     print(line.decode(errors="replace").rstrip(), file=sys.stderr)
 
 
-def serve(answer: Callable[[Any, Callable[[Any], None]], None], prepare: Callable[[], None] = lambda: None,
+def serve(answer: Callable[[Any, Callable[[Any], None]], Optional[int]], prepare: Callable[[], None] = lambda: None,
           failure: str = "", at_end: Callable[[], None] = lambda: None) -> int:
     """The child's side: `prepare()` (imports, while the parent still works), then `answer(message, reply)` for each
-    message until the end of stdin, then `at_end()`, then its peak memory; returns the exit status. An exception is
-    one line on stderr (`error: {failure}TYPE: first line`) and exit status 1."""
+    message until the end of stdin or until an answer returns an exit status, then `at_end()`, then its peak memory;
+    returns the exit status (0, or the answer's). An exception is one line on stderr (`error: {failure}TYPE: first
+    line`) and exit status 1."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never among the messages
 
@@ -184,14 +206,15 @@ def serve(answer: Callable[[Any, Callable[[Any], None]], None], prepare: Callabl
         pickle.dump(message, out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
+    status = None
     try:
         prepare()
-        while True:
+        while status is None:
             try:
                 message = pickle.load(sys.stdin.buffer)
             except EOFError:
                 break
-            answer(message, reply)
+            status = answer(message, reply)
         at_end()
     except KeyboardInterrupt:  # the parent was stopped: it reports the stop
         return for_signal(signal.SIGINT)
@@ -205,7 +228,7 @@ def serve(answer: Callable[[Any, Callable[[Any], None]], None], prepare: Callabl
             reply(PeakMemory(peak))
     except BrokenPipeError:  # the parent is gone (a reaper outlives its launcher): nobody to tell
         pass
-    return EXIT_OK
+    return EXIT_OK if status is None else status
 
 
 def main(argv: list[str]) -> int:
