@@ -29,7 +29,7 @@ from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig, c51_values
 from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter
-from dqn_cartpole.core.agents.n_step import valid_mask, window_length
+from dqn_cartpole.core.agents.n_step import valid_mask
 from dqn_cartpole.core.agents.noisy import act_on_mean_weights, collect_epsilon, noisy_sigma0
 from dqn_cartpole.core.agents.protocol import ReturnDistribution
 from dqn_cartpole.core.networks import CategoricalSequentialQNetwork, mean_weights
@@ -151,11 +151,6 @@ def _logit_stack(network: Any) -> Optional[list]:
     hidden = [layer for layer in encoder._postprocessing_layers  # pylint: disable=protected-access
               if not isinstance(layer, tf.keras.layers.Flatten)]  # 1-D observations: Flatten is the identity
     return hidden + [inner._q_value_layer]  # pylint: disable=protected-access
-
-
-def c51_window_length(agent_config: AgentConfig) -> int:
-    """Steps per sampled window for C51: the n-step return's n + 1, as DQN's."""
-    return window_length(agent_config.n_step)
 
 
 def build_c51_agent(

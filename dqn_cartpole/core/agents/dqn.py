@@ -17,7 +17,7 @@ from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig
 from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter
-from dqn_cartpole.core.agents.n_step import valid_mask, window_length
+from dqn_cartpole.core.agents.n_step import valid_mask
 from dqn_cartpole.core.agents.noisy import act_on_mean_weights, collect_epsilon, noisy_sigma0
 from dqn_cartpole.core.networks import build_q_network
 from dqn_cartpole.core.policies import NumpyQNetwork
@@ -63,11 +63,6 @@ class DqnFamilyAgent(TfAgentAdapter):
         """|n-step TD error| of each item (`protocol.PrioritizedAgent`): the library's td_error, r + gamma^k d Q' - Q,
         masked to 0 for a window that starts at a LAST step."""
         return tf.abs(loss_info.extra.td_error)
-
-
-def dqn_window_length(agent_config: AgentConfig) -> int:
-    """Steps per sampled window for DQN and Double DQN: the n-step return's n + 1."""
-    return window_length(agent_config.n_step)
 
 
 def build_dqn_agent(
