@@ -81,7 +81,7 @@ class RssSampler:
                     (roles if "-m dqn_cartpole" in cmdline else ray_procs).add(child)
             except psutil.Error:
                 continue
-        return _rss(ray_procs), _rss(roles), _pss(roles)
+        return _memory(ray_procs, "rss"), _memory(roles, "rss"), _memory(roles, "pss")
 
     def stop(self) -> tuple[float, float, float]:
         self._stop.set()
@@ -89,25 +89,15 @@ class RssSampler:
         return self.ray_peak / 2 ** 20, self.roles_peak / 2 ** 20, self.roles_pss_peak / 2 ** 20
 
 
-def _rss(processes: set) -> int:
+def _memory(processes: set, field: str) -> int:
+    """The sum of the processes' `rss` (memory_info) or `pss` (memory_full_info; a process gone meanwhile counts 0)."""
     import psutil
 
     total = 0
     for process in processes:
         try:
-            total += process.memory_info().rss
-        except psutil.Error:
-            continue
-    return total
-
-
-def _pss(processes: set) -> int:
-    import psutil
-
-    total = 0
-    for process in processes:
-        try:
-            total += process.memory_full_info().pss
+            info = process.memory_info() if field == "rss" else process.memory_full_info()
+            total += getattr(info, field)
         except (psutil.Error, AttributeError):
             continue
     return total
