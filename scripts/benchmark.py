@@ -56,8 +56,7 @@ import time
 from typing import Optional
 
 from benchmark_common import (DEFAULT_REFERENCE, REPO, machine, project_rate, reference_rate,  # noqa: E402
-                              run_train, splice_between)
-from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
+                              run_main, run_train, splice_between)
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
@@ -508,8 +507,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UserError as exc:  # bad input (--seeds, --scale-out): one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_main(main)  # bad input (--seeds, --scale-out): one line, exit status 2

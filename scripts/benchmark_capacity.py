@@ -675,15 +675,11 @@ def heavy():
         yield
 
 
-def load() -> str:
-    return "/".join(f"{v:.1f}" for v in os.getloadavg())
-
-
 def capacity(args: argparse.Namespace) -> None:
-    from benchmark_common import reference_rate
+    from benchmark_common import load_averages, reference_rate
 
     workdir = tempfile.mkdtemp(prefix="dqn-capacity-")
-    started, load_before = time.time(), load()
+    started, load_before = time.time(), load_averages()
     has_reference = os.path.isfile(args.reference)
     if not has_reference:
         print(f"no reference loop at {args.reference}: the ratios to it are skipped (give it with --reference PATH)",
@@ -696,7 +692,7 @@ def capacity(args: argparse.Namespace) -> None:
     results = run_phases(args, workdir)
     after = reference_rate(args.reference, args.iterations) if has_reference else None
     reference = (before + after) / 2 if has_reference else None
-    lines = [f"load average (1/5/15 min): {load_before} at the start, {load()} at the end; {os.cpu_count()} cores"]
+    lines = [f"load average (1/5/15 min): {load_before} at the start, {load_averages()} at the end; {os.cpu_count()} cores"]
     if reference:
         lines.append(f"reference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end "
                      f"(ratios use their mean, {reference:.0f})")
@@ -725,8 +721,6 @@ def main(argv: list) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, HERE)
-    try:
-        main(sys.argv[1:])
-    except UserError as exc:  # bad input: one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    from benchmark_common import run_main
+
+    run_main(main, sys.argv[1:])

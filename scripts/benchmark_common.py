@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -77,3 +78,20 @@ def machine() -> str:
     from dqn_cartpole.run_folder.provenance import cpu_model  # the one reader of the CPU's model name
 
     return f"{os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, {platform.system()}"
+
+
+def load_averages() -> str:
+    """The machine's 1, 5 and 15 min load averages, e.g. '1.2/0.9/0.7'."""
+    return "/".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def run_main(main: Callable, *args) -> None:
+    """Runs a script's `main(*args)` and exits with what it returns; bad input (a UserError) is one `error:` line
+    and exit status 2, not a traceback."""
+    from dqn_cartpole.errors import UserError  # light: no TensorFlow
+
+    try:
+        raise SystemExit(main(*args))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

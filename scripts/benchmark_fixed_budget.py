@@ -124,8 +124,6 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    from benchmark_common import run_main
+
+    run_main(main)

@@ -370,7 +370,7 @@ def main(argv: list) -> None:
     """The failure runs alone, between two runs of the reference loop, with the load average before and after."""
     import argparse
 
-    from benchmark_common import DEFAULT_REFERENCE, reference_rate
+    from benchmark_common import DEFAULT_REFERENCE, load_averages, reference_rate
 
     parser = argparse.ArgumentParser(description="one --topology ray run per failure (scripts/benchmark_ray.py)")
     parser.add_argument("--failures", default=",".join(FAILURES), help=f"among: {', '.join(FAILURES)}")
@@ -385,11 +385,11 @@ def main(argv: list) -> None:
     unknown = [kind for kind in kinds if kind not in FAILURES]
     if unknown:
         parser.error(f"--failures: unknown {', '.join(unknown)} (known: {', '.join(FAILURES)})")
-    started, loads = time.time(), ["/".join(f"{v:.1f}" for v in os.getloadavg())]
+    started, loads = time.time(), [load_averages()]
     before = reference_rate(args.reference, args.iterations)
     failure_table(tempfile.mkdtemp(prefix="dqn-bench-ray-"), kinds)
     after = reference_rate(args.reference, args.iterations)
-    loads.append("/".join(f"{v:.1f}" for v in os.getloadavg()))
+    loads.append(load_averages())
     print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end; load "
           f"average (1/5/15 min) {loads[0]} at the start, {loads[1]} at the end; {time.time() - started:.0f} s")
 

@@ -40,7 +40,7 @@ import tempfile
 import time
 
 import benchmark_ray
-from benchmark_common import DEFAULT_REFERENCE, REPO, project_rate, reference_rate
+from benchmark_common import DEFAULT_REFERENCE, REPO, load_averages, project_rate, reference_rate, run_main
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 
@@ -65,10 +65,6 @@ while alive.any():
 assert not any(m.startswith("dqn_cartpole") for m in sys.modules)
 print(returns.mean(), returns.min())
 """
-
-
-def load() -> str:
-    return "/".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def python() -> list:
@@ -311,7 +307,7 @@ def scale_out_tables(collector_counts: list, iterations: int, seeds: list, refer
                      ray_failures: bool = False, solve_only: bool = False) -> None:
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")
     started = time.time()
-    print(f"load average (1/5/15 min) at the start: {load()}", flush=True)
+    print(f"load average (1/5/15 min) at the start: {load_averages()}", flush=True)
     has_reference = os.path.isfile(reference)
     if not has_reference:
         print(f"no reference loop at {reference}: the ratios to it are skipped (give it with --reference PATH)",
@@ -327,7 +323,7 @@ def scale_out_tables(collector_counts: list, iterations: int, seeds: list, refer
     if has_reference:
         print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end "
               f"(ratios above use the start)")
-    print(f"load average at the end: {load()}; the benchmark took {time.time() - started:.0f} s; runs in {workdir}")
+    print(f"load average at the end: {load_averages()}; the benchmark took {time.time() - started:.0f} s; runs in {workdir}")
 
 
 def throughput_tables(collector_counts: list, iterations: int, workdir: str, before) -> None:
@@ -363,7 +359,7 @@ def priorities_table(collector_counts: list, iterations: int, rounds: int, refer
     """The collectors' env steps/s on the shared table, uniform against prioritized, `rounds` alternating pairs per
     number of collectors, between two runs of the reference loop."""
     workdir = tempfile.mkdtemp(prefix="dqn-bench-priorities-")
-    print(f"load average (1/5/15 min) at the start: {load()}", flush=True)
+    print(f"load average (1/5/15 min) at the start: {load_averages()}", flush=True)
     before = reference_rate(reference, iterations) if os.path.isfile(reference) else None
     print(f"\n| train --topology local, default config, {iterations} iterations, `{', '.join(SHARED_TABLE)}` | "
           f"uniform: collectors' env steps/s (each pair) | prioritized | median ratio |\n| --- | --- | --- | --- |")
@@ -379,7 +375,7 @@ def priorities_table(collector_counts: list, iterations: int, rounds: int, refer
     after = reference_rate(reference, iterations) if before else None
     if before:
         print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end")
-    print(f"load average at the end: {load()}; runs in {workdir}")
+    print(f"load average at the end: {load_averages()}; runs in {workdir}")
 
 
 def main(argv: list) -> None:
@@ -415,8 +411,4 @@ def main(argv: list) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except UserError as exc:  # bad input: one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_main(main, sys.argv[1:])

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from benchmark_common import DEFAULT_REFERENCE, REPO, reference_rate, splice_between
+from benchmark_common import DEFAULT_REFERENCE, REPO, reference_rate, run_main, splice_between
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 
@@ -180,8 +180,4 @@ def write_section(path: str, body: list[str], command: str, took_s: float, loads
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except UserError as exc:  # bad input: one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_main(main, sys.argv[1:])
