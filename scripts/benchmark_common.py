@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -23,10 +23,11 @@ DEFAULT_REFERENCE = next((os.path.join(folder, "shared", "bench", "reference_loo
                          os.path.join(os.path.dirname(REPO), "shared", "bench", "reference_loop.py"))
 
 
-def run_train(config: str, out: str, overrides: list[str]) -> dict:
-    """Runs `train` in a fresh process; returns its summary.json."""
-    args = [sys.executable, "-m", "dqn_cartpole", "train", "--config", os.path.join(REPO, "configs", config),
-            "--output-dir", out, "--quiet", "--overwrite"]
+def run_train(config: Optional[str], out: str, overrides: list[str], options: tuple = ()) -> dict:
+    """Runs `train OPTIONS` in a fresh process on configs/`config` (None: no --config); returns its summary.json."""
+    given = ("--config", os.path.join(REPO, "configs", config)) if config else ()
+    args = [sys.executable, "-m", "dqn_cartpole", "train", *options, *given, "--output-dir", out, "--quiet",
+            "--overwrite"]
     for item in overrides:
         args += ["--set", item]
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)

@@ -40,7 +40,8 @@ import tempfile
 import time
 
 import benchmark_ray
-from benchmark_common import DEFAULT_REFERENCE, REPO, load_averages, project_rate, reference_rate, run_main
+from benchmark_common import (DEFAULT_REFERENCE, REPO, load_averages, project_rate, reference_rate, run_main,
+                              run_train)
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 
@@ -180,22 +181,15 @@ def learner_child(mode: str, steps: int) -> None:
 # ---------------------------------------------------------------------------- the local topology
 
 
-def run_train(out: str, options: list, overrides: list) -> tuple[dict, float]:
+def timed_train(out: str, options: list, overrides: list) -> tuple[dict, float]:
     """`train OPTIONS` on the default config into `out`; returns (summary.json, the launch's Unix time)."""
-    args = python() + ["train", *options, "--output-dir", out, "--quiet", "--overwrite", "--set", "video.enabled=false"]
-    for item in overrides:
-        args += ["--set", item]
     started = time.time()
-    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
-    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
-        return json.load(handle), started
+    return run_train(None, out, ["video.enabled=false", *overrides], tuple(options)), started
 
 
 def local_run(collectors: int, out: str, overrides: list) -> tuple[dict, float]:
     """`train --topology local` on the default config; returns (summary.json, the launch's Unix time)."""
-    return run_train(out, ["--topology", "local", "--collectors", str(collectors)], overrides)
+    return timed_train(out, ["--topology", "local", "--collectors", str(collectors)], overrides)
 
 
 def local_throughput(collectors: int, iterations: int, workdir: str, overrides: tuple = (), tag: str = "") -> dict:
@@ -214,7 +208,7 @@ def local_throughput(collectors: int, iterations: int, workdir: str, overrides: 
 
 
 def single_run(out: str, seed: int) -> tuple[dict, float]:
-    return run_train(out, [], [f"training.seed={seed}"])
+    return timed_train(out, [], [f"training.seed={seed}"])
 
 
 def plain_tf_score(policy: str) -> tuple[float, float]:
