@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,7 +55,7 @@ import time
 from typing import Optional
 
 from benchmark_common import (DEFAULT_REFERENCE, REPO, machine, project_rate, reference_rate,  # noqa: E402
-                              run_main, run_train, splice_between)
+                              median, run_main, run_train, splice_between)
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
@@ -236,11 +235,6 @@ def tracking_benchmark(args: argparse.Namespace) -> None:
     rates = f"reference loop {before:.0f} it/s before, {after:.0f} after; " if has_reference else ""
     print(f"\n({rates}took {time.time() - started:.0f} s; load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; runs in {workdir})")
-
-
-def median(values) -> float:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else float("nan")
 
 
 def scaled(seconds: float, reference: Optional[float]) -> str:

@@ -47,7 +47,6 @@ import os
 import pickle
 import re
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -584,11 +583,6 @@ def phase_table(phase: Phase, rows: list, reference: Optional[float]) -> list:
     return lines
 
 
-def med(values) -> float:
-    values = [v for v in values if v == v]
-    return statistics.median(values) if values else float("nan")
-
-
 # (what, the phases it is measured in, the figure, its unit, what one core of it does)
 COSTS = (("learner, `learner` mode at the run's ratio", ("learner",), "learner_s_per_1k_steps", "train steps"),
          ("learner, `learner` mode, 64 new windows per step", ("learner-drain",), "learner_s_per_1k_steps",
@@ -606,10 +600,12 @@ COSTS = (("learner, `learner` mode at the run's ratio", ("learner",), "learner_s
 
 def cost_lines(results: dict) -> list:
     """Per-role CPU costs (medians over every count of the phases that measure them) and one core's worth of each."""
+    from benchmark_common import median
+
     lines = ["\n| role (median over the counts) | measured: CPU s per 1,000 | extrapolated: one core's worth per s |",
              "| --- | --- | --- |"]
     for name, keys, figure, unit in COSTS:
-        cost = med(f[figure] for key in keys for _, f in results.get(key, []))
+        cost = median(f[figure] for key in keys for _, f in results.get(key, []))
         if cost == cost:
             lines.append(f"| {name} | {cost:.3f} ({unit}) | {1000 / cost:,.0f} {unit} |")
     real = results.get("real collector")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from typing import Callable, Optional
@@ -79,6 +80,12 @@ def machine() -> str:
     from dqn_cartpole.run_folder.provenance import cpu_model  # the one reader of the CPU's model name
 
     return f"{os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, {platform.system()}"
+
+
+def median(values) -> float:
+    """The median of the values that are numbers (None and nan left out); nan if none is."""
+    values = [v for v in values if v is not None and v == v]
+    return statistics.median(values) if values else float("nan")
 
 
 def load_averages() -> str:
