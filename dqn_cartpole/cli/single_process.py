@@ -14,9 +14,8 @@ import sys
 from typing import Any, Callable, Optional
 
 from dqn_cartpole.cli.shortcuts import add_track_arg
-from dqn_cartpole.cli.args import (add_config_args, check_positive, check_seed, config_overrides, config_path,
-                                   preset_note)
-from dqn_cartpole.config import (Config, dump_written, load, load_config, override_values, to_dict,
+from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, preset_note
+from dqn_cartpole.config import (Config, dump_written, load, load_config, locate_config, override_values, to_dict,
                                  validate_env_id)
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.console.quiet import NativeStderrFilter
@@ -118,7 +117,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         if args.output_dir:
             resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
-        path = config_path(args.config)
+        path = locate_config(args.config)
         loaded = load(path, config_overrides(args))
         config = loaded.config
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
@@ -181,7 +180,7 @@ def new_topology_run(args: argparse.Namespace) -> tuple:
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         if args.output_dir:
             resolve_run_dir(None, args.output_dir, args.overwrite)
-        config = load_config(config_path(args.config), config_overrides(args))
+        config = load_config(locate_config(args.config), config_overrides(args))
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     return config, run_dir
 
@@ -446,7 +445,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_specs(args: argparse.Namespace) -> int:
-    config = load_config(config_path(args.config), config_overrides(args))
+    config = load_config(locate_config(args.config), config_overrides(args))
     # as_dataset(4, 2) needs 2 steps, and Reverb one whole item; an empty Reverb table blocks reads.
     needed = config.agent.n_step + 1
     if args.steps < needed:
