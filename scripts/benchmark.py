@@ -55,7 +55,7 @@ import time
 from typing import Optional
 
 from benchmark_common import (DEFAULT_REFERENCE, REPO, machine, project_rate, reference_rate,  # noqa: E402
-                              median, run_main, run_train, splice_between)
+                              median, run_main, splice_between)
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")

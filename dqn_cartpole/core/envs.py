@@ -25,7 +25,7 @@ from tf_agents.trajectories import time_step as ts  # noqa: E402
 from tf_agents.typing import types  # noqa: E402
 
 from dqn_cartpole.env_ids import (  # noqa: E402,F401  (EnvSpecError, check_env_id, max_return: re-exported)
-    EnvSpecError, check_env_id, make_gymnasium, max_return, registered_spec, reward_threshold, spaces_problem)
+    EnvSpecError, check_env_id, make_gymnasium, max_return, spaces_problem)
 from dqn_cartpole.core.vector_env import VectorSteps, make_vector_env  # noqa: E402
 
 __all__ = [
