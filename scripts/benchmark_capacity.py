@@ -56,7 +56,8 @@ from typing import Any, Callable, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from capacity_collectors import SETUP_FILE, STEPS_FILE, Control, collector_host, synthetic_steps  # noqa: E402
-from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
+from dqn_cartpole.config import default_config_path  # noqa: E402  (light: no TensorFlow)
+from dqn_cartpole.errors import UserError  # noqa: E402
 
 DEFAULT_COUNTS = (1, 2, 4, 8, 16)
 MAX_COLLECTORS = 64
@@ -94,10 +95,6 @@ PHASES = (
     Phase("server-free", "server", ("distributed.samples_per_insert=null",),
           "`server`, no ratio: inserts and samples as fast as they go"),
 )
-
-
-def default_config_path() -> str:
-    return os.path.join(os.path.dirname(HERE), "configs", "default.yaml")
 
 
 def phase_overrides(phase: Phase) -> list:
