@@ -68,10 +68,6 @@ print(returns.mean(), returns.min())
 """
 
 
-def python() -> list:
-    return [sys.executable, "-m", "dqn_cartpole"]
-
-
 # ---------------------------------------------------------------------------- one process, tutorial settings
 
 
@@ -104,10 +100,11 @@ def start_server(config_path: str, overrides: list, stack) -> str:
     """A `replay-server` process for `config_path` + `overrides`; returns its address once it is ready."""
     from dqn_cartpole.distributed.launcher import free_port
     from dqn_cartpole.distributed.policy import replay_answers
+    from dqn_cartpole.processes.commands import child_command
 
     port = free_port()
-    args = python() + ["replay-server", "--config", config_path, "--replay-address", f"localhost:{port}",
-                       "--run-dir", tempfile.mkdtemp(prefix="dqn-bench-server-")]
+    args = child_command(["replay-server", "--config", config_path, "--replay-address", f"localhost:{port}",
+                          "--run-dir", tempfile.mkdtemp(prefix="dqn-bench-server-")])
     for item in overrides:
         args += ["--set", item]
     server = subprocess.Popen(args, cwd=REPO, stderr=subprocess.DEVNULL)
