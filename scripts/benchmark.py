@@ -96,13 +96,12 @@ BEGIN, END = "<!-- benchmark.py: begin -->", "<!-- benchmark.py: end -->"
 def default_run(seed: int, workdir: str, overrides: list[str]) -> dict:
     """`make train` with `--set training.seed=SEED`, videos and all: from process start to a saved, solve-checked
     policy (summary.json's `solved_wall_s`) and to the process's exit, its phases and its peak memory."""
+    from dqn_cartpole.processes.commands import set_flags
     from dqn_cartpole.processes.start_time import process_start_time
 
     out = os.path.join(workdir, f"train-s{seed}")
     args = [sys.executable, "-m", "dqn_cartpole", "train", "--output-dir", out, "--quiet", "--overwrite",
-            "--set", f"training.seed={seed}"]
-    for item in overrides:
-        args += ["--set", item]
+            "--set", f"training.seed={seed}", *set_flags(overrides)]
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     created = process_start_time(process.pid)  # where `solved_wall_s` counts from
     stdout, stderr = process.communicate()

@@ -228,12 +228,10 @@ def wait_for(condition: Callable[[], Any], what: str, timeout_s: float, check: C
 
 
 def role_command(role: str, phase: Phase, address: str, run_dir: str, *extra: str) -> list:
-    from dqn_cartpole.processes.commands import child_command
+    from dqn_cartpole.processes.commands import child_command, set_flags
 
-    argv = [role, "--config", default_config_path(), "--replay-address", address, "--run-dir", run_dir, *extra]
-    for item in phase_overrides(phase):
-        argv += ["--set", item]
-    return child_command(argv)
+    return child_command([role, "--config", default_config_path(), "--replay-address", address, "--run-dir", run_dir,
+                          *extra, *set_flags(phase_overrides(phase))])
 
 
 # ---------------------------------------------------------------------------- what one window measures

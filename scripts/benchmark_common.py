@@ -27,10 +27,10 @@ DEFAULT_REFERENCE = next((os.path.join(folder, "shared", "bench", "reference_loo
 def run_train(config: Optional[str], out: str, overrides: list[str], options: tuple = ()) -> dict:
     """Runs `train OPTIONS` in a fresh process on configs/`config` (None: no --config); returns its summary.json."""
     given = ("--config", os.path.join(REPO, "configs", config)) if config else ()
+    from dqn_cartpole.processes.commands import set_flags
+
     args = [sys.executable, "-m", "dqn_cartpole", "train", *options, *given, "--output-dir", out, "--quiet",
-            "--overwrite"]
-    for item in overrides:
-        args += ["--set", item]
+            "--overwrite", *set_flags(overrides)]
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")

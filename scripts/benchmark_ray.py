@@ -28,6 +28,7 @@ from typing import Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from dqn_cartpole.run_folder.csv_files import read_csv  # noqa: E402  (light: no TensorFlow)
+from dqn_cartpole.processes.commands import set_flags  # noqa: E402
 from dqn_cartpole.run_folder.placement import read_placement  # noqa: E402
 FAILURES = ("collector process", "collector worker", "evaluator", "learner", "replay server", "worker node")
 FAILURE_SETS = ["training.checkpoint_interval=1000", "training.log_interval=100", "evaluation.stop_when_solved=false",
@@ -36,11 +37,8 @@ KILL_AT = 2200  # train step: after the checkpoint at 2,000
 
 
 def command(collectors: int, out: str, overrides: list) -> list:
-    args = [sys.executable, "-m", "dqn_cartpole", "train", "--topology", "ray", "--collectors", str(collectors),
-            "--quiet", "--output-dir", out]
-    for item in overrides:
-        args += ["--set", item]
-    return args
+    return [sys.executable, "-m", "dqn_cartpole", "train", "--topology", "ray", "--collectors", str(collectors),
+            "--quiet", "--output-dir", out, *set_flags(overrides)]
 
 
 # ---------------------------------------------------------------------------- time to solve, start-up, memory

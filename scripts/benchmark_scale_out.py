@@ -100,13 +100,11 @@ def start_server(config_path: str, overrides: list, stack) -> str:
     """A `replay-server` process for `config_path` + `overrides`; returns its address once it is ready."""
     from dqn_cartpole.distributed.launcher import free_port
     from dqn_cartpole.distributed.policy import replay_answers
-    from dqn_cartpole.processes.commands import child_command
+    from dqn_cartpole.processes.commands import child_command, set_flags
 
     port = free_port()
     args = child_command(["replay-server", "--config", config_path, "--replay-address", f"localhost:{port}",
-                          "--run-dir", tempfile.mkdtemp(prefix="dqn-bench-server-")])
-    for item in overrides:
-        args += ["--set", item]
+                          "--run-dir", tempfile.mkdtemp(prefix="dqn-bench-server-"), *set_flags(overrides)])
     server = subprocess.Popen(args, cwd=REPO, stderr=subprocess.DEVNULL)
     stack.callback(server.wait)
     stack.callback(server.terminate)
