@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,8 +55,7 @@ import time
 from typing import Optional
 
 from benchmark_common import (DEFAULT_REFERENCE, REPO, machine, project_rate, reference_rate,  # noqa: E402
-                              run_train, splice_between)
-from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
+                              median, run_main, splice_between)
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
@@ -98,13 +96,12 @@ BEGIN, END = "<!-- benchmark.py: begin -->", "<!-- benchmark.py: end -->"
 def default_run(seed: int, workdir: str, overrides: list[str]) -> dict:
     """`make train` with `--set training.seed=SEED`, videos and all: from process start to a saved, solve-checked
     policy (summary.json's `solved_wall_s`) and to the process's exit, its phases and its peak memory."""
+    from dqn_cartpole.processes.commands import set_flags
     from dqn_cartpole.processes.start_time import process_start_time
 
     out = os.path.join(workdir, f"train-s{seed}")
     args = [sys.executable, "-m", "dqn_cartpole", "train", "--output-dir", out, "--quiet", "--overwrite",
-            "--set", f"training.seed={seed}"]
-    for item in overrides:
-        args += ["--set", item]
+            "--set", f"training.seed={seed}", *set_flags(overrides)]
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     created = process_start_time(process.pid)  # where `solved_wall_s` counts from
     stdout, stderr = process.communicate()
@@ -237,11 +234,6 @@ def tracking_benchmark(args: argparse.Namespace) -> None:
     rates = f"reference loop {before:.0f} it/s before, {after:.0f} after; " if has_reference else ""
     print(f"\n({rates}took {time.time() - started:.0f} s; load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; runs in {workdir})")
-
-
-def median(values) -> float:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else float("nan")
 
 
 def scaled(seconds: float, reference: Optional[float]) -> str:
@@ -508,8 +500,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UserError as exc:  # bad input (--seeds, --scale-out): one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_main(main)  # bad input (--seeds, --scale-out): one line, exit status 2

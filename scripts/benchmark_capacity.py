@@ -47,7 +47,6 @@ import os
 import pickle
 import re
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -57,7 +56,8 @@ from typing import Any, Callable, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from capacity_collectors import SETUP_FILE, STEPS_FILE, Control, collector_host, synthetic_steps  # noqa: E402
-from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
+from dqn_cartpole.config import default_config_path  # noqa: E402  (light: no TensorFlow)
+from dqn_cartpole.errors import UserError  # noqa: E402
 
 DEFAULT_COUNTS = (1, 2, 4, 8, 16)
 MAX_COLLECTORS = 64
@@ -95,10 +95,6 @@ PHASES = (
     Phase("server-free", "server", ("distributed.samples_per_insert=null",),
           "`server`, no ratio: inserts and samples as fast as they go"),
 )
-
-
-def default_config_path() -> str:
-    return os.path.join(os.path.dirname(HERE), "configs", "default.yaml")
 
 
 def phase_overrides(phase: Phase) -> list:
@@ -232,12 +228,10 @@ def wait_for(condition: Callable[[], Any], what: str, timeout_s: float, check: C
 
 
 def role_command(role: str, phase: Phase, address: str, run_dir: str, *extra: str) -> list:
-    from dqn_cartpole.processes.commands import child_command
+    from dqn_cartpole.processes.commands import child_command, set_flags
 
-    argv = [role, "--config", default_config_path(), "--replay-address", address, "--run-dir", run_dir, *extra]
-    for item in phase_overrides(phase):
-        argv += ["--set", item]
-    return child_command(argv)
+    return child_command([role, "--config", default_config_path(), "--replay-address", address, "--run-dir", run_dir,
+                          *extra, *set_flags(phase_overrides(phase))])
 
 
 # ---------------------------------------------------------------------------- what one window measures
@@ -584,11 +578,6 @@ def phase_table(phase: Phase, rows: list, reference: Optional[float]) -> list:
     return lines
 
 
-def med(values) -> float:
-    values = [v for v in values if v == v]
-    return statistics.median(values) if values else float("nan")
-
-
 # (what, the phases it is measured in, the figure, its unit, what one core of it does)
 COSTS = (("learner, `learner` mode at the run's ratio", ("learner",), "learner_s_per_1k_steps", "train steps"),
          ("learner, `learner` mode, 64 new windows per step", ("learner-drain",), "learner_s_per_1k_steps",
@@ -606,10 +595,12 @@ COSTS = (("learner, `learner` mode at the run's ratio", ("learner",), "learner_s
 
 def cost_lines(results: dict) -> list:
     """Per-role CPU costs (medians over every count of the phases that measure them) and one core's worth of each."""
+    from benchmark_common import median
+
     lines = ["\n| role (median over the counts) | measured: CPU s per 1,000 | extrapolated: one core's worth per s |",
              "| --- | --- | --- |"]
     for name, keys, figure, unit in COSTS:
-        cost = med(f[figure] for key in keys for _, f in results.get(key, []))
+        cost = median(f[figure] for key in keys for _, f in results.get(key, []))
         if cost == cost:
             lines.append(f"| {name} | {cost:.3f} ({unit}) | {1000 / cost:,.0f} {unit} |")
     real = results.get("real collector")
@@ -675,15 +666,11 @@ def heavy():
         yield
 
 
-def load() -> str:
-    return "/".join(f"{v:.1f}" for v in os.getloadavg())
-
-
 def capacity(args: argparse.Namespace) -> None:
-    from benchmark_common import reference_rate
+    from benchmark_common import load_averages, reference_rate
 
     workdir = tempfile.mkdtemp(prefix="dqn-capacity-")
-    started, load_before = time.time(), load()
+    started, load_before = time.time(), load_averages()
     has_reference = os.path.isfile(args.reference)
     if not has_reference:
         print(f"no reference loop at {args.reference}: the ratios to it are skipped (give it with --reference PATH)",
@@ -696,7 +683,7 @@ def capacity(args: argparse.Namespace) -> None:
     results = run_phases(args, workdir)
     after = reference_rate(args.reference, args.iterations) if has_reference else None
     reference = (before + after) / 2 if has_reference else None
-    lines = [f"load average (1/5/15 min): {load_before} at the start, {load()} at the end; {os.cpu_count()} cores"]
+    lines = [f"load average (1/5/15 min): {load_before} at the start, {load_averages()} at the end; {os.cpu_count()} cores"]
     if reference:
         lines.append(f"reference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end "
                      f"(ratios use their mean, {reference:.0f})")
@@ -725,8 +712,6 @@ def main(argv: list) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, HERE)
-    try:
-        main(sys.argv[1:])
-    except UserError as exc:  # bad input: one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    from benchmark_common import run_main
+
+    run_main(main, sys.argv[1:])

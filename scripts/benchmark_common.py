@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
+from typing import Callable, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -22,12 +24,13 @@ DEFAULT_REFERENCE = next((os.path.join(folder, "shared", "bench", "reference_loo
                          os.path.join(os.path.dirname(REPO), "shared", "bench", "reference_loop.py"))
 
 
-def run_train(config: str, out: str, overrides: list[str]) -> dict:
-    """Runs `train` in a fresh process; returns its summary.json."""
-    args = [sys.executable, "-m", "dqn_cartpole", "train", "--config", os.path.join(REPO, "configs", config),
-            "--output-dir", out, "--quiet", "--overwrite"]
-    for item in overrides:
-        args += ["--set", item]
+def run_train(config: Optional[str], out: str, overrides: list[str], options: tuple = ()) -> dict:
+    """Runs `train OPTIONS` in a fresh process on configs/`config` (None: no --config); returns its summary.json."""
+    given = ("--config", os.path.join(REPO, "configs", config)) if config else ()
+    from dqn_cartpole.processes.commands import set_flags
+
+    args = [sys.executable, "-m", "dqn_cartpole", "train", *options, *given, "--output-dir", out, "--quiet",
+            "--overwrite", *set_flags(overrides)]
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
@@ -77,3 +80,26 @@ def machine() -> str:
     from dqn_cartpole.run_folder.provenance import cpu_model  # the one reader of the CPU's model name
 
     return f"{os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, {platform.system()}"
+
+
+def median(values) -> float:
+    """The median of the values that are numbers (None and nan left out); nan if none is."""
+    values = [v for v in values if v is not None and v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def load_averages() -> str:
+    """The machine's 1, 5 and 15 min load averages, e.g. '1.2/0.9/0.7'."""
+    return "/".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def run_main(main: Callable, *args) -> None:
+    """Runs a script's `main(*args)` and exits with what it returns; bad input (a UserError) is one `error:` line
+    and exit status 2, not a traceback."""
+    from dqn_cartpole.errors import UserError  # light: no TensorFlow
+
+    try:
+        raise SystemExit(main(*args))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

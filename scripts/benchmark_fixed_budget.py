@@ -26,6 +26,7 @@ sys.path.insert(0, REPO)
 from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
 from dqn_cartpole.experiments import stats  # noqa: E402
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
+from dqn_cartpole.processes.commands import set_flags  # noqa: E402
 
 BEGIN, END = "<!-- benchmark.py fixed budget: begin -->", "<!-- benchmark.py fixed budget: end -->"
 
@@ -36,9 +37,7 @@ def train_args(args: argparse.Namespace, seed: int, out: str) -> list[str]:
                "--set", "evaluation.stop_when_solved=false", "--set", "video.enabled=false"]
     if args.topology != "single":
         command += ["--topology", args.topology, "--collectors", str(args.collectors)]
-    for item in args.overrides:
-        command += ["--set", item]
-    return command
+    return command + set_flags(args.overrides)
 
 
 def read_result(seed: int, out: str, process: subprocess.CompletedProcess) -> dict:
@@ -124,8 +123,6 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    from benchmark_common import run_main
+
+    run_main(main)

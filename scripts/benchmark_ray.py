@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import csv
 import glob
 import json
 import os
@@ -28,7 +27,9 @@ from typing import Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from dqn_cartpole.run_folder.placement import read_placement  # noqa: E402  (light: no TensorFlow)
+from dqn_cartpole.run_folder.csv_files import read_csv  # noqa: E402  (light: no TensorFlow)
+from dqn_cartpole.processes.commands import set_flags  # noqa: E402
+from dqn_cartpole.run_folder.placement import read_placement  # noqa: E402
 FAILURES = ("collector process", "collector worker", "evaluator", "learner", "replay server", "worker node")
 FAILURE_SETS = ["training.checkpoint_interval=1000", "training.log_interval=100", "evaluation.stop_when_solved=false",
                 "training.num_iterations=10000", "video.enabled=false", "evaluation.eval_interval=250"]
@@ -36,11 +37,8 @@ KILL_AT = 2200  # train step: after the checkpoint at 2,000
 
 
 def command(collectors: int, out: str, overrides: list) -> list:
-    args = [sys.executable, "-m", "dqn_cartpole", "train", "--topology", "ray", "--collectors", str(collectors),
-            "--quiet", "--output-dir", out]
-    for item in overrides:
-        args += ["--set", item]
-    return args
+    return [sys.executable, "-m", "dqn_cartpole", "train", "--topology", "ray", "--collectors", str(collectors),
+            "--quiet", "--output-dir", out, *set_flags(overrides)]
 
 
 # ---------------------------------------------------------------------------- time to solve, start-up, memory
@@ -81,7 +79,7 @@ class RssSampler:
                     (roles if "-m dqn_cartpole" in cmdline else ray_procs).add(child)
             except psutil.Error:
                 continue
-        return _rss(ray_procs), _rss(roles), _pss(roles)
+        return _memory(ray_procs, "rss"), _memory(roles, "rss"), _memory(roles, "pss")
 
     def stop(self) -> tuple[float, float, float]:
         self._stop.set()
@@ -89,25 +87,15 @@ class RssSampler:
         return self.ray_peak / 2 ** 20, self.roles_peak / 2 ** 20, self.roles_pss_peak / 2 ** 20
 
 
-def _rss(processes: set) -> int:
+def _memory(processes: set, field: str) -> int:
+    """The sum of the processes' `rss` (memory_info) or `pss` (memory_full_info; a process gone meanwhile counts 0)."""
     import psutil
 
     total = 0
     for process in processes:
         try:
-            total += process.memory_info().rss
-        except psutil.Error:
-            continue
-    return total
-
-
-def _pss(processes: set) -> int:
-    import psutil
-
-    total = 0
-    for process in processes:
-        try:
-            total += process.memory_full_info().pss
+            info = process.memory_info() if field == "rss" else process.memory_full_info()
+            total += getattr(info, field)
         except (psutil.Error, AttributeError):
             continue
     return total
@@ -135,14 +123,6 @@ def ray_solve_run(collectors: int, out: str, overrides: list) -> tuple[dict, flo
 # ---------------------------------------------------------------------------- one failure of one role
 
 
-def rows(path: str) -> list:
-    try:
-        with open(path, newline="") as handle:
-            return list(csv.DictReader(handle))
-    except OSError:
-        return []
-
-
 def placement(run_dir: str) -> dict:
     """The roles of the run's roles/placement.json ({} before it is written)."""
     found = read_placement(run_dir)
@@ -150,7 +130,7 @@ def placement(run_dir: str) -> dict:
 
 
 def train_step(run_dir: str) -> int:
-    found = rows(os.path.join(run_dir, "train_metrics.csv"))
+    found = read_csv(os.path.join(run_dir, "train_metrics.csv"))
     return int(found[-1]["train_step"]) if found else 0
 
 
@@ -205,19 +185,19 @@ def recovery(kind: str, out: str, process, killed: float, killed_step: int, role
         path = os.path.join(out, "roles", f"collector-{role.split()[-1]}.csv")
 
         def wrote_again() -> bool:
-            return any(float(r["unix_s"]) > killed for r in rows(path))
+            return any(float(r["unix_s"]) > killed for r in read_csv(path))
 
         watch = NoticeWatch(out + ".log", role, out)
         wait(lambda: watch() and wrote_again(), 180, process, poll_s=0.05)
-        first = next((r for r in rows(path) if float(r["unix_s"]) > killed), None)
+        first = next((r for r in read_csv(path) if float(r["unix_s"]) > killed), None)
         # Its first row comes 5 s after it began collecting; its first window, within milliseconds of that start.
         back = float(first["unix_s"]) - float(first["wall_s"]) if first else None
         return {"role": role, "back_s": None if back is None else back - killed,
                 "phases": restart_phases(out, role, killed, watch)}
     if kind == "evaluator":
         path = os.path.join(out, "eval_metrics.csv")
-        before = len(rows(path))
-        back = wait(lambda: len(rows(path)) > before, 180, process)
+        before = len(read_csv(path))
+        back = wait(lambda: len(read_csv(path)) > before, 180, process)
         return {"role": role, "back_s": None if back is None else back - killed}
     if kind == "replay server":  # it answers again; then the learner trains on (it may have read ahead)
         port = int(re.search(r"port (\d+), a learner", open(out + ".log").read()).group(1))
@@ -305,9 +285,9 @@ def resumed(out: str) -> Optional[int]:
 
 def cost(kind: str, out: str, killed_step: int, result: dict) -> str:
     """What the failure cost the run, from its files."""
-    train = [int(r["train_step"]) for r in rows(os.path.join(out, "train_metrics.csv"))]
+    train = [int(r["train_step"]) for r in read_csv(os.path.join(out, "train_metrics.csv"))]
     gaps = max((b - a for a, b in zip(train, train[1:])), default=0)
-    evals = [int(r["train_step"]) // 250 for r in rows(os.path.join(out, "eval_metrics.csv"))]  # eval_interval
+    evals = [int(r["train_step"]) // 250 for r in read_csv(os.path.join(out, "eval_metrics.csv"))]  # eval_interval
     missed = sum(b - a - 1 for a, b in zip(evals, evals[1:]) if b - a > 1)
     parts = []
     resumed_at = resumed(out)
@@ -325,7 +305,7 @@ def cost(kind: str, out: str, killed_step: int, result: dict) -> str:
         parts.append(f"{missed} evaluation interval(s) without a row" if missed else "no evaluation interval missed")
     if result["role"].startswith("collector"):
         path = os.path.join(out, "roles", f"collector-{result['role'].split()[-1]}.csv")
-        steps = [int(r["env_steps"]) for r in rows(path)]
+        steps = [int(r["env_steps"]) for r in read_csv(path)]
         parts.append("its env-step count carried on" if steps == sorted(steps) else "its env-step count restarted")
     parts.append(f"train rows continuous (largest gap {gaps} steps)" if train == sorted(set(train))
                  else "train rows repeated")
@@ -380,7 +360,7 @@ def main(argv: list) -> None:
     """The failure runs alone, between two runs of the reference loop, with the load average before and after."""
     import argparse
 
-    from benchmark_common import DEFAULT_REFERENCE, reference_rate
+    from benchmark_common import DEFAULT_REFERENCE, load_averages, reference_rate
 
     parser = argparse.ArgumentParser(description="one --topology ray run per failure (scripts/benchmark_ray.py)")
     parser.add_argument("--failures", default=",".join(FAILURES), help=f"among: {', '.join(FAILURES)}")
@@ -395,11 +375,11 @@ def main(argv: list) -> None:
     unknown = [kind for kind in kinds if kind not in FAILURES]
     if unknown:
         parser.error(f"--failures: unknown {', '.join(unknown)} (known: {', '.join(FAILURES)})")
-    started, loads = time.time(), ["/".join(f"{v:.1f}" for v in os.getloadavg())]
+    started, loads = time.time(), [load_averages()]
     before = reference_rate(args.reference, args.iterations)
     failure_table(tempfile.mkdtemp(prefix="dqn-bench-ray-"), kinds)
     after = reference_rate(args.reference, args.iterations)
-    loads.append("/".join(f"{v:.1f}" for v in os.getloadavg()))
+    loads.append(load_averages())
     print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end; load "
           f"average (1/5/15 min) {loads[0]} at the start, {loads[1]} at the end; {time.time() - started:.0f} s")
 

@@ -40,7 +40,8 @@ import tempfile
 import time
 
 import benchmark_ray
-from benchmark_common import DEFAULT_REFERENCE, REPO, project_rate, reference_rate
+from benchmark_common import (DEFAULT_REFERENCE, REPO, load_averages, project_rate, reference_rate, run_main,
+                              run_train)
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 
@@ -65,14 +66,6 @@ while alive.any():
 assert not any(m.startswith("dqn_cartpole") for m in sys.modules)
 print(returns.mean(), returns.min())
 """
-
-
-def load() -> str:
-    return "/".join(f"{v:.1f}" for v in os.getloadavg())
-
-
-def python() -> list:
-    return [sys.executable, "-m", "dqn_cartpole"]
 
 
 # ---------------------------------------------------------------------------- one process, tutorial settings
@@ -107,12 +100,11 @@ def start_server(config_path: str, overrides: list, stack) -> str:
     """A `replay-server` process for `config_path` + `overrides`; returns its address once it is ready."""
     from dqn_cartpole.distributed.launcher import free_port
     from dqn_cartpole.distributed.policy import replay_answers
+    from dqn_cartpole.processes.commands import child_command, set_flags
 
     port = free_port()
-    args = python() + ["replay-server", "--config", config_path, "--replay-address", f"localhost:{port}",
-                       "--run-dir", tempfile.mkdtemp(prefix="dqn-bench-server-")]
-    for item in overrides:
-        args += ["--set", item]
+    args = child_command(["replay-server", "--config", config_path, "--replay-address", f"localhost:{port}",
+                          "--run-dir", tempfile.mkdtemp(prefix="dqn-bench-server-"), *set_flags(overrides)])
     server = subprocess.Popen(args, cwd=REPO, stderr=subprocess.DEVNULL)
     stack.callback(server.wait)
     stack.callback(server.terminate)
@@ -184,22 +176,15 @@ def learner_child(mode: str, steps: int) -> None:
 # ---------------------------------------------------------------------------- the local topology
 
 
-def run_train(out: str, options: list, overrides: list) -> tuple[dict, float]:
+def timed_train(out: str, options: list, overrides: list) -> tuple[dict, float]:
     """`train OPTIONS` on the default config into `out`; returns (summary.json, the launch's Unix time)."""
-    args = python() + ["train", *options, "--output-dir", out, "--quiet", "--overwrite", "--set", "video.enabled=false"]
-    for item in overrides:
-        args += ["--set", item]
     started = time.time()
-    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
-    with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
-        return json.load(handle), started
+    return run_train(None, out, ["video.enabled=false", *overrides], tuple(options)), started
 
 
 def local_run(collectors: int, out: str, overrides: list) -> tuple[dict, float]:
     """`train --topology local` on the default config; returns (summary.json, the launch's Unix time)."""
-    return run_train(out, ["--topology", "local", "--collectors", str(collectors)], overrides)
+    return timed_train(out, ["--topology", "local", "--collectors", str(collectors)], overrides)
 
 
 def local_throughput(collectors: int, iterations: int, workdir: str, overrides: tuple = (), tag: str = "") -> dict:
@@ -218,7 +203,7 @@ def local_throughput(collectors: int, iterations: int, workdir: str, overrides: 
 
 
 def single_run(out: str, seed: int) -> tuple[dict, float]:
-    return run_train(out, [], [f"training.seed={seed}"])
+    return timed_train(out, [], [f"training.seed={seed}"])
 
 
 def plain_tf_score(policy: str) -> tuple[float, float]:
@@ -311,7 +296,7 @@ def scale_out_tables(collector_counts: list, iterations: int, seeds: list, refer
                      ray_failures: bool = False, solve_only: bool = False) -> None:
     workdir = tempfile.mkdtemp(prefix="dqn-bench-")
     started = time.time()
-    print(f"load average (1/5/15 min) at the start: {load()}", flush=True)
+    print(f"load average (1/5/15 min) at the start: {load_averages()}", flush=True)
     has_reference = os.path.isfile(reference)
     if not has_reference:
         print(f"no reference loop at {reference}: the ratios to it are skipped (give it with --reference PATH)",
@@ -327,7 +312,7 @@ def scale_out_tables(collector_counts: list, iterations: int, seeds: list, refer
     if has_reference:
         print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end "
               f"(ratios above use the start)")
-    print(f"load average at the end: {load()}; the benchmark took {time.time() - started:.0f} s; runs in {workdir}")
+    print(f"load average at the end: {load_averages()}; the benchmark took {time.time() - started:.0f} s; runs in {workdir}")
 
 
 def throughput_tables(collector_counts: list, iterations: int, workdir: str, before) -> None:
@@ -363,7 +348,7 @@ def priorities_table(collector_counts: list, iterations: int, rounds: int, refer
     """The collectors' env steps/s on the shared table, uniform against prioritized, `rounds` alternating pairs per
     number of collectors, between two runs of the reference loop."""
     workdir = tempfile.mkdtemp(prefix="dqn-bench-priorities-")
-    print(f"load average (1/5/15 min) at the start: {load()}", flush=True)
+    print(f"load average (1/5/15 min) at the start: {load_averages()}", flush=True)
     before = reference_rate(reference, iterations) if os.path.isfile(reference) else None
     print(f"\n| train --topology local, default config, {iterations} iterations, `{', '.join(SHARED_TABLE)}` | "
           f"uniform: collectors' env steps/s (each pair) | prioritized | median ratio |\n| --- | --- | --- | --- |")
@@ -379,7 +364,7 @@ def priorities_table(collector_counts: list, iterations: int, rounds: int, refer
     after = reference_rate(reference, iterations) if before else None
     if before:
         print(f"\nreference loop (the tutorial's own): {before:.0f} it/s at the start, {after:.0f} at the end")
-    print(f"load average at the end: {load()}; runs in {workdir}")
+    print(f"load average at the end: {load_averages()}; runs in {workdir}")
 
 
 def main(argv: list) -> None:
@@ -415,8 +400,4 @@ def main(argv: list) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except UserError as exc:  # bad input: one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_main(main, sys.argv[1:])

@@ -24,13 +24,12 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from benchmark_common import DEFAULT_REFERENCE, REPO, reference_rate, splice_between
+from benchmark_common import DEFAULT_REFERENCE, REPO, median, reference_rate, run_main, splice_between
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 
@@ -79,10 +78,6 @@ def run_sweep(root: str, name: str, seeds: str, ray: bool, extra_env: dict) -> d
 def run_seconds(summary: dict) -> float:
     """A run's seconds from its process start to its summary (its phases; plots and videos included)."""
     return sum(summary.get("phases", {}).values())
-
-
-def median(values) -> float:
-    return statistics.median(list(values))
 
 
 def variant_rows(label: str, results: list, base_wall: float) -> list[str]:
@@ -180,8 +175,4 @@ def write_section(path: str, body: list[str], command: str, took_s: float, loads
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except UserError as exc:  # bad input: one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_main(main, sys.argv[1:])

@@ -102,10 +102,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from dqn_cartpole.errors import UserError
+    from benchmark_common import run_main  # scripts/ is on the path when this file runs as a script
 
-    try:
-        sys.exit(main())
-    except UserError as exc:  # bad input (--seeds): one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_main(main)  # bad input (--seeds): one line, exit status 2

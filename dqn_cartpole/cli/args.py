@@ -9,7 +9,7 @@ import re
 from typing import Optional
 
 from dqn_cartpole.cli.shortcuts import add_shortcut_args, shortcut_overrides
-from dqn_cartpole.config import MAX_SEED, Config, default_config_path, locate_config, preset_for
+from dqn_cartpole.config import MAX_SEED, Config, default_config_path, preset_for
 from dqn_cartpole.errors import UserError
 
 
@@ -49,11 +49,6 @@ def config_overrides(args: argparse.Namespace) -> list:
     """The shortcuts given (as `Flagged` overrides, so an error names the flag), then every `--set`, in order: a
     later `--set` wins."""
     return shortcut_overrides(args, flagged=True) + list(args.overrides)
-
-
-def config_path(given: Optional[str]) -> str:
-    """The config file `--config` means (a path, or a shipped config's name); configs/default.yaml without it."""
-    return locate_config(given)
 
 
 def preset_note(config_file: str, config: Config) -> Optional[str]:

@@ -11,8 +11,9 @@ import io
 import sys
 from typing import Any
 
-from dqn_cartpole.cli.args import add_config_args, config_overrides, config_path, preset_note
+from dqn_cartpole.cli.args import add_config_args, config_overrides, preset_note
 from dqn_cartpole.cli.shortcuts import add_track_arg
+from dqn_cartpole.config import locate_config
 
 
 def add_parsers(sub: Any) -> None:
@@ -37,7 +38,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.reference:
         print(config_docs.reference_markdown(), end="")
         return 0
-    path = config_path(args.config)
+    path = locate_config(args.config)
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         loaded = load(path, config_overrides(args))
     note = preset_note(path, loaded.config)

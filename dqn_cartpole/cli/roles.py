@@ -14,8 +14,8 @@ import io
 import os
 from typing import Any
 
-from dqn_cartpole.cli.args import add_config_args, config_path
-from dqn_cartpole.config import check_prioritized_across_processes, load_config
+from dqn_cartpole.cli.args import add_config_args
+from dqn_cartpole.config import check_prioritized_across_processes, load_config, locate_config
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.replay.reverb_tables import check_port_free, parse_address
@@ -66,7 +66,7 @@ def load_role_config(args: argparse.Namespace) -> Any:
     """The role's config, checked, and the replay address parsed; before TensorFlow."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
-        config = load_config(config_path(args.config), args.overrides)
+        config = load_config(locate_config(args.config), args.overrides)
     if config.replay.backend != "reverb":
         raise UserError(f"{args.command}: the roles share a Reverb server; set replay.backend: reverb "
                         f"(got {config.replay.backend})")

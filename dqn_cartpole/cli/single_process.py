@@ -10,14 +10,12 @@ import argparse
 import contextlib
 import io
 import os
-import shutil
 import sys
 from typing import Any, Callable, Optional
 
 from dqn_cartpole.cli.shortcuts import add_track_arg
-from dqn_cartpole.cli.args import (add_config_args, check_positive, check_seed, config_overrides, config_path,
-                                   preset_note)
-from dqn_cartpole.config import (Config, dump_written, load, load_config, override_values, to_dict,
+from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, preset_note
+from dqn_cartpole.config import (Config, dump_written, load, load_config, locate_config, override_values, to_dict,
                                  validate_env_id)
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.console.quiet import NativeStderrFilter
@@ -29,7 +27,8 @@ from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.record import read_written
 from dqn_cartpole.run_folder.lock import lock_run
-from dqn_cartpole.run_folder.resolve import check_recording_path, create_run_dir, resolve_policy, resolve_run_dir
+from dqn_cartpole.run_folder.resolve import (check_recording_path, create_run_dir, removed_on_bad_input,
+                                             resolve_policy, resolve_run_dir)
 from dqn_cartpole.tracking.send import send_run
 from dqn_cartpole.training import finished
 
@@ -118,7 +117,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         if args.output_dir:
             resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
-        path = config_path(args.config)
+        path = locate_config(args.config)
         loaded = load(path, config_overrides(args))
         config = loaded.config
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
@@ -157,19 +156,23 @@ def write_written(run_dir: str, written: dict) -> None:
 def cmd_train_local(args: argparse.Namespace) -> int:
     """`train --topology local`: the same checks and run folder as `train`, then every role as a process."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    if args.resume:
-        run_dir = args.resume
-        # A run whose replay is not in Reverb is refused before the lock (bad input touches nothing).
-        config, plan, lock = lock_and_plan_resume(
-            run_dir, args, lambda config: launcher.local_config(config, run_dir, checkpointing.ResumePlan(None)))
-        config = launcher.local_config(config, run_dir, plan)
-        created = False
-    else:
-        config, run_dir = new_topology_run(args)
-        config, plan = launcher.local_config(config, run_dir, None), None
-        created, lock = create_run_dir(run_dir, args.overwrite)
+    config, run_dir = (None, args.resume) if args.resume else new_topology_run(args)
+    config, plan, created, lock = claim_topology_run(args, config, run_dir, "local")
     with contextlib.closing(lock):  # every role inherits it: it lives as long as any of them does
         return launcher.launch(config, run_dir, args.collectors, plan, args.quiet, created, lock)
+
+
+def claim_topology_run(args: argparse.Namespace, config: Any, run_dir: str, topology: str) -> tuple:
+    """(the config as the roles share it, the resume plan or None, whether the folder was created, its lock) of a
+    `--topology local` or `ray` run: a resumed run whose replay is not in Reverb is refused before the lock (bad
+    input touches nothing), then planned under it; a new run's folder is created and locked."""
+    if args.resume:
+        config, plan, lock = lock_and_plan_resume(
+            run_dir, args, lambda config: launcher.local_config(config, run_dir, checkpointing.ResumePlan(None),
+                                                                topology))
+        return launcher.local_config(config, run_dir, plan, topology), plan, False, lock
+    config = launcher.local_config(config, run_dir, None, topology)
+    return (config, None, *create_run_dir(run_dir, args.overwrite))
 
 
 def new_topology_run(args: argparse.Namespace) -> tuple:
@@ -177,7 +180,7 @@ def new_topology_run(args: argparse.Namespace) -> tuple:
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         if args.output_dir:
             resolve_run_dir(None, args.output_dir, args.overwrite)
-        config = load_config(config_path(args.config), config_overrides(args))
+        config = load_config(locate_config(args.config), config_overrides(args))
         run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
     return config, run_dir
 
@@ -214,21 +217,9 @@ def launch_on_ray(args: argparse.Namespace, config: Any, run_dir: str, address: 
             ray_session(address, config.distributed.connect_timeout_s, "--topology ray",
                         flag="--address" if args.address else "RAY_ADDRESS") as session:
         ready_s = time.monotonic() - started
-        if args.resume:
-            config, plan, lock = lock_and_plan_resume(
-                run_dir, args, lambda config: launcher.local_config(config, run_dir, checkpointing.ResumePlan(None),
-                                                                    "ray"))
-            config, created = launcher.local_config(config, run_dir, plan, "ray"), False
-        else:
-            config, plan = launcher.local_config(config, run_dir, None, "ray"), None
-            created, lock = create_run_dir(run_dir, args.overwrite)
-        with contextlib.closing(lock):
-            try:
-                status = ray_topology.run(config, run_dir, args.collectors, plan, args.quiet, session, ready_s)
-            except UserError:
-                if created:
-                    shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
-                raise
+        config, plan, created, lock = claim_topology_run(args, config, run_dir, "ray")
+        with contextlib.closing(lock), removed_on_bad_input(run_dir, created):
+            status = ray_topology.run(config, run_dir, args.collectors, plan, args.quiet, session, ready_s)
     launcher.redraw(run_dir)
     ray_topology.command_time_line(run_dir, session.how, ready_s, time.monotonic() - started)
     send_run(config, run_dir)  # --track: once every role stopped and the plots are final
@@ -454,7 +445,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_specs(args: argparse.Namespace) -> int:
-    config = load_config(config_path(args.config), config_overrides(args))
+    config = load_config(locate_config(args.config), config_overrides(args))
     # as_dataset(4, 2) needs 2 steps, and Reverb one whole item; an empty Reverb table blocks reads.
     needed = config.agent.n_step + 1
     if args.steps < needed:

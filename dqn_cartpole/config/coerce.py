@@ -21,10 +21,8 @@ def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
         if value is None:
             return None
         (hint,) = [a for a in args if a is not type(None)]
-    if hint is tuple:
-        return _integers(value, key, source)
-    if hint == tuple[str, ...]:
-        return _strings(value, key, source)
+    if hint in (tuple, tuple[str, ...]):
+        return _items(value, int if hint is tuple else str, key, source)
     problem = f"{source}: {key}: expected {type_name(hint)}, got {describe(value)}"
     coerced = _SCALARS[hint](value) if hint in _SCALARS else _unsupported(hint)
     if coerced is _BAD:
@@ -71,22 +69,14 @@ def _unsupported(hint: Any) -> Any:
     raise AssertionError(f"unsupported config type {hint}")
 
 
-def _integers(value: Any, key: str, source: str) -> tuple:
+def _items(value: Any, kind: type, key: str, source: str) -> tuple:
+    """A list of `kind` (int or str; true and false are neither) as a tuple."""
+    what = "integers" if kind is int else "strings"
     if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{source}: {key}: expected a list of integers, got {describe(value)}")
+        raise ConfigError(f"{source}: {key}: expected a list of {what}, got {describe(value)}")
     for number, item in enumerate(value, 1):
-        if not isinstance(item, int) or isinstance(item, bool):
-            raise ConfigError(f"{source}: {key}: expected a list of integers, but item {number} is "
-                              f"{describe(item)}")
-    return tuple(value)
-
-
-def _strings(value: Any, key: str, source: str) -> tuple:
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{source}: {key}: expected a list of strings, got {describe(value)}")
-    for number, item in enumerate(value, 1):
-        if not isinstance(item, str):
-            raise ConfigError(f"{source}: {key}: expected a list of strings, but item {number} is {describe(item)}")
+        if not isinstance(item, kind) or isinstance(item, bool):
+            raise ConfigError(f"{source}: {key}: expected a list of {what}, but item {number} is {describe(item)}")
     return tuple(value)
 
 

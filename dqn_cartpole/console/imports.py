@@ -53,15 +53,8 @@ def heavy_imports(freeze: Optional[bool] = None) -> Iterator[None]:
 def import_tensorflow() -> None:
     """Imports TensorFlow quietly and with the collector paused, as `heavy_imports` does, but freezes nothing: for a
     process that goes on after its runs (a notebook's kernel), whose objects must stay collectable."""
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        stdlib_distutils()
-        silence()
-    finally:
-        if was_enabled:
-            gc.enable()
+    with heavy_imports(freeze=False):
+        pass
 
 
 def stdlib_distutils() -> None:

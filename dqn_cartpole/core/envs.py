@@ -25,7 +25,7 @@ from tf_agents.trajectories import time_step as ts  # noqa: E402
 from tf_agents.typing import types  # noqa: E402
 
 from dqn_cartpole.env_ids import (  # noqa: E402,F401  (EnvSpecError, check_env_id, max_return: re-exported)
-    EnvSpecError, check_env_id, make_gymnasium, max_return, registered_spec, reward_threshold, spaces_problem)
+    EnvSpecError, check_env_id, make_gymnasium, max_return, spaces_problem)
 from dqn_cartpole.core.vector_env import VectorSteps, make_vector_env  # noqa: E402
 
 __all__ = [
@@ -67,17 +67,8 @@ def _action_spec(discrete: spaces.Discrete) -> array_spec.BoundedArraySpec:
     )
 
 
-class _GymnasiumWrapper:
-    """The single adapter's specs, dtype casts, seeding and closing (the batched one steps through
-    `vector_env.VectorSteps`).
-
-    Subclasses set ``_env``, ``_seed``, ``_seeded``, ``_observation_spec`` and ``_action_spec``.
-    """
-
-    @property
-    def gym_env(self) -> Any:
-        """The wrapped gymnasium env (or vector env)."""
-        return self._env
+class _Specs:
+    """The specs of both adapters, which their ``__init__`` sets as ``_observation_spec`` and ``_action_spec``."""
 
     def observation_spec(self) -> array_spec.BoundedArraySpec:
         """See base class."""
@@ -87,30 +78,13 @@ class _GymnasiumWrapper:
         """See base class."""
         return self._action_spec
 
-    def _observation(self, observation: Any) -> np.ndarray:
-        """Casts a gymnasium observation to the spec dtype."""
-        return np.asarray(observation, dtype=self._observation_spec.dtype)
-
-    def _reset_observation(self) -> np.ndarray:
-        """Resets the env, seeding it only the first time so later episodes continue its RNG."""
-        if self._seeded:
-            observation, _ = self._env.reset()
-        else:
-            observation, _ = self._env.reset(seed=self._seed)
-            self._seeded = True
-        return self._observation(observation)
-
-    def close(self) -> None:
-        """Closes the gymnasium env."""
-        self._env.close()
-
 
 # --------------------------------------------------------------------------
 # Single environment
 # --------------------------------------------------------------------------
 
 
-class GymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironment):
+class GymnasiumEnvironment(_Specs, py_environment.PyEnvironment):
     """Single (unbatched) gymnasium env as a PyEnvironment."""
 
     def __init__(self, env: gymnasium.Env, seed: Optional[int] = None):
@@ -136,9 +110,20 @@ class GymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironment):
         self._observation_spec = _observation_spec(env.observation_space)
         self._action_spec = _action_spec(env.action_space)
 
+    @property
+    def gym_env(self) -> Any:
+        """The wrapped gymnasium env."""
+        return self._env
+
+    def _observation(self, observation: Any) -> np.ndarray:
+        """Casts a gymnasium observation to the spec dtype."""
+        return np.asarray(observation, dtype=self._observation_spec.dtype)
+
     def _reset(self) -> ts.TimeStep:
-        """Resets the gymnasium env; seeds it only the first time."""
-        return ts.restart(self._reset_observation())
+        """Resets the gymnasium env, seeding it only the first time so later episodes continue its RNG."""
+        observation, _ = self._env.reset() if self._seeded else self._env.reset(seed=self._seed)
+        self._seeded = True
+        return ts.restart(self._observation(observation))
 
     def _step(self, action: types.NestedArray) -> ts.TimeStep:
         """Steps the gymnasium env and maps terminated/truncated to LAST."""
@@ -173,12 +158,16 @@ class GymnasiumEnvironment(_GymnasiumWrapper, py_environment.PyEnvironment):
             )
         return np.asarray(self._env.render(), dtype=np.uint8)
 
+    def close(self) -> None:
+        """Closes the gymnasium env."""
+        self._env.close()
+
 # --------------------------------------------------------------------------
 # Batched environment
 # --------------------------------------------------------------------------
 
 
-class BatchedGymnasiumEnvironment(py_environment.PyEnvironment):
+class BatchedGymnasiumEnvironment(_Specs, py_environment.PyEnvironment):
     """N copies of an env stepped together as one batched PyEnvironment (`vector_env.VectorSteps`' steps)."""
 
     def __init__(self, vector_env: VectorEnv, seed: Optional[int] = None):
@@ -219,14 +208,6 @@ class BatchedGymnasiumEnvironment(py_environment.PyEnvironment):
     def batch_size(self) -> int:
         """See base class."""
         return self._steps.batch_size
-
-    def observation_spec(self) -> array_spec.BoundedArraySpec:
-        """See base class."""
-        return self._observation_spec
-
-    def action_spec(self) -> array_spec.BoundedArraySpec:
-        """See base class."""
-        return self._action_spec
 
     def _reset(self) -> ts.TimeStep:
         """Resets all sub-envs; seeds them only the first time."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import socket
 import sys
 import time
@@ -43,6 +42,7 @@ from dqn_cartpole.tracking.send import send_run
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.lock import RunLock
 from dqn_cartpole.run_folder.placement import PlacementRecord
+from dqn_cartpole.run_folder.resolve import removed_on_bad_input
 
 
 def free_port() -> int:
@@ -144,19 +144,14 @@ def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.Resu
 
 def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
            quiet: bool, created: bool, lock: RunLock) -> int:
-    """Runs the local topology; bad input removes the run folder if this command `created` it. The caller holds
-    the `lock`, which every role inherits."""
-    try:
+    """Writes the run's config, stages a resumed table, then runs the local topology; bad input removes the run
+    folder if this command `created` it. The caller holds the `lock`, which every role inherits."""
+    with removed_on_bad_input(run_dir, created):
         return run_topology(config, run_dir, collectors, plan, quiet, lock)
-    except UserError:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)  # bad input leaves no run folder behind
-        raise
 
 
 def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
                  quiet: bool, lock: RunLock) -> int:
-    """Writes the run's config, stages a resumed table, then runs the local topology."""
     from dqn_cartpole.replay.reverb_tables import check_port_free
 
     port = config.replay.reverb_port or free_port()

@@ -25,14 +25,7 @@ def iqm(values: np.ndarray, axis: int = -1) -> np.ndarray:
     return stats.trim_mean(values, 0.25, axis=axis)
 
 
-def mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(values, axis=axis)
-
-
-def median(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.median(values, axis=axis)
-
-
+mean, median = np.mean, np.median  # each statistic is called as f(values) or f(values, axis=...)
 STATISTICS: dict[str, Callable] = {"iqm": iqm, "mean": mean, "median": median}
 
 

@@ -26,7 +26,7 @@ from dqn_cartpole.experiments import grid, ray_transfer
 from dqn_cartpole.experiments.executor import Ended, LocalSlots, RayActors, RunRequest, describe_node
 from dqn_cartpole.experiments.sweep_progress import SweepProgress
 from dqn_cartpole.experiments.tracking_group import group_overrides
-from dqn_cartpole.processes.commands import continue_command
+from dqn_cartpole.processes.commands import continue_command, set_flags
 from dqn_cartpole.run_folder import layout, read_run
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.csv_files import dict_rows, read_csv, write_csv_atomic
@@ -73,9 +73,7 @@ class SweepPlan:
                 *(["--jobs", str(self.jobs)] if self.jobs is not None else []), *self.runner]
         for axis in m["grid"]:
             argv += ["--grid", axis]
-        for item in m["set"]:
-            argv += ["--set", item]
-        return continue_command(argv)
+        return continue_command(argv + set_flags(m["set"]))
 
 
 @dataclass

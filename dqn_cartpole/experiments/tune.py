@@ -194,9 +194,7 @@ def continue_command(plan: TunePlan) -> str:
         argv += ["--seeds", ",".join(str(s) for s in plan.seeds)]
     if plan.objective != "env_steps":
         argv += ["--objective", plan.objective]
-    for item in plan.overrides:
-        argv += ["--set", item]
-    return commands.continue_command(argv)
+    return commands.continue_command(argv + commands.set_flags(plan.overrides))
 
 
 class TrialRuns:

@@ -24,12 +24,14 @@ def continue_command(argv: Sequence[str]) -> str:
     return shlex.join([*PROGRAM, *argv])
 
 
+def set_flags(overrides: Sequence[str]) -> list[str]:
+    """`--set ITEM` for each override, as a command line gives them."""
+    return [word for item in overrides for word in ("--set", item)]
+
+
 def train_argv(config_path: str, overrides: Sequence[str], run_dir: str) -> list[str]:
     """Arguments of a fresh run in a child process (quiet: its console output goes to a log)."""
-    argv = ["train", "--config", config_path, "--output-dir", run_dir, "--quiet"]
-    for item in overrides:
-        argv += ["--set", item]
-    return argv
+    return ["train", "--config", config_path, "--output-dir", run_dir, "--quiet", *set_flags(overrides)]
 
 
 def resume_argv(run_dir: str, *extra: str) -> list[str]:

@@ -25,7 +25,6 @@ from typing import Any, Iterator, Optional
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.processes import ray_private
 
-EXTRA = "ray"
 INSTALL_HINT = 'pip install "dqn_cartpole[ray]" (in a checkout: pip install -e ".[ray]")'
 ADDRESS_ENV = "RAY_ADDRESS"
 # A local instance's object store: a run's results are small (a run folder, some MB); Ray's default is 30% of RAM.

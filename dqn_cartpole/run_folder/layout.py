@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, Optional
 
 CONFIG_FILE = "config.yaml"
 WRITTEN_CONFIG_FILE = "config.written.yaml"  # the keys the user wrote, as written (`auto` stays auto): what changed
@@ -36,118 +37,50 @@ COLLECTOR_METRICS = "collector-{id}.csv"
 PLACEMENT_FILE = "placement.json"  # a distributed run: where each role runs now (node, pid), and its restarts
 
 
+class _Inside:
+    """A path inside the run folder, as `RunLayout`'s attribute: `RunLayout(root).NAME` joins root and the parts."""
+
+    def __init__(self, *parts: str):
+        self.parts = parts
+
+    def __get__(self, layout: Optional["RunLayout"], owner: type) -> Any:
+        return self if layout is None else os.path.join(layout.root, *self.parts)
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Paths inside one run folder."""
 
     root: str
+    config = _Inside(CONFIG_FILE)
+    written_config = _Inside(WRITTEN_CONFIG_FILE)
+    train_metrics = _Inside(TRAIN_METRICS_FILE)
+    eval_metrics = _Inside(EVAL_METRICS_FILE)
+    plots = _Inside(PLOTS_DIR)
+    returns_plot = _Inside(PLOTS_DIR, RETURNS_PLOT)
+    loss_plot = _Inside(PLOTS_DIR, LOSS_PLOT)
+    epsilon_plot = _Inside(PLOTS_DIR, EPSILON_PLOT)
+    q_values_plot = _Inside(PLOTS_DIR, Q_VALUES_PLOT)
+    collectors_plot = _Inside(PLOTS_DIR, COLLECTORS_PLOT)
+    priorities_plot = _Inside(PLOTS_DIR, PRIORITIES_PLOT)
+    atoms_plot = _Inside(PLOTS_DIR, ATOMS_PLOT)
+    atoms = _Inside(ATOMS_FILE)
+    report = _Inside(REPORT_FILE)
+    videos = _Inside(VIDEOS_DIR)
+    trained_video = _Inside(VIDEOS_DIR, TRAINED_VIDEO)
+    random_video = _Inside(VIDEOS_DIR, RANDOM_VIDEO)
+    policy = _Inside(POLICY_DIR)
+    best_policy = _Inside(POLICY_DIR, BEST_POLICY)
+    final_policy = _Inside(POLICY_DIR, FINAL_POLICY)
+    checkpoints = _Inside(CHECKPOINTS_DIR)
+    tensorboard = _Inside(TENSORBOARD_DIR)
+    tracking = _Inside(TRACKING_FILE)
+    summary = _Inside(SUMMARY_FILE)
+    roles = _Inside(ROLES_DIR)
+    placement = _Inside(ROLES_DIR, PLACEMENT_FILE)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
 
-    @property
-    def config(self) -> str:
-        return self.path(CONFIG_FILE)
-
-    @property
-    def written_config(self) -> str:
-        return self.path(WRITTEN_CONFIG_FILE)
-
-    @property
-    def train_metrics(self) -> str:
-        return self.path(TRAIN_METRICS_FILE)
-
-    @property
-    def eval_metrics(self) -> str:
-        return self.path(EVAL_METRICS_FILE)
-
-    @property
-    def plots(self) -> str:
-        return self.path(PLOTS_DIR)
-
-    @property
-    def returns_plot(self) -> str:
-        return self.path(PLOTS_DIR, RETURNS_PLOT)
-
-    @property
-    def loss_plot(self) -> str:
-        return self.path(PLOTS_DIR, LOSS_PLOT)
-
-    @property
-    def epsilon_plot(self) -> str:
-        return self.path(PLOTS_DIR, EPSILON_PLOT)
-
-    @property
-    def q_values_plot(self) -> str:
-        return self.path(PLOTS_DIR, Q_VALUES_PLOT)
-
-    @property
-    def collectors_plot(self) -> str:
-        return self.path(PLOTS_DIR, COLLECTORS_PLOT)
-
-    @property
-    def priorities_plot(self) -> str:
-        return self.path(PLOTS_DIR, PRIORITIES_PLOT)
-
-    @property
-    def atoms_plot(self) -> str:
-        return self.path(PLOTS_DIR, ATOMS_PLOT)
-
-    @property
-    def atoms(self) -> str:
-        return self.path(ATOMS_FILE)
-
-    @property
-    def report(self) -> str:
-        return self.path(REPORT_FILE)
-
-    @property
-    def videos(self) -> str:
-        return self.path(VIDEOS_DIR)
-
-    @property
-    def trained_video(self) -> str:
-        return self.path(VIDEOS_DIR, TRAINED_VIDEO)
-
-    @property
-    def random_video(self) -> str:
-        return self.path(VIDEOS_DIR, RANDOM_VIDEO)
-
-    @property
-    def policy(self) -> str:
-        return self.path(POLICY_DIR)
-
-    @property
-    def best_policy(self) -> str:
-        return self.path(POLICY_DIR, BEST_POLICY)
-
-    @property
-    def final_policy(self) -> str:
-        return self.path(POLICY_DIR, FINAL_POLICY)
-
-    @property
-    def checkpoints(self) -> str:
-        return self.path(CHECKPOINTS_DIR)
-
-    @property
-    def tensorboard(self) -> str:
-        return self.path(TENSORBOARD_DIR)
-
-    @property
-    def tracking(self) -> str:
-        return self.path(TRACKING_FILE)
-
-    @property
-    def summary(self) -> str:
-        return self.path(SUMMARY_FILE)
-
-    @property
-    def roles(self) -> str:
-        return self.path(ROLES_DIR)
-
     def collector_metrics(self, collector_id: int) -> str:
         return self.path(ROLES_DIR, COLLECTOR_METRICS.format(id=collector_id))
-
-    @property
-    def placement(self) -> str:
-        return self.path(ROLES_DIR, PLACEMENT_FILE)

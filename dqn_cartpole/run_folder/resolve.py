@@ -6,10 +6,11 @@ is not a run is never deleted, and one process at a time works in a run folder.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import shutil
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.run_folder import layout
@@ -114,6 +115,17 @@ def create_run_dir(path: str, overwrite: bool, beside_roles: bool = False) -> tu
                     os.remove(target)
         existed = False
     return not existed, lock
+
+
+@contextlib.contextmanager
+def removed_on_bad_input(path: str, created: bool) -> Iterator[None]:
+    """Bad input (a UserError) in the block leaves no run folder behind where this command `created` it."""
+    try:
+        yield
+    except UserError:
+        if created:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def resolve_policy(path: str, final: bool = False) -> tuple[str, Optional[str]]:

@@ -28,9 +28,9 @@ from tf_agents.trajectories import time_step as ts, trajectory as trajectory_lib
 from tf_agents.utils import common
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig, c51_values
-from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter
-from dqn_cartpole.core.agents.n_step import valid_mask, window_length
-from dqn_cartpole.core.agents.noisy import act_on_mean_weights, collect_epsilon, noisy_sigma0
+from dqn_cartpole.core.agents.common import EpisodeWindowsTrainMixin, TfAgentAdapter, agent_args
+from dqn_cartpole.core.agents.n_step import valid_mask
+from dqn_cartpole.core.agents.noisy import act_on_mean_weights, noisy_sigma0
 from dqn_cartpole.core.agents.protocol import ReturnDistribution
 from dqn_cartpole.core.networks import CategoricalSequentialQNetwork, mean_weights
 from dqn_cartpole.core.policies import NumpyQNetwork
@@ -153,11 +153,6 @@ def _logit_stack(network: Any) -> Optional[list]:
     return hidden + [inner._q_value_layer]  # pylint: disable=protected-access
 
 
-def c51_window_length(agent_config: AgentConfig) -> int:
-    """Steps per sampled window for C51: the n-step return's n + 1, as DQN's."""
-    return window_length(agent_config.n_step)
-
-
 def build_c51_agent(
     agent_config: AgentConfig,
     network_config: NetworkConfig,
@@ -166,7 +161,7 @@ def build_c51_agent(
 ) -> C51ValueAgent:
     """Builds and initialises C51 (`kind: c51`) from the config, behind the `ValueAgent` interface."""
     num_atoms, min_q_value, max_q_value = c51_values(agent_config)
-    train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
+    args = agent_args(agent_config, network_config)
     if network_config.dueling or network_config.noisy:
         num_actions = int(action_spec.maximum - action_spec.minimum + 1)
         network = CategoricalSequentialQNetwork(tuple(network_config.fc_layer_params), num_actions, num_atoms,
@@ -180,16 +175,9 @@ def build_c51_agent(
         time_step_spec,
         action_spec,
         categorical_q_network=network,
-        optimizer=tf.keras.optimizers.legacy.Adam(learning_rate=agent_config.learning_rate),
         min_q_value=min_q_value,
         max_q_value=max_q_value,
-        epsilon_greedy=collect_epsilon(agent_config, network_config, train_step),
-        n_step_update=agent_config.n_step,
-        target_update_tau=agent_config.target_update_tau,
-        target_update_period=agent_config.target_update_period,
-        gamma=agent_config.gamma,
-        gradient_clipping=agent_config.gradient_clipping,
-        train_step_counter=train_step,
+        **args,
     )
     agent.double_q = agent_config.double_q
     agent.initialize()

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tf_agents.trajectories import trajectory as trajectory_lib
 from tf_agents.utils import common as tf_agents_common
 
-from dqn_cartpole.config import AgentConfig
+from dqn_cartpole.config import AgentConfig, NetworkConfig
 from dqn_cartpole.core.agents.n_step import n_step_transition, window_length
 from dqn_cartpole.core.agents.protocol import ReturnDistribution
 from dqn_cartpole.core.policies import NumpyGreedy, NumpyQNetwork
@@ -31,6 +31,23 @@ def epsilon_schedule(config: AgentConfig, train_step: tf.Variable) -> Callable[[
         return config.epsilon_start + (config.epsilon_end - config.epsilon_start) * progress
 
     return epsilon
+
+
+def agent_args(agent_config: AgentConfig, network_config: NetworkConfig) -> dict:
+    """The keyword arguments every TF-Agents agent of the DQN family takes from the config, with a new train step
+    counter. The collect policy's epsilon is the schedule, or 0 with noisy layers (they explore: `agents.noisy`)."""
+    train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
+    return dict(
+        # The legacy Adam runs a compiled train step ~35% faster than Keras 2.15's new one on CPU.
+        optimizer=tf.keras.optimizers.legacy.Adam(learning_rate=agent_config.learning_rate),
+        epsilon_greedy=0.0 if network_config.noisy else epsilon_schedule(agent_config, train_step),
+        n_step_update=agent_config.n_step,
+        target_update_tau=agent_config.target_update_tau,
+        target_update_period=agent_config.target_update_period,
+        gamma=agent_config.gamma,
+        gradient_clipping=agent_config.gradient_clipping,
+        train_step_counter=train_step,
+    )
 
 
 class TargetUpdates(tf.Module):

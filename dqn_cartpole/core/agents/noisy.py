@@ -9,19 +9,13 @@ from typing import Any, Callable, Optional
 
 from tf_agents.policies import tf_policy
 
-from dqn_cartpole.config import AgentConfig, NetworkConfig
-from dqn_cartpole.core.agents.common import epsilon_schedule
+from dqn_cartpole.config import NetworkConfig
 from dqn_cartpole.core.networks import mean_weights
 
 
 def noisy_sigma0(network_config: NetworkConfig) -> Optional[float]:
     """The noisy layers' sigma0, or None for plain layers."""
     return network_config.noisy_sigma0 if network_config.noisy else None
-
-
-def collect_epsilon(agent_config: AgentConfig, network_config: NetworkConfig, train_step: Any) -> Any:
-    """The collect policy's epsilon: the schedule, or 0 with noisy layers (they explore)."""
-    return 0.0 if network_config.noisy else epsilon_schedule(agent_config, train_step)
 
 
 class MeanWeightsPolicy(tf_policy.TFPolicy):

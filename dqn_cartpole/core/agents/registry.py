@@ -12,6 +12,13 @@ from dqn_cartpole.config import AgentConfig, NetworkConfig, register_agent_kind
 from dqn_cartpole.core.agents import c51, dqn, n_step
 from dqn_cartpole.core.agents.protocol import ValueAgent
 
+
+def n_step_window_length(agent_config: AgentConfig) -> int:
+    """The n-step family's window, n_step + 1: every shipped kind's, and a registered kind's unless it says
+    otherwise."""
+    return n_step.window_length(agent_config.n_step)
+
+
 BUILDERS: dict[str, Callable[..., ValueAgent]] = {
     "dqn": dqn.build_dqn_agent,
     "double_dqn": dqn.build_dqn_agent,
@@ -19,17 +26,8 @@ BUILDERS: dict[str, Callable[..., ValueAgent]] = {
 }
 # Steps per sampled window (`ValueAgent.window_length`), known before the agent is built: what a replay server's
 # tables, a collector's writers and a learner's reader are made for.
-WINDOW_LENGTHS: dict[str, Callable[[AgentConfig], int]] = {
-    "dqn": dqn.dqn_window_length,
-    "double_dqn": dqn.dqn_window_length,
-    "c51": c51.c51_window_length,
-}
+WINDOW_LENGTHS: dict[str, Callable[[AgentConfig], int]] = {kind: n_step_window_length for kind in BUILDERS}
 SHIPPED = tuple(BUILDERS)
-
-
-def n_step_window_length(agent_config: AgentConfig) -> int:
-    """The n-step family's window, n_step + 1: a registered kind's unless it says otherwise."""
-    return n_step.window_length(agent_config.n_step)
 
 
 def register(kind: str, builder: Callable[..., ValueAgent],
