@@ -52,7 +52,8 @@ def read_result(seed: int, out: str, process: subprocess.CompletedProcess) -> di
         raise SystemExit(f"train (seed {seed}): summary.json has no final_policy_return (policy/final was not scored)")
     return {"seed": seed, "final": final, "episodes": summary.get("final_policy_episodes"), "target": target,
             "holds": target is not None and final >= target, "best": summary.get("best_return"),
-            "solved_env_steps": summary.get("solved_env_steps"), "wall_s": summary.get("wall_s"), "run": out}
+            "solved_env_steps": summary.get("solved_env_steps"), "solve_checked": summary.get("solve_checked", True),
+            "wall_s": summary.get("wall_s"), "run": out}
 
 
 def run_seeds(args: argparse.Namespace, seeds: list[int], workdir: str) -> list[dict]:
@@ -82,7 +83,9 @@ def table(rows: list[dict]) -> list[str]:
     lines = ["| seed | first confirmed solve (env steps) | best periodic evaluation | policy/final, 100 fresh "
              "episodes | solves |", "| --- | --- | --- | --- | --- |"]
     for row in rows:
-        solve = f"{row['solved_env_steps']:,}" if row["solved_env_steps"] is not None else "never"
+        # a run with agent.solved_target_update_* null and the early stop off never looks for its solve
+        solve = (f"{row['solved_env_steps']:,}" if row["solved_env_steps"] is not None
+                 else "never" if row["solve_checked"] else "not checked")
         best = f"{row['best']:.1f}" if row["best"] is not None else "-"
         lines.append(f"| {row['seed']} | {solve} | {best} | {row['final']:.1f} | {'yes' if row['holds'] else '**no**'} |")
     finals = stats.estimate([row["final"] for row in rows], stats.iqm)
