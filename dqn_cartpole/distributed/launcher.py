@@ -144,14 +144,15 @@ def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.Resu
 
 def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
            quiet: bool, created: bool, lock: RunLock) -> int:
-    """Writes the run's config, stages a resumed table, then runs the local topology; bad input removes the run
-    folder if this command `created` it. The caller holds the `lock`, which every role inherits."""
+    """Runs the local topology (`run_topology`); bad input removes the run folder if this command `created` it. The
+    caller holds the `lock`, which every role inherits."""
     with removed_on_bad_input(run_dir, created):
         return run_topology(config, run_dir, collectors, plan, quiet, lock)
 
 
 def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
                  quiet: bool, lock: RunLock) -> int:
+    """Writes the run's config, stages a resumed table, then runs the local topology."""
     from dqn_cartpole.replay.reverb_tables import check_port_free
 
     port = config.replay.reverb_port or free_port()
