@@ -204,6 +204,46 @@ def test_a_head_under_token_auth_says_what_this_machine_lacks_in_one_line(token_
     check_answers(address, 5, "--address")  # the head's token: it answers
 
 
+def test_a_silent_address_is_given_up_on_this_process_clock_when_grpcs_deadline_comes_late(monkeypatch):
+    """The probe's wait is bounded by this process's clock (PROBE_BACKSTOP_S past the connect timeout), not by
+    gRPC's deadline alone: here gRPC is asked for a 60 s deadline, as if its timers ran late (a CI run's 2 s probe
+    came back after 38 s), and the answer is still "timed out" within the timeout and the backstop."""
+    import socket
+    import time
+
+    import grpc
+
+    from dqn_cartpole.processes import ray_cluster
+
+    real_channel = grpc.insecure_channel
+
+    class LateDeadlines:
+        def __init__(self, target):
+            self.channel = real_channel(target)
+
+        def unary_unary(self, method):
+            call = self.channel.unary_unary(method)
+
+            class Late:
+                @staticmethod
+                def future(request, timeout, metadata=None):
+                    return call.future(request, timeout=60, metadata=metadata)
+            return Late()
+
+        def close(self):
+            self.channel.close()
+
+    monkeypatch.setattr(grpc, "insecure_channel", LateDeadlines)
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        began = time.monotonic()
+        with pytest.raises(UserError, match=r"no Ray cluster answers there within 1 s \(timed out\)"):
+            ray_cluster.check_answers(f"127.0.0.1:{silent.getsockname()[1]}", 1, "--address")
+        took = time.monotonic() - began
+    assert 1 + ray_cluster.PROBE_BACKSTOP_S - 0.1 < took < 1 + ray_cluster.PROBE_BACKSTOP_S + 1.5, took
+
+
 def test_the_python_apis_sweep_with_ray_is_sweep_ray(smoke_run, tmp_path, monkeypatch, capsys):
     """`dq.sweep(..., ray=True)` takes `sweep --ray`'s path, with its checks: a sweep whose members are done (copies
     of a finished run) is summed up without starting Ray, as the command's."""
