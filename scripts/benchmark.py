@@ -33,7 +33,6 @@ markers, naming the run: date, command, load average, the reference loop's rate)
     evaluation and the first 1,000 iterations, which include tracing); without that file the ratios are skipped;
   * 10 greedy CartPole-v1 episodes of a solved policy (5,000 steps): seconds.
 With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py instead (see there).
-With `--capacity [1,2,4,8,16] [--seconds 8]` it runs scripts/benchmark_capacity.py instead (see there).
 With `--sweep [--seeds 0-7]` it runs scripts/benchmark_sweep.py instead (sweep --ray against sweep --jobs 2).
 With `--fixed-budget N [--seeds 100-109] [--topology local --collectors 2] [--jobs 2]`, the fixed-budget protocol
 instead (scripts/benchmark_fixed_budget.py): N iterations per seed with the early stop off, policy/final scored over 100
@@ -461,20 +460,12 @@ def main() -> None:
                         help="only the scale-out section (scripts/benchmark_scale_out.py, which takes the other "
                              "arguments too): train --topology local with each number of collectors, the learner "
                              "alone on each replay, time to solve local vs single-process (--seeds)")
-    parser.add_argument("--capacity", nargs="?", const="1,2,4,8,16", metavar="N,N,...",
-                        help="only the capacity benchmark (scripts/benchmark_capacity.py, see there for its options): "
-                             "one replay server and one learner fed by N synthetic collectors")
     parser.add_argument("--fixed-budget", metavar="N", type=int,
                         help="only the fixed-budget protocol (scripts/benchmark_fixed_budget.py, see there for its "
                              "options): N iterations with the early stop off on each seed, each final policy scored "
                              "over 100 fresh episodes")
     parser.add_argument("--sweep", action="store_true",
                         help="only the sweep section (scripts/benchmark_sweep.py): sweep --ray against --jobs 2")
-    if any(a == "--capacity" or a.startswith("--capacity=") for a in sys.argv[1:]):
-        import benchmark_capacity  # scripts/ is on the path when this file runs as a script
-
-        benchmark_capacity.main(sys.argv[1:])
-        return
     if "--scale-out" in sys.argv[1:] or any(a.startswith("--scale-out=") for a in sys.argv[1:]):
         import benchmark_scale_out  # scripts/ is on the path when this file runs as a script
 

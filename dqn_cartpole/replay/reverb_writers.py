@@ -219,8 +219,7 @@ class StreamWriters:
 
     def add_flat(self, *flat: np.ndarray) -> None:
         """Adds one step of every env, given as its fields in `tf.nest.flatten` order, each a numpy array [envs, ...]:
-        what `add_batch` runs for a collector's driver, and what the capacity benchmark's synthetic collectors call
-        with plain numpy steps."""
+        what `add_batch` runs for a collector's driver."""
         for env_index, writer in enumerate(self.writers):
             step = [a[env_index] for a in flat]
             boundary = self.episodes and int(step[self._step_type]) == LAST
