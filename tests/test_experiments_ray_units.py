@@ -206,8 +206,8 @@ def test_a_head_under_token_auth_says_what_this_machine_lacks_in_one_line(token_
 
 def test_a_silent_address_is_given_up_on_this_process_clock_when_grpcs_deadline_comes_late(monkeypatch):
     """The probe's wait is bounded by this process's clock (PROBE_BACKSTOP_S past the connect timeout), not by
-    gRPC's deadline alone: here gRPC is asked for a 60 s deadline, as if its timers ran late (a CI run's 2 s probe
-    came back after 38 s), and the answer is still "timed out" within the timeout and the backstop."""
+    gRPC's deadline alone: here gRPC is asked for a 60 s deadline, as if its timers ran late, and the answer is still
+    "timed out" within the timeout and the backstop."""
     import socket
     import time
 

@@ -95,9 +95,10 @@ PROBE_BACKSTOP_S = 1.0
 
 def _probe(channel, timeout_s: float, metadata: Optional[list] = None) -> Any:
     """The GCS call's status code (grpc.StatusCode.OK when it answered). gRPC's deadline is `timeout_s`, and the
-    wait is bounded by this process's clock as well: in a fresh-clone CI run a command whose only slow step is this
-    call (deadline 2 s, to a port that accepts and never answers) took 38 s, once in many runs; it was not seen
-    again here. Past the backstop the call is cancelled and read as timed out."""
+    wait is bounded by this process's clock as well, so the one line within the connect timeout does not rest on
+    gRPC's timers alone: past the backstop the call is cancelled and read as timed out. (Added for a 38 s stall of
+    a 2 s check in a CI pytest worker; the stall came back once with the backstop in place, so its cause lies
+    elsewhere, and it was not found.)"""
     import grpc  # pylint: disable=import-outside-toplevel
 
     future = channel.unary_unary(_GCS_PROBE).future(b"", timeout=timeout_s, metadata=metadata)
