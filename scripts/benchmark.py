@@ -53,8 +53,8 @@ import tempfile
 import time
 from typing import Optional
 
-from benchmark_common import (DEFAULT_REFERENCE, REPO, machine, project_rate, reference_rate,  # noqa: E402
-                              median, run_main, splice_between)
+from benchmark_common import (DEFAULT_REFERENCE, REPO, machine, measured_between, median,  # noqa: E402
+                              project_rate, reference_rate, run_main, splice_between)
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
@@ -426,7 +426,7 @@ def single_process_benchmark(args: argparse.Namespace) -> None:
     if args.markdown:
         command = "python scripts/benchmark.py " + " ".join(sys.argv[1:])
         write_markdown(args.markdown, body, {
-            "date": time.strftime("%Y-%m-%d %H:%M %Z"), "command": command.strip(), "took_s": took,
+            "date": measured_between(started), "command": command.strip(), "took_s": took,
             "load": (load_before, os.getloadavg()[0]), "reference": reference or float("nan"),
             "machine": machine()})
         print(f"wrote {args.markdown}")

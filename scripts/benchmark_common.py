@@ -88,6 +88,15 @@ def median(values) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def measured_between(started: float) -> str:
+    """When a measurement ran, from its start to now: '2026-11-28 12:15-12:40 UTC' (a date more if it spans one)."""
+    import time
+
+    begin, end = time.localtime(started), time.localtime()
+    last = "%H:%M %Z" if begin[:3] == end[:3] else "%Y-%m-%d %H:%M %Z"
+    return f"{time.strftime('%Y-%m-%d %H:%M', begin)}-{time.strftime(last, end)}"
+
+
 def load_averages() -> str:
     """The machine's 1, 5 and 15 min load averages, e.g. '1.2/0.9/0.7'."""
     return "/".join(f"{v:.1f}" for v in os.getloadavg())

@@ -13,8 +13,10 @@ final policy reaches the solve target. Each run is a fresh `train` process; `--j
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,7 @@ from typing import Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from benchmark_common import measured_between  # noqa: E402
 from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
 from dqn_cartpole.experiments import stats  # noqa: E402
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
@@ -57,8 +60,22 @@ def read_result(seed: int, out: str, process: subprocess.CompletedProcess) -> di
 
 
 def run_seeds(args: argparse.Namespace, seeds: list[int], workdir: str) -> list[dict]:
-    """Every seed's run, `--jobs` at a time, in seed order."""
+    """Every seed's run, `--jobs` at a time, in seed order. Stopped (Ctrl-C, SIGTERM), it stops the runs in flight
+    as Ctrl-C stops a run (each saves a checkpoint) and waits for them: no train process outlives it."""
     pending, running, results = list(seeds), [], {}
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        _run(args, workdir, pending, running, results)
+    finally:
+        for _, _, process in running:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGINT)
+        for _, _, process in running:
+            process.communicate()  # reads its stderr while it stops
+    return [results[seed] for seed in seeds]
+
+
+def _run(args: argparse.Namespace, workdir: str, pending: list, running: list, results: dict) -> None:
     while pending or running:
         while pending and len(running) < args.jobs:
             seed = pending.pop(0)
@@ -75,7 +92,6 @@ def run_seeds(args: argparse.Namespace, seeds: list[int], workdir: str) -> list[
             row = results[seed]
             print(f"  seed {seed}: final {row['final']:.1f} over {row['episodes']} episodes "
                   f"({'holds' if row['holds'] else 'does NOT hold'}), best {row['best']}", file=sys.stderr, flush=True)
-    return [results[seed] for seed in seeds]
 
 
 def table(rows: list[dict]) -> list[str]:
@@ -115,7 +131,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     body = table(rows)
     took = time.time() - started
     command = "python scripts/benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    head = (f"Measured on {time.strftime('%Y-%m-%d %H:%M %Z')} with `{command.strip()}` (took {took / 60:.0f} min); "
+    head = (f"Measured on {measured_between(started)} with `{command.strip()}` (took {took / 60:.0f} min); "
             f"load average (1 min) {load_before:.2f} before and {os.getloadavg()[0]:.2f} after; runs in {workdir}.")
     print("\n".join([head, ""] + body))
     if args.markdown:

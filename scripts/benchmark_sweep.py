@@ -29,7 +29,8 @@ import sys
 import tempfile
 import time
 
-from benchmark_common import DEFAULT_REFERENCE, REPO, median, reference_rate, run_main, splice_between
+from benchmark_common import (DEFAULT_REFERENCE, REPO, measured_between, median, reference_rate, run_main,
+                              splice_between)
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 
@@ -158,15 +159,15 @@ def main(argv: list) -> None:
     print(f"\n(benchmark took {took:.0f} s)")
     if args.markdown:
         command = "python scripts/benchmark.py --sweep " + " ".join(a for a in argv if a != "--sweep")
-        write_section(args.markdown, body, command.strip(), took, loads, (reference_before + reference_after) / 2)
+        write_section(args.markdown, body, command.strip(), started, loads, (reference_before + reference_after) / 2)
         print(f"wrote {args.markdown}")
 
 
-def write_section(path: str, body: list[str], command: str, took_s: float, loads: tuple, reference: float) -> None:
+def write_section(path: str, body: list[str], command: str, started: float, loads: tuple, reference: float) -> None:
     """Writes the tables between BEGIN and END in `path` (the rest of the page is kept), naming the run."""
     import platform
 
-    head = [BEGIN, f"Measured on {time.strftime('%Y-%m-%d %H:%M %Z')} with `{command}` (took {took_s / 60:.0f} min) "
+    head = [BEGIN, f"Measured on {measured_between(started)} with `{command}` (took {(time.time() - started) / 60:.0f} min) "
                    f"on {os.cpu_count()} cores (Python {platform.python_version()}); load average (1 min) "
                    f"{loads[0]:.2f} before and {loads[1]:.2f} after; the tutorial's reference loop ran at "
                    f"{reference:.0f} it/s in the same run.", ""]

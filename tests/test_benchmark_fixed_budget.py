@@ -1,7 +1,9 @@
-"""The fixed-budget benchmark's table (scripts/benchmark_fixed_budget.py), fast: no benchmark run."""
+"""The fixed-budget benchmark (scripts/benchmark_fixed_budget.py): its table (fast, no benchmark run), and a stopped
+benchmark stopping its runs (one smoke run, stopped while it trains)."""
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 
@@ -23,3 +25,37 @@ def test_the_fixed_budget_table_tells_a_run_that_never_solved_from_one_that_neve
                                           row(3, None, False, 191.6)])
     assert [line.split(" | ")[1] for line in lines[2:5]] == ["31,000", "never", "not checked"]
     assert lines[-1].endswith("1/3 seeds' final policies solve (≥ 200).")
+
+
+def test_a_stopped_benchmark_stops_its_runs_and_leaves_no_process(tmp_path):
+    """SIGTERM to the fixed-budget benchmark while a run trains: the run gets Ctrl-C's stop (it saves a checkpoint)
+    and the benchmark waits for it; before, the train process went on alone, orphaned."""
+    import signal
+    import subprocess
+
+    import psutil
+
+    from helpers import SMOKE, cli_env, wait_for
+
+    env = cli_env(TMPDIR=str(tmp_path))  # the benchmark's runs go to a folder of its own under TMPDIR
+    script = os.path.join(REPO, "scripts", "benchmark_fixed_budget.py")
+    bench = subprocess.Popen([sys.executable, script, "--fixed-budget", "100000", "--config", SMOKE, "--seeds", "1"],
+                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    runs = []
+    try:
+        wait_for(lambda: glob.glob(str(tmp_path / "dqn-fixed-budget-*" / "s1" / "train_metrics.csv")), 120,
+                 "the run to train")
+        runs = psutil.Process(bench.pid).children(recursive=True)
+        assert runs
+        bench.send_signal(signal.SIGTERM)
+        _, stderr = bench.communicate(timeout=90)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+        left = [p for p in runs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        for process in left:  # (what the test checks below: none)
+            process.kill()
+    assert not left, left
+    assert bench.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    (run,) = glob.glob(str(tmp_path / "dqn-fixed-budget-*" / "s1"))
+    assert os.listdir(os.path.join(run, "checkpoints"))  # stopped as Ctrl-C stops a run
