@@ -12,6 +12,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from typing import Callable, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,8 +91,6 @@ def median(values) -> float:
 
 def measured_between(started: float) -> str:
     """When a measurement ran, from its start to now: '2026-11-28 12:15-12:40 UTC' (a date more if it spans one)."""
-    import time
-
     begin, end = time.localtime(started), time.localtime()
     last = "%H:%M %Z" if begin[:3] == end[:3] else "%Y-%m-%d %H:%M %Z"
     return f"{time.strftime('%Y-%m-%d %H:%M', begin)}-{time.strftime(last, end)}"

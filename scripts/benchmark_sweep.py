@@ -159,15 +159,18 @@ def main(argv: list) -> None:
     print(f"\n(benchmark took {took:.0f} s)")
     if args.markdown:
         command = "python scripts/benchmark.py --sweep " + " ".join(a for a in argv if a != "--sweep")
-        write_section(args.markdown, body, command.strip(), started, loads, (reference_before + reference_after) / 2)
+        write_section(args.markdown, body, command.strip(), (started, took), loads,
+                      (reference_before + reference_after) / 2)
         print(f"wrote {args.markdown}")
 
 
-def write_section(path: str, body: list[str], command: str, started: float, loads: tuple, reference: float) -> None:
-    """Writes the tables between BEGIN and END in `path` (the rest of the page is kept), naming the run."""
+def write_section(path: str, body: list[str], command: str, timing: tuple, loads: tuple, reference: float) -> None:
+    """Writes the tables between BEGIN and END in `path` (the rest of the page is kept), naming the run (`timing`:
+    its start, time.time(), and the seconds it took)."""
     import platform
 
-    head = [BEGIN, f"Measured on {measured_between(started)} with `{command}` (took {(time.time() - started) / 60:.0f} min) "
+    started, took_s = timing
+    head = [BEGIN, f"Measured on {measured_between(started)} with `{command}` (took {took_s / 60:.0f} min) "
                    f"on {os.cpu_count()} cores (Python {platform.python_version()}); load average (1 min) "
                    f"{loads[0]:.2f} before and {loads[1]:.2f} after; the tutorial's reference loop ran at "
                    f"{reference:.0f} it/s in the same run.", ""]
