@@ -191,6 +191,42 @@ def test_each_objective_scores_a_solve_by_its_figure_and_an_unsolved_run_by_twic
     assert [score(diverged, o) for o in ("env_steps", "wall_s", "cpu_s")] == [20_000.0, 40.0, 32.0]
 
 
+def test_the_fixed_budget_objective_scores_the_final_policy_negated_and_a_diverged_run_by_its_last_evaluation():
+    from dqn_cartpole.experiments.objectives import score, verdict
+
+    held = record(True, final_policy_return=497.5, final_policy_episodes=100, final_return=500.0)
+    assert score(held, "final_return") == -497.5
+    assert verdict(held, "final_return", -497.5) == "final policy 497.5 over 100 fresh episodes"
+    unsolved = record(False, final_policy_return=131.0, final_policy_episodes=100, final_return=150.0)
+    assert score(unsolved, "final_return") == -131.0  # a run that never confirmed a solve is scored all the same
+    diverged = record(False, final_return=42.0, diverged_at_iteration=1500)  # ended before it scored policy/final
+    assert score(diverged, "final_return") == -42.0
+    assert "no final policy score" in verdict(diverged, "final_return", -42.0)
+    assert score(record(False), "final_return") == float("inf")  # no return at all: below any run that has one
+    assert score(record(False, final_policy_return=-80.0), "final_return") == 80.0  # Acrobot's returns are negative
+
+
+def test_a_fixed_budget_study_needs_runs_that_train_their_whole_budget(tmp_path):
+    from dqn_cartpole.errors import UserError
+    from dqn_cartpole.experiments.tune import continue_command, plan_tune
+
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    common = dict(config_path=SMOKE, trials=2, jobs=1, storage_url=None, study_name="t", sampler_seed=0,
+                  seeds_text="0-1", objective="final_return")
+    with pytest.raises(UserError, match=r"--set evaluation.stop_when_solved=true: evaluation.stop_when_solved is true, "
+                                        r"so a run stops at its solve and never scores its final policy"):
+        plan_tune(space_path=str(space), overrides=[f"output.root={tmp_path}", "evaluation.stop_when_solved=true"],
+                  **common)
+    stopping = tmp_path / "stopping.yaml"
+    stopping.write_text(SPACE + "evaluation.stop_when_solved: {choices: [false, true]}\n")
+    with pytest.raises(UserError, match=r"evaluation.stop_when_solved: True would let a run stop at its solve"):
+        plan_tune(space_path=str(stopping), overrides=[f"output.root={tmp_path}"], **common)
+    plan = plan_tune(space_path=str(space), overrides=[f"output.root={tmp_path}"], **common)  # smoke trains it all
+    assert "--seeds 0,1 --objective final_return" in continue_command(plan)
+    assert sorted(os.listdir(tmp_path)) == ["space.yaml", "stopping.yaml"]  # planning writes no study
+
+
 def test_seeds_and_objective_are_checked_and_kept_for_the_continue_command(tmp_path):
     from dqn_cartpole.errors import UserError
     from dqn_cartpole.experiments.tune import continue_command, plan_tune
@@ -235,6 +271,26 @@ def test_a_trial_trains_every_seed_and_scores_their_mean(tmp_path):
     assert [row["seed"] for row in trial.user_attrs["seeds"]] == [3, 4]
     assert trial.user_attrs["solved_seeds"] == "0/2" and trial.user_attrs["objective"] == "cpu_s"
     assert "s3 unsolved" in (tmp_path / "tune" / "t" / "trials.csv").read_text()
+
+
+def test_a_fixed_budget_trial_scores_its_seeds_final_policies(tmp_path):
+    """`--objective final_return`: each seed trains its whole budget and scores policy/final over fresh episodes; the
+    trial's value is the mean of those returns, negated (the study minimises)."""
+    proc = run_cli(*tune_argv(tmp_path, 1, "--seeds", "3,4", "--objective", "final_return", "--seed", "0",
+                              "--set", "evaluation.stop_when_solved=false", "--set", "training.num_iterations=100",
+                              "--set", "evaluation.final_episodes=5"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (trial,) = load(journal(tmp_path)).trials
+    folder = tmp_path / "tune" / "t" / "trials" / "0000"
+    runs = [read_run(str(folder / f"s{seed}")) for seed in (3, 4)]
+    finals = [run.get("final_policy_return") for run in runs]
+    assert all(final is not None for final in finals) and [r.get("final_policy_episodes") for r in runs] == [5, 5]
+    assert trial.value == pytest.approx(-(finals[0] + finals[1]) / 2)
+    assert [row["final_policy_return"] for row in trial.user_attrs["seeds"]] == finals
+    assert "seeds' final policies reach the solve target" in proc.stdout
+    assert "unsolved" not in trial.user_attrs["per_seed"]  # smoke never confirms a solve; that is not its score
+    best = (tmp_path / "tune" / "t" / "best.yaml").read_text()
+    assert "the final policy's average return over fresh episodes, negated" in best.splitlines()[0]
 
 
 def test_the_rainbow_space_plans_with_the_switches_and_a_bad_switch_value_is_refused(tmp_path):

@@ -63,8 +63,9 @@ def add_tune_parser(sub) -> None:
                           description="Run an Optuna study: each trial is a training run folder under "
                                       "<output.root>/tune/NAME/trials/NNNN (NNNN/sSEED with --seeds). The "
                                       "objective (minimised, --objective) is the env steps, wall seconds or CPU "
-                                      "seconds to a confirmed solve, averaged over --seeds; an unsolved run scores "
-                                      "2 x its budget.")
+                                      "seconds to a confirmed solve, averaged over --seeds (an unsolved run scores "
+                                      "2 x its budget), or the final policy's return after the whole budget, "
+                                      "negated.")
     tune.add_argument("--config", metavar="PATH", required=True,
                       help="YAML config every trial starts from (or a shipped config's name)")
     tune.add_argument("--space", metavar="SPACE.yaml", required=True, help="search space, one entry per config key")
@@ -81,11 +82,13 @@ def add_tune_parser(sub) -> None:
                       help="train every trial on these seeds, e.g. 0-4 or 0,2,7, one after another; the trial "
                            "scores the mean of its seeds and may be pruned between them (default: the config's "
                            "training.seed, once)")
-    tune.add_argument("--objective", choices=("env_steps", "wall_s", "cpu_s"), default="env_steps",
+    tune.add_argument("--objective", choices=("env_steps", "wall_s", "cpu_s", "final_return"), default="env_steps",
                       help="what a trial minimises, to a confirmed solve: env_steps (default); wall_s, the run's "
                            "wall seconds from process start (run --jobs 1 on a quiet machine); cpu_s, its CPU "
                            "seconds (about the wall time of an idle machine, and steady when others share the "
-                           "cores). An unsolved run scores twice its budget")
+                           "cores). An unsolved run scores twice its budget. Or after the whole budget: "
+                           "final_return, the final policy's average return over fresh episodes, negated (needs "
+                           "--set evaluation.stop_when_solved=false)")
     add_shortcut_args(tune, seed=False)  # its --seed is the sampler's
     add_track_arg(tune)
     add_ray_args(tune, "trial")

@@ -1,8 +1,12 @@
 """`tune --objective`: what a trial minimises, read from a finished run's summary.json.
 
 The study (`tune`) and its outputs (`tune_outputs`, best.yaml's header) name the objectives from here.
-A run that never solves scores `PENALTY_FACTOR` x its budget (env steps, or the seconds that whole budget takes at the
-run's own speed), so any solving config beats any unsolved one.
+The time-to-solve objectives: a run that never solves scores `PENALTY_FACTOR` x its budget (env steps, or the
+seconds that whole budget takes at the run's own speed), so any solving config beats any unsolved one.
+The fixed-budget objective (`final_return`): the negated average return of policy/final, the weights at the run's last
+step, over `evaluation.final_episodes` fresh greedy episodes (summary.json's `final_policy_return`), so the study,
+which minimises, looks for the configs whose final policy holds. It needs runs that train their whole budget
+(`evaluation.stop_when_solved` false: `study_checks.check_trains_whole_budget`).
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ PENALTY_FACTOR = 2
 # --objective: (what it measures, the summary's key for a solved run, the key of the run's own total)
 OBJECTIVES = {"env_steps": ("env steps to a confirmed solve", "solved_env_steps", "env_steps"),
               "wall_s": ("wall seconds to a confirmed solve", "solved_wall_s", "wall_s"),
-              "cpu_s": ("CPU seconds to a confirmed solve", "solved_cpu_s", "cpu_s")}
+              "cpu_s": ("CPU seconds to a confirmed solve", "solved_cpu_s", "cpu_s"),
+              "final_return": ("the final policy's average return over fresh episodes, negated", "final_policy_return",
+                               "final_return")}
+FIXED_BUDGET = ("final_return",)  # the objectives scored after the whole budget, not at a solve
 
 
 def env_step_budget(config: dict) -> int:
@@ -21,7 +28,10 @@ def env_step_budget(config: dict) -> int:
 
 
 def score(run, objective: str = "env_steps") -> float:
-    """The objective of a finished run (a RunRecord): its env steps or seconds to solve, or the penalty."""
+    """The objective of a finished run (a RunRecord): its env steps or seconds to solve, or the penalty; or its final
+    policy's return, negated (`final_score`)."""
+    if objective in FIXED_BUDGET:
+        return -final_score(run)
     _, solved_key, total_key = OBJECTIVES[objective]
     if run.solved and run.get(solved_key) is not None:
         return float(run.get(solved_key))
@@ -31,3 +41,22 @@ def score(run, objective: str = "env_steps") -> float:
     # The seconds the whole budget takes at this run's speed (a diverged or stopped run ended early).
     done = max(1, int(run.get("env_steps") or 0))
     return float(PENALTY_FACTOR * float(run.get(total_key) or 0.0) * max(1.0, budget / done))
+
+
+def final_score(run) -> float:
+    """policy/final's average return over fresh episodes. A run that ended before it scored one (it diverged: with
+    --seeds that seed still counts) counts its last periodic evaluation instead, and one with no evaluation at all
+    minus infinity: whatever the env's returns, it ranks below every run that returned something."""
+    for key in ("final_policy_return", "final_return"):
+        if run.get(key) is not None:
+            return float(run.get(key))
+    return float("-inf")
+
+
+def verdict(run, objective: str, value: float) -> str:
+    """One seed's or one run's result in words, for a trial's line."""
+    if objective in FIXED_BUDGET:
+        if run.get("final_policy_return") is not None:
+            return f"final policy {-value:.1f} over {run.get('final_policy_episodes')} fresh episodes"
+        return f"no final policy score (scores {value:g}, its last evaluation's return negated)"
+    return f"solved, {OBJECTIVES[objective][0]} {value:g}" if run.solved else f"not solved (scores {value:g})"

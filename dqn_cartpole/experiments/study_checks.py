@@ -3,7 +3,8 @@
 A study whose objective is measured at a confirmed solve (env steps, wall or CPU seconds to it) learns nothing from
 runs that can never report one: every trial scores the same penalty, and best.yaml and the importance plot are
 then built from identical scores. `check_can_solve` refuses such a study (one line, exit status 2) before any
-trial starts; `all_equal_warning` says so when the finished trials all scored the same anyway.
+trial starts; `all_equal_warning` says so when the finished trials all scored the same anyway. A fixed-budget study
+(`--objective final_return`) needs the opposite, runs that train their whole budget: `check_trains_whole_budget`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,23 @@ def check_can_solve(config_path: str, overrides: Sequence[str], base: dict, tria
     origins = load(config_path, overrides).origins
     raise UserError(f"{blame(origins, config_path, *keys)}: {keys[0]} {problem}; --objective {objective} is measured "
                     f"at a confirmed solve, so every trial would score the same penalty: {fix}")
+
+
+def check_trains_whole_budget(config_path: str, space_path: str, overrides: Sequence[str], base: dict,
+                              candidates: Sequence[tuple], checked: Sequence, objective: str) -> None:
+    """Refuses a fixed-budget study (`--objective final_return`) whose runs could stop at their solve: such a run
+    never scores policy/final over fresh episodes, so the study would rank its configs by something else.
+    `candidates` are the (parameter, value) pairs the space may give, `checked` their configs (plain data, or the
+    UserError a value gave)."""
+    if base["evaluation"]["stop_when_solved"]:
+        origins = load(config_path, overrides).origins
+        raise UserError(f"{blame(origins, config_path, 'evaluation.stop_when_solved')}: evaluation.stop_when_solved "
+                        f"is true, so a run stops at its solve and never scores its final policy; --objective "
+                        f"{objective} scores it after the whole budget: --set evaluation.stop_when_solved=false")
+    for (param, value), config in zip(candidates, checked):
+        if isinstance(config, dict) and config["evaluation"]["stop_when_solved"]:
+            raise UserError(f"--space {space_path}: {param.key}: {value!r} would let a run stop at its solve, and --objective "
+                            f"{objective} scores the final policy after the whole budget: leave it out of the space")
 
 
 def check_sampler_seed(seed: Optional[int]) -> None:

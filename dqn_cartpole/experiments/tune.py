@@ -12,7 +12,11 @@ Objective (minimised, `--objective`), per run, read from its summary.json:
   cpu_s      the CPU seconds that process used until then (`solved_cpu_s`): the compiled loop runs on one
              thread, so on an idle machine this is about the wall time, and it barely moves when other
              jobs share the cores, which the wall time does (a study of wall time on a shared machine
-             ranks the load more than the configs; run it with --jobs 1 at least).
+             ranks the load more than the configs; run it with --jobs 1 at least);
+  final_return  the fixed-budget protocol's score, negated: policy/final's average return over
+             `evaluation.final_episodes` fresh greedy episodes after the whole budget (`final_policy_return`),
+             for runs with `evaluation.stop_when_solved` false (refused otherwise); a run that diverged
+             before it counts its last periodic evaluation.
 A run that never solves scores 2 x its budget: 2 x the env-step budget (initial_collect_steps +
 num_iterations x collect_steps_per_iteration), or 2 x the seconds that whole budget takes at the
 run's own speed. So any solving config beats any unsolved one, and a diverged run is not cheap.
@@ -44,7 +48,7 @@ from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid, ray_transfer, space, storage, study_checks
 from dqn_cartpole.experiments.executor import Ended, LocalSlots, RunRequest, describe_node
-from dqn_cartpole.experiments.objectives import OBJECTIVES, env_step_budget, score
+from dqn_cartpole.experiments.objectives import FIXED_BUDGET, OBJECTIVES, env_step_budget, score, verdict
 from dqn_cartpole.experiments.tracking_group import group_overrides, trial_tags
 from dqn_cartpole.processes import commands
 
@@ -116,8 +120,11 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
         raise UserError(f"--study {name!r}: must be a plain name")
     folder = os.path.join(base["output"]["root"], "tune", name)
     budget = env_step_budget(base)
-    study_checks.check_can_solve(config_path, overrides, base, [c for c in checked if isinstance(c, dict)],
-                                 objective, OBJECTIVES[objective][1])
+    trial_configs = [c for c in checked if isinstance(c, dict)]
+    study_checks.check_can_solve(config_path, overrides, base, trial_configs, objective, OBJECTIVES[objective][1])
+    if objective in FIXED_BUDGET:
+        study_checks.check_trains_whole_budget(config_path, space_path, overrides, base, candidates, checked,
+                                               objective)
     return TunePlan(name, folder, os.path.abspath(config_path), os.path.abspath(space_path), tuple(params), trials,
                     jobs, storage_url or os.path.join(folder, JOURNAL_FILE), tuple(overrides), sampler_seed,
                     budget // 3, rdb, seeds, objective, tracking=base.get("tracking"))
@@ -211,7 +218,7 @@ class TrialRuns:
         """The trial's next run. A reused worker's run counts its seconds from its own start, a fresh one's from
         its process's: the seconds objectives time a fresh process, as a person times `train`."""
         number, plan = f"{self.trial.number:04d}", self.plan
-        reuse = plan.objective == "env_steps"
+        reuse = plan.objective not in ("wall_s", "cpu_s")
         logs = os.path.join(plan.folder, "logs")
         if not plan.seeds:
             return RunRequest(number, self.folder, os.path.join(logs, f"{number}.log"), plan.config_path,
@@ -388,11 +395,10 @@ def run_result(trial, run_dir: str, ended: Ended, pruned_at: Optional[str], seed
 def score_trial(trial, run, objective: str) -> float:
     """A one-seed trial's value: its run's score, with the run's figures kept on the trial and one line printed."""
     value = score(run, objective)
-    for key in ("solved_env_steps", "solved_wall_s", "solved_cpu_s", "best_return", "final_return", "env_steps",
-                "wall_s"):
+    for key in ("solved_env_steps", "solved_wall_s", "solved_cpu_s", "best_return", "final_return",
+                "final_policy_return", "env_steps", "wall_s"):
         trial.set_user_attr(key, run.get(key))
-    verdict = f"solved, {OBJECTIVES[objective][0]} {value:g}" if run.solved else f"not solved (scores {value:g})"
-    print(f"trial {trial.number}: {verdict}, best return {run.get('best_return') or 0:.1f}, "
+    print(f"trial {trial.number}: {verdict(run, objective, value)}, best return {run.get('best_return') or 0:.1f}, "
           f"{run.get('wall_s') or 0:.1f} s")
     return value
 
@@ -404,8 +410,8 @@ def after_seed(trial, plan: TunePlan, rows: list[dict], seed: int, run) -> float
 
     rows.append(seed_row(seed, run, score(run, plan.objective)))
     mean = statistics.mean(row["score"] for row in rows)
-    for key, value in (("seeds", rows), ("per_seed", per_seed_text(rows)),
-                       ("solved_seeds", f"{sum(r['solved'] for r in rows)}/{len(rows)}")):
+    for key, value in (("seeds", rows), ("per_seed", per_seed_text(rows, plan.objective)),
+                       ("solved_seeds", f"{sum(r['solved'] for r in rows)}/{len(rows)}")):  # (solves seen, any objective)
         trial.set_user_attr(key, value)
     trial.report(mean, len(rows) - 1)
     if len(rows) < len(plan.seeds) and trial.should_prune():
@@ -414,19 +420,31 @@ def after_seed(trial, plan: TunePlan, rows: list[dict], seed: int, run) -> float
         print(f"trial {trial.number}: {reason}")
         raise optuna.TrialPruned(reason)
     if len(rows) == len(plan.seeds):
-        print(f"trial {trial.number}: {trial.user_attrs['solved_seeds']} seeds solved, mean "
-              f"{OBJECTIVES[plan.objective][0]} {mean:g} ({per_seed_text(rows)})")
+        print(f"trial {trial.number}: {seeds_summary(rows, plan.objective, trial.user_attrs['solved_seeds'])}, mean "
+              f"{OBJECTIVES[plan.objective][0]} {mean:g} ({per_seed_text(rows, plan.objective)})")
     return mean
+
+
+def seeds_summary(rows: list[dict], objective: str, solved_seeds: str) -> str:
+    """How many seeds solved, or (a fixed-budget objective) how many final policies reach the solve target."""
+    if objective not in FIXED_BUDGET:
+        return f"{solved_seeds} seeds solved"
+    held = sum(r["final_policy_return"] is not None and r["target"] is not None and r["final_policy_return"] >= r["target"]
+               for r in rows)
+    return f"{held}/{len(rows)} seeds' final policies reach the solve target"
 
 
 def seed_row(seed: int, run, value: float) -> dict:
     """One seed's figures, kept on the trial (JSON): its score and what it took."""
     return {"seed": seed, "score": value, "solved": run.solved, "env_steps": run.get("solved_env_steps"),
             "wall_s": run.get("solved_wall_s"), "cpu_s": run.get("solved_cpu_s"),
-            "solved_return": run.get("solved_return"), "run_dir": run.root}
+            "solved_return": run.get("solved_return"), "final_policy_return": run.get("final_policy_return"),
+            "target": run.get("solve_return_target"),
+            "run_dir": run.root}
 
 
-def per_seed_text(rows: list[dict]) -> str:
-    """'s0 8.1, s1 unsolved (40.2), ...': each seed's score, as the trials table shows it."""
-    return ", ".join(f"s{r['seed']} {r['score']:.4g}" if r["solved"] else f"s{r['seed']} unsolved ({r['score']:.4g})"
-                     for r in rows)
+def per_seed_text(rows: list[dict], objective: str = "env_steps") -> str:
+    """'s0 8.1, s1 unsolved (40.2), ...': each seed's score, as the trials table shows it (a fixed-budget objective's
+    scores alone: a seed that never confirmed a solve may still end with a final policy that holds)."""
+    return ", ".join(f"s{r['seed']} {r['score']:.4g}" if r["solved"] or objective in FIXED_BUDGET
+                     else f"s{r['seed']} unsolved ({r['score']:.4g})" for r in rows)

@@ -22,8 +22,8 @@ TRIALS_MD = "trials.md"
 HISTORY_PLOT = "history.png"
 IMPORTANCE_PLOT = "importance.png"
 OUTPUTS_LOCK = ".outputs.lock"
-ATTR_COLUMNS = ("objective", "solved_seeds", "per_seed", "solved_env_steps", "best_return", "wall_s", "reason",
-                "run_dir")
+ATTR_COLUMNS = ("objective", "solved_seeds", "per_seed", "solved_env_steps", "best_return", "final_policy_return",
+                "wall_s", "reason", "run_dir")
 
 
 def write_outputs(study, plan) -> list[str]:
