@@ -54,7 +54,8 @@ import time
 from typing import Optional
 
 from benchmark_common import (DEFAULT_REFERENCE, REPO, machine, measured_between, median,  # noqa: E402
-                              project_rate, reference_rate, run_main, splice_between)
+                              project_rate, reference_rate, run_main, run_stoppable, splice_between,
+                              stopped_with_benchmark)
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
@@ -78,7 +79,7 @@ for _ in range(3):
     steps = int(r.lengths.sum())
 print(best, steps)
 """
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    result = run_stoppable([sys.executable, "-c", code])
     if result.returncode != 0:
         raise SystemExit(result.stderr[-2000:])
     seconds, steps = result.stdout.split()[-2:]
@@ -101,9 +102,10 @@ def default_run(seed: int, workdir: str, overrides: list[str]) -> dict:
     out = os.path.join(workdir, f"train-s{seed}")
     args = [sys.executable, "-m", "dqn_cartpole", "train", "--output-dir", out, "--quiet", "--overwrite",
             "--set", f"training.seed={seed}", *set_flags(overrides)]
-    process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    created = process_start_time(process.pid)  # where `solved_wall_s` counts from
-    stdout, stderr = process.communicate()
+    with stopped_with_benchmark(subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                 text=True)) as process:
+        created = process_start_time(process.pid)  # where `solved_wall_s` counts from
+        stdout, stderr = process.communicate()
     exit_s = time.time() - created
     if process.returncode != 0:
         raise SystemExit(f"train failed ({' '.join(args)}):\n{stderr[-2000:]}")
@@ -148,10 +150,10 @@ def sb3_run(seed: int, workdir: str, python: str) -> dict:
     from dqn_cartpole.processes.start_time import process_start_time
 
     out = os.path.join(workdir, f"sb3-s{seed}")
-    process = subprocess.Popen([python, SB3_RUNNER, "--seed", str(seed), "--out", out], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    created = process_start_time(process.pid)
-    stdout, stderr = process.communicate()
+    with stopped_with_benchmark(subprocess.Popen([python, SB3_RUNNER, "--seed", str(seed), "--out", out], cwd=REPO,
+                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) as process:
+        created = process_start_time(process.pid)
+        stdout, stderr = process.communicate()
     exit_s = time.time() - created
     if process.returncode != 0:
         raise SystemExit(f"the SB3 run (seed {seed}) failed:\n{stderr[-2000:]}")

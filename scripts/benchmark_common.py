@@ -6,14 +6,16 @@ The parts import this module, never scripts/benchmark.py, so the benchmark has n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -25,6 +27,42 @@ DEFAULT_REFERENCE = next((os.path.join(folder, "shared", "bench", "reference_loo
                          os.path.join(os.path.dirname(REPO), "shared", "bench", "reference_loop.py"))
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM ends the benchmark as Ctrl-C does, through its `finally` blocks, so the runs it started are stopped
+    (`stop_runs`) instead of going on alone. Call it from the main thread."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def stop_runs(processes: list) -> None:
+    """Stops the processes still running as Ctrl-C stops a run (a train run saves a checkpoint), and waits for them."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
+        process.send_signal(signal.SIGINT)
+    for process in running:
+        process.communicate()  # reads its pipes while it stops
+
+
+@contextlib.contextmanager
+def stopped_with_benchmark(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """Inside, `process` (a run, the reference loop, a sweep) is stopped and waited for if the benchmark stops:
+    Ctrl-C, or SIGTERM (`exit_on_sigterm`)."""
+    exit_on_sigterm()
+    try:
+        yield process
+    finally:
+        stop_runs([process])
+
+
+def run_stoppable(args: list[str], **popen: Any) -> subprocess.CompletedProcess:
+    """`subprocess.run(args, capture_output=True, text=True)` in the repository (or `popen`'s cwd), whose process a
+    stopped benchmark stops and waits for (`stopped_with_benchmark`)."""
+    process = subprocess.Popen(args, **{"cwd": REPO, **popen}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    with stopped_with_benchmark(process):
+        stdout, stderr = process.communicate()
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
 def run_train(config: Optional[str], out: str, overrides: list[str], options: tuple = ()) -> dict:
     """Runs `train OPTIONS` in a fresh process on configs/`config` (None: no --config); returns its summary.json."""
     given = ("--config", os.path.join(REPO, "configs", config)) if config else ()
@@ -32,7 +70,7 @@ def run_train(config: Optional[str], out: str, overrides: list[str], options: tu
 
     args = [sys.executable, "-m", "dqn_cartpole", "train", *options, *given, "--output-dir", out, "--quiet",
             "--overwrite", *set_flags(overrides)]
-    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    result = run_stoppable(args)
     if result.returncode != 0:
         raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
     with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
@@ -41,7 +79,7 @@ def run_train(config: Optional[str], out: str, overrides: list[str], options: tu
 
 def reference_rate(reference: str, iterations: int) -> float:
     """Steady-state iterations/s of the tutorial loop (after its first 1,000 iterations)."""
-    result = subprocess.run([sys.executable, reference, str(iterations)], cwd=REPO, capture_output=True, text=True)
+    result = run_stoppable([sys.executable, reference, str(iterations)])
     lines = re.findall(r"iter (\d+) return \S+ loss \S+ wall_s (\S+) eval_s (\S+)", result.stdout)
     if len(lines) < 2:
         raise SystemExit(f"reference loop failed:\n{result.stdout[-1000:]}\n{result.stderr[-2000:]}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from typing import Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from benchmark_common import measured_between  # noqa: E402
+from benchmark_common import exit_on_sigterm, measured_between, stop_runs  # noqa: E402
 from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
 from dqn_cartpole.experiments import stats  # noqa: E402
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
@@ -62,14 +61,11 @@ def run_seeds(args: argparse.Namespace, seeds: list[int], workdir: str) -> list[
     """Every seed's run, `--jobs` at a time, in seed order. Stopped (Ctrl-C, SIGTERM), it stops the runs in flight
     as Ctrl-C stops a run (each saves a checkpoint) and waits for them: no train process outlives it."""
     pending, running, results = list(seeds), [], {}
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_sigterm()
     try:
         _run(args, workdir, pending, running, results)
     finally:
-        for _, _, process in running:
-            process.send_signal(signal.SIGINT)  # (a no-op for a process that has already ended)
-        for _, _, process in running:
-            process.communicate()  # reads its stderr while it stops
+        stop_runs([process for _, _, process in running])
     return [results[seed] for seed in seeds]
 
 

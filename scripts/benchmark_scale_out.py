@@ -41,7 +41,7 @@ import time
 
 import benchmark_ray
 from benchmark_common import (DEFAULT_REFERENCE, REPO, load_averages, project_rate, reference_rate, run_main,
-                              run_train)
+                              run_stoppable, run_train)
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 
@@ -89,8 +89,8 @@ LEARNER_MODES = {"tf_uniform": "tf_uniform, in the process",
 
 def learner_rate(mode: str, steps: int) -> dict:
     """One `--learner-child` run in a fresh process: see `learner_child`."""
-    result = subprocess.run([sys.executable, os.path.abspath(__file__), "--learner-child", mode,
-                             "--iterations", str(steps)], cwd=REPO, capture_output=True, text=True)
+    result = run_stoppable([sys.executable, os.path.abspath(__file__), "--learner-child", mode, "--iterations",
+                            str(steps)])
     if result.returncode != 0:
         raise SystemExit(f"learner benchmark ({LEARNER_MODES[mode]}) failed:\n{result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -24,13 +24,12 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
 
 from benchmark_common import (DEFAULT_REFERENCE, REPO, measured_between, median, reference_rate, run_main,
-                              splice_between)
+                              run_stoppable, splice_between)
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments.grid import parse_seeds
 
@@ -54,7 +53,7 @@ def run_sweep(root: str, name: str, seeds: str, ray: bool, extra_env: dict) -> d
            if k not in ("RAY_ADDRESS", "OMP_NUM_THREADS", "DQN_CARTPOLE_FRESH_RUNS")}  # --ray: local
     env.update(PYTHONPATH=REPO, **extra_env)
     start = time.time()
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
+    proc = run_stoppable(argv, env=env)  # a stopped benchmark stops the sweep, which stops its runs
     wall_s = time.time() - start
     if proc.returncode != 0:
         raise SystemExit(f"sweep failed ({' '.join(argv)}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")

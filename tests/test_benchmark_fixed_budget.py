@@ -1,11 +1,13 @@
 """The fixed-budget benchmark (scripts/benchmark_fixed_budget.py): its table (fast, no benchmark run), and a stopped
-benchmark stopping its runs (one smoke run, stopped while it trains)."""
+benchmark stopping its runs (one smoke run, stopped while it trains; also through benchmark_common.run_train)."""
 
 from __future__ import annotations
 
 import glob
 import os
 import sys
+
+import pytest
 
 from helpers import REPO
 
@@ -27,9 +29,19 @@ def test_the_fixed_budget_table_tells_a_run_that_never_solved_from_one_that_neve
     assert lines[-1].endswith("1/3 seeds' final policies solve (≥ 200).")
 
 
-def test_a_stopped_benchmark_stops_its_runs_and_leaves_no_process(tmp_path):
-    """SIGTERM to the fixed-budget benchmark while a run trains: the run gets Ctrl-C's stop (it saves a checkpoint)
-    and the benchmark waits for it; before, the train process went on alone, orphaned."""
+RUN_TRAIN = """import sys
+sys.path.insert(0, sys.argv[1])
+from benchmark_common import run_train
+run_train(sys.argv[2], sys.argv[3], ["training.num_iterations=100000", "video.enabled=false"])
+"""
+
+
+@pytest.mark.parametrize("part", ["fixed budget", "time to solve"])
+def test_a_stopped_benchmark_stops_its_runs_and_leaves_no_process(tmp_path, part):
+    """SIGTERM to the benchmark while a run trains: the run gets Ctrl-C's stop (it saves a checkpoint) and the
+    benchmark waits for it; before, the train process went on alone, orphaned. Both ways a benchmark part runs
+    `train`: the fixed budget's runs at a time, and `benchmark_common.run_train` (the time to solve, the scale-out
+    parts, check_robustness)."""
     import signal
     import subprocess
 
@@ -38,13 +50,18 @@ def test_a_stopped_benchmark_stops_its_runs_and_leaves_no_process(tmp_path):
     from helpers import SMOKE, cli_env, wait_for
 
     env = cli_env(TMPDIR=str(tmp_path))  # the benchmark's runs go to a folder of its own under TMPDIR
-    script = os.path.join(REPO, "scripts", "benchmark_fixed_budget.py")
-    bench = subprocess.Popen([sys.executable, script, "--fixed-budget", "100000", "--config", SMOKE, "--seeds", "1"],
-                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if part == "fixed budget":
+        script = os.path.join(REPO, "scripts", "benchmark_fixed_budget.py")
+        argv = [script, "--fixed-budget", "100000", "--config", SMOKE, "--seeds", "1"]
+        pattern = str(tmp_path / "dqn-fixed-budget-*" / "s1")
+    else:
+        argv = ["-c", RUN_TRAIN, os.path.join(REPO, "scripts"), SMOKE, str(tmp_path / "run")]
+        pattern = str(tmp_path / "run")
+    bench = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
     runs = []
     try:
-        wait_for(lambda: glob.glob(str(tmp_path / "dqn-fixed-budget-*" / "s1" / "train_metrics.csv")), 120,
-                 "the run to train")
+        wait_for(lambda: glob.glob(os.path.join(pattern, "train_metrics.csv")), 120, "the run to train")
         runs = psutil.Process(bench.pid).children(recursive=True)
         assert runs
         bench.send_signal(signal.SIGTERM)
@@ -57,5 +74,5 @@ def test_a_stopped_benchmark_stops_its_runs_and_leaves_no_process(tmp_path):
             process.kill()
     assert not left, left
     assert bench.returncode == 128 + signal.SIGTERM, stderr[-2000:]
-    (run,) = glob.glob(str(tmp_path / "dqn-fixed-budget-*" / "s1"))
+    (run,) = glob.glob(pattern)
     assert os.listdir(os.path.join(run, "checkpoints"))  # stopped as Ctrl-C stops a run
