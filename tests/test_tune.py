@@ -287,7 +287,7 @@ def test_a_fixed_budget_trial_scores_its_seeds_final_policies(tmp_path):
     assert all(final is not None for final in finals) and [r.get("final_policy_episodes") for r in runs] == [5, 5]
     assert trial.value == pytest.approx(-(finals[0] + finals[1]) / 2)
     assert [row["final_policy_return"] for row in trial.user_attrs["seeds"]] == finals
-    assert "seeds' final policies reach the solve target" in proc.stdout
+    assert f"seeds' final policies reach the solve target, their mean return {-trial.value:.1f}" in proc.stdout
     assert "unsolved" not in trial.user_attrs["per_seed"]  # smoke never confirms a solve; that is not its score
     best = (tmp_path / "tune" / "t" / "best.yaml").read_text()
     assert "the final policy's average return over fresh episodes, negated" in best.splitlines()[0]

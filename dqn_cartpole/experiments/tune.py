@@ -420,9 +420,16 @@ def after_seed(trial, plan: TunePlan, rows: list[dict], seed: int, run) -> float
         print(f"trial {trial.number}: {reason}")
         raise optuna.TrialPruned(reason)
     if len(rows) == len(plan.seeds):
-        print(f"trial {trial.number}: {seeds_summary(rows, plan.objective, trial.user_attrs['solved_seeds'])}, mean "
-              f"{OBJECTIVES[plan.objective][0]} {mean:g} ({per_seed_text(rows, plan.objective)})")
+        print(f"trial {trial.number}: {seeds_summary(rows, plan.objective, trial.user_attrs['solved_seeds'])}, "
+              f"{mean_text(mean, plan.objective)} ({per_seed_text(rows, plan.objective)})")
     return mean
+
+
+def mean_text(mean: float, objective: str) -> str:
+    """The trial's mean in words: the objective's, or (a fixed-budget objective) the final policies' mean return."""
+    if objective in FIXED_BUDGET:
+        return f"their mean return {-mean:.1f} (objective {mean:g})"
+    return f"mean {OBJECTIVES[objective][0]} {mean:g}"
 
 
 def seeds_summary(rows: list[dict], objective: str, solved_seeds: str) -> str:
