@@ -54,8 +54,8 @@ import time
 from typing import Optional
 
 from benchmark_common import (DEFAULT_REFERENCE, REPO, machine, measured_between, median,  # noqa: E402
-                              project_rate, reference_rate, run_main, run_stoppable, splice_between,
-                              stopped_with_benchmark)
+                              project_rate, reference_rate, run_main, run_stoppable, run_timed,
+                              splice_between)
 from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
 
 BACKENDS = ("tf_uniform", "py_uniform", "reverb")
@@ -97,18 +97,14 @@ def default_run(seed: int, workdir: str, overrides: list[str]) -> dict:
     """`make train` with `--set training.seed=SEED`, videos and all: from process start to a saved, solve-checked
     policy (summary.json's `solved_wall_s`) and to the process's exit, its phases and its peak memory."""
     from dqn_cartpole.processes.commands import set_flags
-    from dqn_cartpole.processes.start_time import process_start_time
 
     out = os.path.join(workdir, f"train-s{seed}")
     args = [sys.executable, "-m", "dqn_cartpole", "train", "--output-dir", out, "--quiet", "--overwrite",
             "--set", f"training.seed={seed}", *set_flags(overrides)]
-    with stopped_with_benchmark(subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                 text=True)) as process:
-        created = process_start_time(process.pid)  # where `solved_wall_s` counts from
-        stdout, stderr = process.communicate()
+    result, created = run_timed(args)  # `created`: where `solved_wall_s` counts from
     exit_s = time.time() - created
-    if process.returncode != 0:
-        raise SystemExit(f"train failed ({' '.join(args)}):\n{stderr[-2000:]}")
+    if result.returncode != 0:
+        raise SystemExit(f"train failed ({' '.join(args)}):\n{result.stderr[-2000:]}")
     with open(os.path.join(out, "summary.json"), encoding="utf-8") as handle:
         summary = json.load(handle)
     artifacts = [os.path.join(out, name) for name in ("report.html", "videos/trained-agent.mp4",
@@ -147,17 +143,12 @@ def sb3_missing(python: Optional[str]) -> Optional[str]:
 def sb3_run(seed: int, workdir: str, python: str) -> dict:
     """scripts/sb3_cartpole.py for `seed` with `python`: from its process's start to its saved, solve-checked
     policy (as `default_run` times this project's), and to its exit."""
-    from dqn_cartpole.processes.start_time import process_start_time
-
     out = os.path.join(workdir, f"sb3-s{seed}")
-    with stopped_with_benchmark(subprocess.Popen([python, SB3_RUNNER, "--seed", str(seed), "--out", out], cwd=REPO,
-                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) as process:
-        created = process_start_time(process.pid)
-        stdout, stderr = process.communicate()
+    result, created = run_timed([python, SB3_RUNNER, "--seed", str(seed), "--out", out])
     exit_s = time.time() - created
-    if process.returncode != 0:
-        raise SystemExit(f"the SB3 run (seed {seed}) failed:\n{stderr[-2000:]}")
-    record = json.loads(stdout.strip().splitlines()[-1])
+    if result.returncode != 0:
+        raise SystemExit(f"the SB3 run (seed {seed}) failed:\n{result.stderr[-2000:]}")
+    record = json.loads(result.stdout.strip().splitlines()[-1])
     policy_s = record["saved_unix_s"] - created if record["solved"] else None
     print(f"  SB3 seed {seed}: {'solved' if record['solved'] else 'NOT solved'}, policy {policy_s or 0:.1f} s, "
           f"exit {exit_s:.1f} s", file=sys.stderr, flush=True)

@@ -53,14 +53,23 @@ def stopped_with_benchmark(process: subprocess.Popen) -> Iterator[subprocess.Pop
         stop_runs([process])
 
 
-def run_stoppable(args: list[str], **popen: Any) -> subprocess.CompletedProcess:
+def run_timed(args: list[str], **popen: Any) -> tuple[subprocess.CompletedProcess, float]:
     """`subprocess.run(args, capture_output=True, text=True)` in the repository (or `popen`'s cwd), whose process a
-    stopped benchmark stops and waits for (`stopped_with_benchmark`)."""
+    stopped benchmark stops and waits for (`stopped_with_benchmark`); also when that process started (Unix time,
+    where a run's `solved_wall_s` counts from)."""
+    from dqn_cartpole.processes.start_time import process_start_time
+
     process = subprocess.Popen(args, **{"cwd": REPO, **popen}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     with stopped_with_benchmark(process):
+        created = process_start_time(process.pid)
         stdout, stderr = process.communicate()
-    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr), created
+
+
+def run_stoppable(args: list[str], **popen: Any) -> subprocess.CompletedProcess:
+    """`run_timed` without the start time."""
+    return run_timed(args, **popen)[0]
 
 
 def run_train(config: Optional[str], out: str, overrides: list[str], options: tuple = ()) -> dict:
