@@ -275,6 +275,41 @@ def test_the_learner_pushes_its_weights_in_the_background_and_watches_the_evalua
         assert watch.server_info["variables"].current_size == 1
 
 
+def test_a_pusher_that_keeps_its_pushes_pushes_what_it_keeps_and_drops_the_oldest_past_its_budget():
+    """A learner that holds its solved weights (agent.solved_learning_rate) goes back to the push the evaluator's
+    solve check passed: the pusher keeps its newest pushes, exactly as it pushed them, within `keep_bytes`."""
+    import contextlib
+
+    import numpy as np
+    import reverb
+
+    from dqn_cartpole.distributed.variables import WeightPusher, WeightSync, make_variables_table
+
+    with contextlib.ExitStack() as stack:
+        config, learner = cartpole_agent(stack)
+        _, collector = cartpole_agent(stack)
+        server = reverb.Server([make_variables_table(learner)])
+        stack.callback(server.stop)
+        address = f"localhost:{server.port}"
+        size = sum(variable.numpy().nbytes for variable in learner.collect_policy.variables())
+        pusher = WeightPusher(WeightSync(address, learner), every_steps=1000, poll_s=60.0, keep_bytes=2 * size)
+        stack.callback(pusher.close)
+        variable = learner.collect_policy.variables()[0]
+        for step in (1, 2, 3):
+            variable.assign(np.full(variable.shape, float(step), dtype=np.float32))
+            learner.train_step_counter.assign(step)
+            assert pusher.push_now() == step
+        assert list(pusher.kept) == [2, 3] and pusher.pushed(1) is None
+        assert len(pusher.pushed(2)) == len(learner.collect_policy.variables())
+        np.testing.assert_array_equal(pusher.pushed(2)[0], 2.0)
+        assert WeightSync(address, collector).pull() == 3
+        np.testing.assert_array_equal(collector.collect_policy.variables()[0].numpy(), pusher.pushed(3)[0])
+        plain = WeightPusher(WeightSync(address, learner), every_steps=1000, poll_s=60.0)
+        stack.callback(plain.close)
+        plain.push_now()
+        assert not plain.kept  # none kept by default
+
+
 def test_a_pusher_outlives_a_failed_push_and_pushes_again_what_a_restarted_server_lost(monkeypatch):
     """A server restarted on its port holds no weights (collectors wait for them): `repush` pushes even the weights
     of the last push; and a push that fails (the server gone) does not end the pusher: it is tried again."""

@@ -79,6 +79,10 @@ class AgentConfig:
     solved_target_update_tau: Optional[float] = _f(
         "target_update_tau from the run's first confirmed solve on, for a run that trains on after it (null = "
         "unchanged)", check=between(0, 1, low_open=True))
+    solved_learning_rate: Optional[float] = _f(
+        "learning_rate from the run's first confirmed solve on, for a run that trains on after it: the weights that "
+        "passed the solve check come back, then train at this rate, so 0 holds them to the last step (null = "
+        "unchanged: the live weights train on)", check=at_least(0))
     gradient_clipping: Optional[float] = _f("clip gradients to this global norm (null = off)", check=positive())
     n_step: int = _f("n-step TD update; replay holds sequences of n_step + 1 steps", check=positive())
     num_atoms: Optional[int] = _f(f"C51: atoms of each action's return distribution, at least 2 (null = "

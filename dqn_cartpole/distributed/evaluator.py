@@ -72,6 +72,7 @@ class LiveEvaluator:
         self.client: Any = None
         self.collected: Optional[parts.CollectedSteps] = None
         self.evaluate: Optional[triggers.Evaluate] = None
+        self.solved_train_step = -1  # the weights whose solve check passed (the learner holds them: AfterSolve)
         self.progress = Progress(config.training.num_iterations, enabled=False)  # messages only, to the role's log
 
     def run(self) -> int:
@@ -121,11 +122,14 @@ class LiveEvaluator:
         self.progress.message(f"train step {train_step}: average return {state.last_return:.1f} "
                               f"(best {state.best_return:.1f})")
         solved = state.solved_at_iteration is not None  # (a run that trains on after it says so in every result)
+        if solved and self.solved_train_step < 0:
+            self.solved_train_step = train_step
         status.publish_evaluation(self.client, status.Evaluation(
             train_step=train_step, env_steps=self.pipeline.env_step_count(), average_return=state.last_return,
             best_return=state.best_return, best_iteration=state.best_iteration, solved=solved,
             solved_return=state.solved_return if solved else float("nan"),
-            solved_episodes=self.config.evaluation.solve_episodes if solved else 0))
+            solved_episodes=self.config.evaluation.solve_episodes if solved else 0,
+            solved_train_step=self.solved_train_step))
         return solved  # the learner stops on it, then writes the run's stop for the collectors
 
 

@@ -27,13 +27,21 @@ class FollowEvaluator:
 
     def __init__(self, link: Any):
         self.link = link
+        self.solved_train_step: Optional[int] = None  # the weights the evaluator's solve check passed
+        self.solved_values: Optional[tuple] = None  # and their values, as this learner pushed them
 
     def make(self, session: Any, scalars: Scalars) -> Callable[[], None]:
         # At every eval_interval: the evaluator evaluates the newest weights once the interval has passed.
         return lambda: self.link.pusher.request()
 
     def after_chunk(self, session: Any, chunk: Chunk) -> None:
-        follow(session, self.link.watch.evaluation)
+        evaluation = follow(session, self.link.watch.evaluation)
+        if evaluation is not None and evaluation.solved and self.solved_train_step is None:
+            self.solved_train_step = step = evaluation.solved_train_step
+            self.solved_values = self.link.pusher.pushed(step)  # at once: the pusher keeps only the newest
+            if self.solved_values is None and session.config.agent.solved_learning_rate is not None:
+                session.progress.message(f"warning: the weights of train step {step}, whose solve check passed, "
+                                         f"are no longer kept here: the live weights go on instead")
 
     def settle(self) -> None:
         pass  # nothing in flight here: results arrive in `after_chunk`
@@ -63,6 +71,10 @@ class FollowEvaluator:
     def solved_policy(self) -> Optional[Any]:
         return None  # the evaluator exported it; the video plays the live weights
 
+    def solved_weights(self) -> Optional[tuple]:
+        """The weights the evaluator's solve check passed, as this learner pushed them (`WeightPusher.pushed`)."""
+        return self.solved_values
+
 
 def follow(session: Any, evaluation: Optional[status.Evaluation]) -> Optional[status.Evaluation]:
     """Takes the evaluator's newest result into the run state; a confirmed solve stops the run (with
@@ -74,7 +86,8 @@ def follow(session: Any, evaluation: Optional[status.Evaluation]) -> Optional[st
     state.best_return, state.best_iteration = evaluation.best_return, evaluation.best_iteration
     if evaluation.solved and state.solved_at_iteration is None:
         state.stop = cfg.evaluation.stop_when_solved
-        state.solved_at_iteration = evaluation.train_step // cfg.training.train_steps_per_iteration
+        solved_step = evaluation.solved_train_step if evaluation.solved_train_step >= 0 else evaluation.train_step
+        state.solved_at_iteration = solved_step // cfg.training.train_steps_per_iteration
         state.solved_return, state.solved_env_steps = evaluation.solved_return, evaluation.env_steps
         state.solved_wall_s = session.clock.wall()
         going_on = "training on" if not state.stop else f"stopping at iteration {state.iteration}"

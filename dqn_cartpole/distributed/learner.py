@@ -51,7 +51,7 @@ from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.replay import deadlines
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.training import prioritized
+from dqn_cartpole.training import final_policy, prioritized
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop
 from dqn_cartpole.training.outcome import RunEnd
 from dqn_cartpole.training.parts import Parts
@@ -76,6 +76,16 @@ def learner_parts(config: Config, address: str) -> Parts:
     return Parts(data, FollowEvaluator(link), EvaluatorSolveCheck(lambda: data.crash), stop_request)
 
 
+KEPT_PUSHES_BYTES = 64 * 2**20  # the newest pushes a learner keeps to go back to the solved ones (~1,800 of the default's)
+
+
+def kept_bytes(config: Config) -> int:
+    """How much of its newest pushed weights a learner keeps: those of a run that brings back its solved weights
+    (`agent.solved_learning_rate`, `FollowEvaluator.solved_weights`), none otherwise."""
+    holds = config.agent.solved_learning_rate is not None and not config.evaluation.stop_when_solved
+    return KEPT_PUSHES_BYTES if holds and final_policy.checks_for_solve(config) else 0
+
+
 class ServerLink:
     """The learner's calls to the server besides its replay: the weights it pushes (`WeightPusher`), the run's
     status it watches (`status.StatusWatch`), and the canceller of a chunk blocked on a read."""
@@ -95,7 +105,7 @@ class ServerLink:
         not exist")."""
         status.clear(self.client)
         self.pusher = WeightPusher(WeightSync(self.address, session.pipeline.agent),
-                                   self.config.distributed.weight_push_interval)
+                                   self.config.distributed.weight_push_interval, keep_bytes=kept_bytes(self.config))
         session.stack.callback(self.pusher.close)  # before the replay and the server's clients close
         lost_after_s = self.config.distributed.rate_limiter_timeout_ms / 1000
         self.watch = status.StatusWatch(self.client, lost_after_s=lost_after_s,

@@ -31,7 +31,7 @@ TIMEOUT_S = 10
 
 EVALUATION_FIELDS = {"train_step": "int64", "env_steps": "int64", "average_return": "float64",
                      "best_return": "float64", "best_iteration": "int64", "solved": "int64",
-                     "solved_return": "float64", "solved_episodes": "int64"}
+                     "solved_return": "float64", "solved_episodes": "int64", "solved_train_step": "int64"}
 STOP_FIELDS = {"train_step": "int64", "solved": "int64"}
 
 
@@ -47,6 +47,7 @@ class Evaluation:
     solved: bool = False
     solved_return: float = float("nan")
     solved_episodes: int = 0
+    solved_train_step: int = -1  # the train step of the weights that passed the check (-1: none did)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ Every call to the server has a deadline (`replay.deadlines`, CALL_TIMEOUT_S): pa
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import socket
@@ -22,6 +23,13 @@ from dqn_cartpole.replay import deadlines
 from dqn_cartpole.replay.reverb_tables import parse_address
 
 VARIABLES_TABLE = "variables"
+
+
+def rvc_key(name: str) -> str:
+    """TF-Agents' variable container's key `name` (POLICY_KEY, TRAIN_STEP_KEY) in `weights`' structure."""
+    from tf_agents.experimental.distributed import reverb_variable_container as rvc
+
+    return getattr(rvc, name)
 
 
 def weights(agent: Any) -> dict:
@@ -107,8 +115,16 @@ class WeightSync:
         signature = [tf.TensorSpec(v.shape, v.dtype) for v in flat]
         self._assign = tf.function(assign, input_signature=signature, autograph=False).get_concrete_function()
 
-    def push(self) -> None:
-        deadlines.within(deadlines.CALL_TIMEOUT_S, lambda: self.container.push(self.variables), "push the weights")
+    def push(self, values: Any = None) -> None:
+        """Pushes the variables as they are now, or `values` (`copy()`'s)."""
+        pushed = self.variables if values is None else values
+        deadlines.within(deadlines.CALL_TIMEOUT_S, lambda: self.container.push(pushed), "push the weights")
+
+    def copy(self) -> dict:
+        """The variables' values now, as NumPy arrays in `weights`' structure."""
+        import tensorflow as tf
+
+        return tf.nest.map_structure(lambda variable: variable.numpy(), self.variables)
 
     def available(self) -> bool:
         return int(deadlines.server_info(self.client, 5)[VARIABLES_TABLE].current_size) > 0
@@ -146,8 +162,11 @@ class WeightPusher:
     push is one insert of about 1 ms. A push that fails (the server is gone) is tried again at the next wake-up:
     a server restarted on its port gets the weights as soon as it answers."""
 
-    def __init__(self, sync: WeightSync, every_steps: int, poll_s: float = 0.01):
+    def __init__(self, sync: WeightSync, every_steps: int, poll_s: float = 0.01, keep_bytes: int = 0):
         self.sync, self.every_steps, self.poll_s = sync, every_steps, poll_s
+        # train step -> the policy's values pushed at it, the newest up to `keep_bytes` (0: none; `pushed`)
+        self.kept: collections.OrderedDict[int, tuple] = collections.OrderedDict()
+        self.keep_bytes, self._kept_bytes = keep_bytes, 0
         self.pushed_step: Optional[int] = None
         self.pushes = 0
         self.error: Optional[BaseException] = None
@@ -182,9 +201,26 @@ class WeightPusher:
             step = int(self.sync.agent.train_step_counter.numpy())
             if again or step != self.pushed_step and (force or self.pushed_step is None
                                                       or step - self.pushed_step >= self.every_steps):
-                self.sync.push()
+                if self.keep_bytes:
+                    values = self.sync.copy()  # pushed as kept: the thread reads them while the learner trains
+                    self.sync.push(values)
+                    self._keep(int(values[rvc_key("TRAIN_STEP_KEY")]), tuple(values[rvc_key("POLICY_KEY")]))
+                else:
+                    self.sync.push()
                 self.pushed_step, self.pushes = step, self.pushes + 1
             return step
+
+    def _keep(self, step: int, values: tuple) -> None:
+        self.kept[step] = values
+        self._kept_bytes += sum(value.nbytes for value in values)
+        while self._kept_bytes > self.keep_bytes and len(self.kept) > 1:
+            _, dropped = self.kept.popitem(last=False)
+            self._kept_bytes -= sum(value.nbytes for value in dropped)
+
+    def pushed(self, step: int) -> Optional[tuple]:
+        """The policy's values this pusher pushed at train step `step`, if they are still kept."""
+        with self._lock:
+            return self.kept.get(step)
 
     def _take_request(self) -> tuple[bool, bool]:
         """(requested, again) since the last call. Flags rather than the wake-up event, which a timed-out wait

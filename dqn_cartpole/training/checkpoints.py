@@ -20,6 +20,7 @@ from dqn_cartpole.config import Config, to_dict
 from dqn_cartpole.core import build
 from dqn_cartpole.run_folder import checkpointing, policy_files
 from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.training import final_policy
 from dqn_cartpole.training.finished import already_done
 from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
@@ -103,7 +104,7 @@ class Checkpoints:
             self.state.stop = False  # more iterations were asked for: train on
         adopt_best_on_disk(self.layout.best_policy, self.state)
         self.clock.continue_from(float(saved["wall_s"]))
-        pipeline.agent.set_learning_rate(cfg.agent.learning_rate)
+        pipeline.agent.set_learning_rate(final_policy.learning_rate(cfg, self.state.solved_at_iteration is not None))
         restore_rng_state(saved["rng"])
         size = pipeline.replay.size()  # before the seam is written
         # Collectors in other processes (no collect driver here) write on while checkpoints are taken.

@@ -1,6 +1,8 @@
-"""What a run that does not stop on its solve does about it: at the first confirmed solve the target network's updates
-change (`agent.solved_target_update_period` and `_tau`: Polyak averaging in the default); policy/final, the weights at
-the last step, is scored over `evaluation.final_episodes` fresh episodes (the fixed-budget protocol's score).
+"""What a run that does not stop on its solve does about it: at the first confirmed solve the weights that passed
+the check come back and the learning rate changes (`agent.solved_learning_rate`: 0 in the default, which holds
+them to the last step), and so do the target network's updates (`agent.solved_target_update_period` and `_tau`);
+policy/final, the weights at the last step, is scored over `evaluation.final_episodes` fresh episodes (the
+fixed-budget protocol's score).
 
 What they do to the default is measured in docs/benchmarks.md (issue 37). A run that stops at its solve (the
 default's headline protocol) never reaches them: its time to solve is unchanged.
@@ -20,10 +22,18 @@ FINAL_SEED_OFFSET = 40_000  # the final score's env copies: seeds neither traini
 
 
 def acts_on_solve(config: Config) -> bool:
-    """Whether a run that trains on past its solve changes something there (`agent.solved_target_update_*`): then
-    it checks for its solve, as a run that stops on it does (`checks_for_solve`)."""
+    """Whether a run that trains on past its solve changes something there (`agent.solved_learning_rate`,
+    `agent.solved_target_update_*`): then it checks for its solve, as a run that stops on it does
+    (`checks_for_solve`)."""
     agent = config.agent
-    return agent.solved_target_update_period is not None or agent.solved_target_update_tau is not None
+    return any(value is not None for value in (agent.solved_learning_rate, agent.solved_target_update_period,
+                                                agent.solved_target_update_tau))
+
+
+def learning_rate(config: Config, solved: bool) -> float:
+    """The learning rate of a run that is (`solved`: its solve confirmed) or is not past its solve."""
+    after = config.agent.solved_learning_rate
+    return after if solved and after is not None else config.agent.learning_rate
 
 
 def checks_for_solve(config: Config) -> bool:
@@ -34,8 +44,10 @@ def checks_for_solve(config: Config) -> bool:
 
 class AfterSolve:
     """After each compiled chunk: the run's first confirmed solve (its own check, or the evaluator's), for a run that
-    trains on after it, changes the target updates (`agent.solved_target_update_*`), once. A resumed run's target
-    updates come back with its checkpoint (their variables are the agent's)."""
+    trains on after it, brings back the weights that passed the check and sets the learning rate
+    (`agent.solved_learning_rate`), and changes the target updates (`agent.solved_target_update_*`), once. A resumed
+    run's target updates come back with its checkpoint (their variables are the agent's), its rate with
+    `learning_rate`."""
 
     def __init__(self, config: Config, solved_already: bool):
         self.config, self.applied = config, solved_already  # a resumed run's are set at its restore (`restore`)
@@ -45,8 +57,19 @@ class AfterSolve:
         if self.applied or state.solved_at_iteration is None or state.stop:
             return
         self.applied = True
-        session.pipeline.agent.set_target_updates(agent_config.solved_target_update_period,
-                                                  agent_config.solved_target_update_tau)
+        agent = session.pipeline.agent
+        agent.set_target_updates(agent_config.solved_target_update_period, agent_config.solved_target_update_tau)
+        if agent_config.solved_learning_rate is None:
+            return
+        solved = session.evaluation.solved_weights()  # None: the live weights are those that passed
+        if solved is not None:
+            for variable, value in zip(agent.policy.variables(), solved):
+                variable.assign(value)
+        agent.set_learning_rate(agent_config.solved_learning_rate)
+        what = ("held to the last step" if agent_config.solved_learning_rate == 0 else
+                f"trained on at a learning rate of {agent_config.solved_learning_rate:g}")
+        session.progress.message(f"iteration {state.iteration}: the weights that passed the solve check (iteration "
+                                 f"{state.solved_at_iteration}) are {what} (agent.solved_learning_rate)")
 
 
 def score_final(session: Any) -> None:

@@ -1,11 +1,12 @@
 """A finished run resumed: does it train on, and what does the command line say first. No TensorFlow, so `train
 --resume` answers a run with nothing left to do at once, without rebuilding it or redrawing its artifacts.
 
-A finished run trains on only when asked to go past where it ended. A run that stopped because it was solved
-trains on when the command asks for more iterations than it ran (`-n N`): the solve check, which would stop it
-again at its next evaluation, is turned off from then on (`evaluation.stop_when_solved: false`), and the first
-line says so. A run with nothing left to do says why in one line and how to go on; it is only finished again (its
-summary, plots, videos and report written) when an earlier process did not get to write them.
+A finished run trains on only when asked to go past where it ended. A run that stopped because it was solved trains
+on when the command asks for more iterations than it ran (`-n N`): the solve check, which would stop it again at its
+next evaluation, is turned off from then on (`evaluation.stop_when_solved: false`), and so is the hold of the solved
+weights (`agent.solved_learning_rate: null`, unless the command sets it), and the first line says so. A run with
+nothing left to do says why in one line and how to go on; it is only finished again (its summary, plots, videos and
+report written) when an earlier process did not get to write them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dqn_cartpole.run_folder.checkpointing import Found
 from dqn_cartpole.run_folder.layout import RunLayout
 
 STOP_KEY = "evaluation.stop_when_solved"
+HOLD_KEY = "agent.solved_learning_rate"  # 0 would hold the solved weights a run asked to train on past its solve
 ITERATIONS_KEY = "training.num_iterations"
 
 
@@ -59,9 +61,13 @@ def plan_finished(run_dir: str, found: Optional[Found], config: Config, given: d
     if solved_at is not None and ITERATIONS_KEY in given and STOP_KEY not in given \
             and config.training.num_iterations > found.iteration and config.evaluation.stop_when_solved:
         evaluation = dataclasses.replace(config.evaluation, stop_when_solved=False)
-        return Resume(dataclasses.replace(config, evaluation=evaluation),
+        written, agent = ((STOP_KEY, False),), config.agent
+        if agent.solved_learning_rate is not None and HOLD_KEY not in given:  # asked to train on: not to hold
+            written, agent = written + ((HOLD_KEY, None),), dataclasses.replace(agent, solved_learning_rate=None)
+        keys = " and ".join(f"{key}: {'false' if value is False else 'null'}" for key, value in written)
+        return Resume(dataclasses.replace(config, evaluation=evaluation, agent=agent),
                       f"{run_dir} was solved at iteration {solved_at}; training on past the solve to iteration "
-                      f"{config.training.num_iterations} ({STOP_KEY}: false from now on)", written=((STOP_KEY, False),))
+                      f"{config.training.num_iterations} ({keys} from now on)", written=written)
     if not already_done(found, config):
         return Resume(config)
     if not artifacts_written(run_dir, found.iteration):

@@ -215,6 +215,12 @@ class InProcessEvaluation:
         """The weights that passed the solve check beside the training (the live ones trained on up to the stop)."""
         return getattr(self.evaluate, "solved_policy", lambda: None)()
 
+    def solved_weights(self) -> Optional[tuple]:
+        """The weights that passed the solve check beside the training (an eval interval before they are taken in);
+        None in line, where the check ran on the live weights."""
+        solved = getattr(self.evaluate, "solved", None)
+        return None if solved is None else solved.values
+
 
 # ---------------------------------------------------------------------------- the finish: this process's check
 

@@ -72,6 +72,10 @@ class Evaluation(Protocol):
     def solved_policy(self) -> Optional[Any]:
         """The greedy policy of the weights that passed a solve check taken in here, if any."""
 
+    def solved_weights(self) -> Optional[tuple]:
+        """The values of the greedy policy's variables that passed the run's confirmed solve check, if they are not
+        the live ones (None: they are, or none passed)."""
+
 
 class FinishPolicy(Protocol):
     """What the end of the run writes, and who owns the solve check."""

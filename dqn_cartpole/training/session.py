@@ -75,6 +75,7 @@ class TrainingSession:
         self.log_train: Optional[triggers.LogTrain] = None
         self.workers: Optional[ArtifactWorkers] = None  # the plotter and the video renderer (child processes)
         self.trained = False  # whether this process ran the loop (a resumed run may have had nothing left to do)
+        self.after_solve: Optional[final_policy.AfterSolve] = None  # made at the loop (`run_loop`)
         self.loop: Optional[ChunkedLoop] = None  # prepared beside the random fill (`DataSource.fill`), else at the loop
 
     def run(self) -> dict:
@@ -155,7 +156,7 @@ class TrainingSession:
         if isinstance(pipeline.collect_driver, build.PyCollection):  # it goes on from the Python env's time step
             time_step = pipeline.envs.collect.current_time_step()
         due = [triggers.every(interval, trigger, state.iteration) for interval, trigger in periodic]
-        after_solve = final_policy.AfterSolve(cfg, state.solved_at_iteration is not None)
+        after_solve = self.after_solve = final_policy.AfterSolve(cfg, state.solved_at_iteration is not None)
         if self.checkpoints.restored is None:
             with self.phases(phase.FIRST_EVALUATION):
                 self.evaluate()  # iteration 0: the untrained policy, as in the tutorial
@@ -236,7 +237,11 @@ class TrainingSession:
                                   "evaluator_peak_rss_mb": getattr(self.evaluate, "peak_rss_mb", None)})
 
     def on_solved(self, policy: Any) -> None:
-        """A solve taken in beside the training: policy/final is written, its video and the plots start at once."""
+        """A solve taken in beside the training: policy/final is written, and before the next evaluation's weights
+        are taken a run that trains on brings back those that passed (`final_policy.AfterSolve`); its video and the
+        plots start at once."""
+        if self.after_solve is not None:
+            self.after_solve(self)
         if not self.ending.lightly(self):
             self.policy_atoms()  # the plotter draws them from policy/final's weights
             self.workers.start_final(policy)
