@@ -45,6 +45,23 @@ def config(*overrides: str):
     return load_config(SMOKE, list(overrides))
 
 
+def test_a_solved_run_of_a_config_that_holds_its_solved_weights_trains_them_on_when_asked_for_more(tmp_path):
+    """The default holds the weights that passed its solve check (agent.solved_learning_rate 0): a solved run asked
+    to train on past its solve trains them (the key becomes null, and the first line says so), unless the command
+    sets the key itself."""
+    found = make_finished_run(str(tmp_path / "run"), solved=True)
+    asked = load_config(None, ["training.num_iterations=3500"])
+    assert asked.agent.solved_learning_rate == 0
+    resume = finished.plan_finished("RUN", found, asked, {"training.num_iterations": 3500})
+    assert resume.run and resume.config.agent.solved_learning_rate is None
+    assert resume.written == (("evaluation.stop_when_solved", False), ("agent.solved_learning_rate", None))
+    assert resume.line.endswith("(evaluation.stop_when_solved: false and agent.solved_learning_rate: null from now on)")
+    kept = load_config(None, ["training.num_iterations=3500", "agent.solved_learning_rate=0"])
+    resume = finished.plan_finished("RUN", found, kept, {"training.num_iterations": 3500,
+                                                         "agent.solved_learning_rate": 0.0})
+    assert resume.config.agent.solved_learning_rate == 0 and resume.written == (("evaluation.stop_when_solved", False),)
+
+
 def test_a_solved_run_asked_for_more_iterations_trains_on_past_its_solve(tmp_path):
     found = make_finished_run(str(tmp_path / "run"), solved=True)
     asked = config("training.num_iterations=3500", "evaluation.stop_when_solved=true")

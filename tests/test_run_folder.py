@@ -281,3 +281,19 @@ def test_whole_csv_files_are_written_as_the_csv_module_writes_them_and_read_back
     assert read_csv(str(path)) == [{"run": "a", "best return": "500.0", "state": ""},
                                    {"run": "b,c", "best return": "", "state": "done"}]
     assert read_csv(str(tmp_path / "missing.csv")) == []
+
+
+@pytest.mark.parametrize("info, what", [
+    ({"solved": True}, "the weights that passed the solve check (the run stopped on it)"),
+    ({}, "the weights at the last step"),
+    ({"held_since": 4750}, "the weights at the last step: those that passed the solve check at iteration 4,750, held "
+                           "since (agent.solved_learning_rate 0)"),
+])
+def test_policy_final_says_whether_its_weights_stopped_the_run_moved_on_or_were_held_since_the_solve(tmp_path, info,
+                                                                                                    what):
+    from dqn_cartpole.run_folder.policy_files import INFO_FILE, describe_policy
+
+    os.makedirs(tmp_path / "final")
+    with open(tmp_path / "final" / INFO_FILE, "w", encoding="utf-8") as handle:
+        json.dump({"iteration": 10000, "env_steps": 11000, "average_return": 492.1, "episodes": 100, **info}, handle)
+    assert describe_policy(str(tmp_path / "final"), "final")["what"] == what

@@ -76,7 +76,7 @@ def learner_parts(config: Config, address: str) -> Parts:
     return Parts(data, FollowEvaluator(link), EvaluatorSolveCheck(lambda: data.crash), stop_request)
 
 
-KEPT_PUSHES_BYTES = 64 * 2**20  # the newest pushes a learner keeps to go back to the solved ones (~1,800 of the default's)
+KEPT_PUSHES_BYTES = 64 * 2**20  # the newest pushes a learner keeps to go back to the solved ones (1,800 of the default)
 
 
 def kept_bytes(config: Config) -> int:

@@ -96,7 +96,10 @@ def describe_policy(path: str, name: str) -> Optional[dict]:
     solved = is_solved(info)
     what = POLICY_MEANINGS[name]
     if name == "final":
+        held = info.get("held_since")
         what = ("the weights that passed the solve check (the run stopped on it)" if solved else
-                "the weights at the last step")
+                "the weights at the last step" if held is None else
+                f"the weights at the last step: those that passed the solve check at iteration {held:,}, held since "
+                f"(agent.solved_learning_rate 0)")
     return {"what": what, "iteration": info.get("iteration"), "env_steps": info.get("env_steps"),
             "average_return": info.get("average_return"), "episodes": info.get("episodes"), "solved": solved}

@@ -42,6 +42,13 @@ def checks_for_solve(config: Config) -> bool:
     return config.evaluation.stop_when_solved or acts_on_solve(config)
 
 
+def held_since(config: Config, state: Any) -> dict:
+    """policy/final's record of weights held since the solve check passed them (`agent.solved_learning_rate` 0):
+    `{"held_since": iteration}`, else nothing."""
+    held = config.agent.solved_learning_rate == 0 and state.solved_at_iteration is not None and not state.stop
+    return {"held_since": state.solved_at_iteration} if held else {}
+
+
 class AfterSolve:
     """After each compiled chunk: the run's first confirmed solve (its own check, or the evaluator's), for a run that
     trains on after it, brings back the weights that passed the check and sets the learning rate

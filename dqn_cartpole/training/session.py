@@ -210,7 +210,8 @@ class TrainingSession:
         elif trained and not ending.keeps_solved_policy(self):
             scored = state.final_policy_return is not None
             self.exporter.save(layout.final_policy, state.final_policy_return if scored else state.last_return,
-                               episodes=state.final_policy_episodes, keep_solved=ending.solved_elsewhere)
+                               episodes=state.final_policy_episodes, keep_solved=ending.solved_elsewhere,
+                               **final_policy.held_since(self.config, state))
         for name, path in (("best policy", layout.best_policy), ("final policy", layout.final_policy)):
             if os.path.exists(path):
                 artifacts[name] = path
