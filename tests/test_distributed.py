@@ -310,6 +310,43 @@ def test_a_pusher_that_keeps_its_pushes_pushes_what_it_keeps_and_drops_the_oldes
         assert not plain.kept  # none kept by default
 
 
+def test_a_learner_that_trains_on_holds_the_weights_the_evaluators_check_passed_as_it_pushed_them():
+    """The evaluator's check passed the weights of train step 1,200 and says so in a later result (train step
+    1,500): the learner marks its solve there, takes those weights from its pusher, puts them back and holds them
+    (agent.solved_learning_rate 0)."""
+    import contextlib
+    import dataclasses
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dqn_cartpole.distributed import status
+    from dqn_cartpole.distributed.following import FollowEvaluator
+    from dqn_cartpole.training.final_policy import AfterSolve
+    from dqn_cartpole.training.state import RunState
+
+    with contextlib.ExitStack() as stack:
+        config, agent = cartpole_agent(stack)
+        config = dataclasses.replace(config, evaluation=dataclasses.replace(config.evaluation, stop_when_solved=False))
+        solved = tuple(np.full(variable.shape, 0.5, dtype=np.float32) for variable in agent.policy.variables())
+        evaluation = status.Evaluation(1500, 1600, 500.0, 500.0, 1500, solved=True, solved_return=500.0,
+                                       solved_episodes=100, solved_train_step=1200)
+        link = SimpleNamespace(watch=SimpleNamespace(evaluation=evaluation),
+                               pusher=SimpleNamespace(pushed={1200: solved}.get))
+        messages = []
+        follower = FollowEvaluator(link)
+        session = SimpleNamespace(config=config, state=RunState(), clock=SimpleNamespace(wall=lambda: 12.0),
+                                  progress=SimpleNamespace(message=messages.append),
+                                  pipeline=SimpleNamespace(agent=agent), evaluation=follower)
+        follower.after_chunk(session, None)
+        assert session.state.solved_at_iteration == 1200 and not session.state.stop
+        AfterSolve(config, solved_already=False)(session)
+        for variable, value in zip(agent.policy.variables(), solved):
+            np.testing.assert_array_equal(variable.numpy(), value)
+        assert float(agent.tf_agent._optimizer.learning_rate.numpy()) == 0.0  # pylint: disable=protected-access
+        assert "held to the last step" in messages[-1]
+
+
 def test_a_pusher_outlives_a_failed_push_and_pushes_again_what_a_restarted_server_lost(monkeypatch):
     """A server restarted on its port holds no weights (collectors wait for them): `repush` pushes even the weights
     of the last push; and a push that fails (the server gone) does not end the pusher: it is tried again."""
