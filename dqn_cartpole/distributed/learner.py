@@ -51,7 +51,7 @@ from dqn_cartpole.processes.commands import continue_command
 from dqn_cartpole.replay import deadlines
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.training import final_policy, prioritized
+from dqn_cartpole.training import prioritized
 from dqn_cartpole.training.loop import Chunk, ChunkedLoop
 from dqn_cartpole.training.outcome import RunEnd
 from dqn_cartpole.training.parts import Parts
@@ -83,7 +83,7 @@ def kept_bytes(config: Config) -> int:
     """How much of its newest pushed weights a learner keeps: those of a run that brings back its solved weights
     (`agent.solved_learning_rate`, `FollowEvaluator.solved_weights`), none otherwise."""
     holds = config.agent.solved_learning_rate is not None and not config.evaluation.stop_when_solved
-    return KEPT_PUSHES_BYTES if holds and final_policy.checks_for_solve(config) else 0
+    return KEPT_PUSHES_BYTES if holds else 0
 
 
 class ServerLink:

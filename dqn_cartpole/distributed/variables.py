@@ -25,13 +25,6 @@ from dqn_cartpole.replay.reverb_tables import parse_address
 VARIABLES_TABLE = "variables"
 
 
-def rvc_key(name: str) -> str:
-    """TF-Agents' variable container's key `name` (POLICY_KEY, TRAIN_STEP_KEY) in `weights`' structure."""
-    from tf_agents.experimental.distributed import reverb_variable_container as rvc
-
-    return getattr(rvc, name)
-
-
 def weights(agent: Any) -> dict:
     """What a learner pushes and a collector pulls: the policy's variables and the train step."""
     from tf_agents.experimental.distributed import reverb_variable_container as rvc
@@ -202,9 +195,11 @@ class WeightPusher:
             if again or step != self.pushed_step and (force or self.pushed_step is None
                                                       or step - self.pushed_step >= self.every_steps):
                 if self.keep_bytes:
+                    from tf_agents.experimental.distributed import reverb_variable_container as rvc
+
                     values = self.sync.copy()  # pushed as kept: the thread reads them while the learner trains
                     self.sync.push(values)
-                    self._keep(int(values[rvc_key("TRAIN_STEP_KEY")]), tuple(values[rvc_key("POLICY_KEY")]))
+                    self._keep(int(values[rvc.TRAIN_STEP_KEY]), tuple(values[rvc.POLICY_KEY]))
                 else:
                     self.sync.push()
                 self.pushed_step, self.pushes = step, self.pushes + 1
