@@ -249,7 +249,7 @@ def test_disk_full_is_one_clear_line_with_the_resume_command(tmp_path):
     ("benchmark.py", ("--scale-out", "1,x"), "--scale-out 1,x"),
     ("benchmark.py", ("--scale-out", "2", "--seeds", "3,3"), "listed twice"),
     ("benchmark.py", ("--scale-out", "2", "--priorities", "-1"), "--priorities -1: expected a number of rounds"),
-    ("check_robustness.py", ("--seeds", "9-0"), "is empty"),
+    ("benchmark.py", ("--fixed-budget", "10", "--seeds", "9-0"), "is empty"),
 ])
 def test_the_benchmark_scripts_refuse_bad_seeds_with_one_line(script, args, needle):
     """The scripts the docs quote take seeds as the CLI does (0-4, 0,3,7), and say what is wrong in one line."""

@@ -41,7 +41,7 @@ def test_a_stopped_benchmark_stops_its_runs_and_leaves_no_process(tmp_path, part
     """SIGTERM to the benchmark while a run trains: the run gets Ctrl-C's stop (it saves a checkpoint) and the
     benchmark waits for it; before, the train process went on alone, orphaned. Both ways a benchmark part runs
     `train`: the fixed budget's runs at a time, and `benchmark_common.run_train` (the time to solve, the scale-out
-    parts, check_robustness)."""
+    parts)."""
     import signal
     import subprocess
 
