@@ -310,10 +310,12 @@ def test_a_pusher_that_keeps_its_pushes_pushes_what_it_keeps_and_drops_the_oldes
         assert not plain.kept  # none kept by default
 
 
-def test_a_learner_that_trains_on_holds_the_weights_the_evaluators_check_passed_as_it_pushed_them():
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_learner_that_trains_on_holds_the_weights_the_evaluators_check_passed_as_it_pushed_them(kept):
     """The evaluator's check passed the weights of train step 1,200 and says so in a later result (train step
     1,500): the learner marks its solve there, takes those weights from its pusher, puts them back and holds them
-    (agent.solved_learning_rate 0)."""
+    (agent.solved_learning_rate 0). When its pusher no longer kept them, it holds its live weights, and says so:
+    in its message and in what policy/final records (`held_weights: live`, held since the iteration it began)."""
     import contextlib
     import dataclasses
     from types import SimpleNamespace
@@ -322,29 +324,38 @@ def test_a_learner_that_trains_on_holds_the_weights_the_evaluators_check_passed_
 
     from dqn_cartpole.distributed import status
     from dqn_cartpole.distributed.following import FollowEvaluator
-    from dqn_cartpole.training.final_policy import AfterSolve
+    from dqn_cartpole.training.final_policy import AfterSolve, held_since
     from dqn_cartpole.training.state import RunState
 
     with contextlib.ExitStack() as stack:
         config, agent = cartpole_agent(stack)
         config = dataclasses.replace(config, evaluation=dataclasses.replace(config.evaluation, stop_when_solved=False))
         solved = tuple(np.full(variable.shape, 0.5, dtype=np.float32) for variable in agent.policy.variables())
+        live = tuple(variable.numpy() for variable in agent.policy.variables())
         evaluation = status.Evaluation(1500, 1600, 500.0, 500.0, 1500, solved=True, solved_return=500.0,
                                        solved_episodes=100, solved_train_step=1200)
         link = SimpleNamespace(watch=SimpleNamespace(evaluation=evaluation),
-                               pusher=SimpleNamespace(pushed={1200: solved}.get))
+                               pusher=SimpleNamespace(pushed={1200: solved}.get if kept else {}.get))
         messages = []
         follower = FollowEvaluator(link)
-        session = SimpleNamespace(config=config, state=RunState(), clock=SimpleNamespace(wall=lambda: 12.0),
+        session = SimpleNamespace(config=config, state=RunState(iteration=1520),
+                                  clock=SimpleNamespace(wall=lambda: 12.0),
                                   progress=SimpleNamespace(message=messages.append),
                                   pipeline=SimpleNamespace(agent=agent), evaluation=follower)
         follower.after_chunk(session, None)
         assert session.state.solved_at_iteration == 1200 and not session.state.stop
         AfterSolve(config, solved_already=False)(session)
-        for variable, value in zip(agent.policy.variables(), solved):
+        for variable, value in zip(agent.policy.variables(), solved if kept else live):
             np.testing.assert_array_equal(variable.numpy(), value)
         assert float(agent.tf_agent._optimizer.learning_rate.numpy()) == 0.0  # pylint: disable=protected-access
         assert "held to the last step" in messages[-1]
+        if kept:
+            assert "passed the solve check (iteration 1200)" in messages[-1]
+            assert held_since(config, session.state) == {"held_since": 1200}
+        else:
+            assert any("no longer kept" in m for m in messages) and "the live weights are held" in messages[-1]
+            assert held_since(config, session.state) == {"held_since": 1520, "held_weights": "live"}
+            assert session.state.resumed_fields()["unchecked_since"] == 1520  # a resumed run still says so
 
 
 def test_a_pusher_outlives_a_failed_push_and_pushes_again_what_a_restarted_server_lost(monkeypatch):

@@ -288,6 +288,9 @@ def test_whole_csv_files_are_written_as_the_csv_module_writes_them_and_read_back
     ({}, "the weights at the last step"),
     ({"held_since": 4750}, "the weights at the last step: those that passed the solve check at iteration 4,750, held "
                            "since (agent.solved_learning_rate 0)"),
+    ({"held_since": 5120, "held_weights": "live"}, "the weights at the last step: the live ones, held since iteration "
+                                                   "5,120 (agent.solved_learning_rate 0; those that passed the solve "
+                                                   "check were no longer kept)"),
 ])
 def test_policy_final_says_whether_its_weights_stopped_the_run_moved_on_or_were_held_since_the_solve(tmp_path, info,
                                                                                                     what):

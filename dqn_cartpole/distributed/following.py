@@ -40,6 +40,7 @@ class FollowEvaluator:
             self.solved_train_step = step = evaluation.solved_train_step
             self.solved_values = self.link.pusher.pushed(step)  # at once: the pusher keeps only the newest
             if self.solved_values is None and session.config.agent.solved_learning_rate is not None:
+                session.state.unchecked_since = session.state.iteration  # policy/final says so
                 session.progress.message(f"warning: the weights of train step {step}, whose solve check passed, "
                                          f"are no longer kept here: the live weights go on instead")
 

@@ -99,6 +99,8 @@ def describe_policy(path: str, name: str) -> Optional[dict]:
         held = info.get("held_since")
         what = ("the weights that passed the solve check (the run stopped on it)" if solved else
                 "the weights at the last step" if held is None else
+                f"the weights at the last step: the live ones, held since iteration {held:,} (agent.solved_learning_rate"
+                f" 0; those that passed the solve check were no longer kept)" if info.get("held_weights") == "live" else
                 f"the weights at the last step: those that passed the solve check at iteration {held:,}, held since "
                 f"(agent.solved_learning_rate 0)")
     return {"what": what, "iteration": info.get("iteration"), "env_steps": info.get("env_steps"),

@@ -43,10 +43,14 @@ def checks_for_solve(config: Config) -> bool:
 
 
 def held_since(config: Config, state: Any) -> dict:
-    """policy/final's record of weights held since the solve check passed them (`agent.solved_learning_rate` 0):
-    `{"held_since": iteration}`, else nothing."""
-    held = config.agent.solved_learning_rate == 0 and state.solved_at_iteration is not None and not state.stop
-    return {"held_since": state.solved_at_iteration} if held else {}
+    """policy/final's record of weights held since the solve (`agent.solved_learning_rate` 0): `{"held_since":
+    iteration}` for those the solve check passed, with `"held_weights": "live"` when they were the live weights (a
+    learner that no longer kept those: `state.unchecked_since`); else nothing."""
+    if config.agent.solved_learning_rate != 0 or state.solved_at_iteration is None or state.stop:
+        return {}
+    if state.unchecked_since is not None:
+        return {"held_since": state.unchecked_since, "held_weights": "live"}
+    return {"held_since": state.solved_at_iteration}
 
 
 class AfterSolve:
@@ -75,8 +79,9 @@ class AfterSolve:
         agent.set_learning_rate(agent_config.solved_learning_rate)
         what = ("held to the last step" if agent_config.solved_learning_rate == 0 else
                 f"trained on at a learning rate of {agent_config.solved_learning_rate:g}")
-        session.progress.message(f"iteration {state.iteration}: the weights that passed the solve check (iteration "
-                                 f"{state.solved_at_iteration}) are {what} (agent.solved_learning_rate)")
+        weights = (f"the weights that passed the solve check (iteration {state.solved_at_iteration}) are"
+                   if state.unchecked_since is None else "the live weights are")
+        session.progress.message(f"iteration {state.iteration}: {weights} {what} (agent.solved_learning_rate)")
 
 
 def score_final(session: Any) -> None:

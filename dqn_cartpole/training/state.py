@@ -13,7 +13,7 @@ from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
 
 # The fields a checkpoint carries over to a resumed run; the rest are per process or per outcome.
 RESUMED_FIELDS = ("loss", "last_return", "best_return", "best_iteration", "solved_at_iteration", "solved_return",
-                  "solved_wall_s", "solved_env_steps", "solved_cpu_s")
+                  "solved_wall_s", "solved_env_steps", "solved_cpu_s", "unchecked_since")
 
 
 @dataclass
@@ -31,6 +31,9 @@ class RunState:
     solved_env_steps: Optional[int] = None
     solved_cpu_s: Optional[float] = None  # CPU seconds of the process that confirmed the solve, until then
     stop: bool = False  # solved: stop early
+    # past its solve, the run went on from its live weights from this iteration on, not from those the solve check
+    # passed (a learner that no longer kept them: `following.FollowEvaluator`)
+    unchecked_since: Optional[int] = None
     final_policy_return: Optional[float] = None  # policy/final's average over evaluation.final_episodes (unsolved end)
     final_policy_episodes: Optional[int] = None
     # per process
