@@ -277,7 +277,8 @@ def test_the_learner_pushes_its_weights_in_the_background_and_watches_the_evalua
 
 def test_a_pusher_that_keeps_its_pushes_pushes_what_it_keeps_and_drops_the_oldest_past_its_budget():
     """A learner that holds its solved weights (agent.solved_learning_rate) goes back to the push the evaluator's
-    solve check passed: the pusher keeps its newest pushes, exactly as it pushed them, within `keep_bytes`."""
+    solve check passed: the pusher keeps its newest pushes, exactly as it pushed them (also when the learner trains
+    between its read and its push), within `keep_bytes`."""
     import contextlib
 
     import numpy as np
@@ -308,6 +309,23 @@ def test_a_pusher_that_keeps_its_pushes_pushes_what_it_keeps_and_drops_the_oldes
         stack.callback(plain.close)
         plain.push_now()
         assert not plain.kept  # none kept by default
+
+        class TrainsWhilePushing(WeightSync):
+            """The learner's train step moves the weights right after the pusher's thread read them."""
+
+            def copy(self):
+                values = super().copy()
+                variable.assign(np.full(variable.shape, 9.0, dtype=np.float32))
+                return values
+
+        racing = WeightPusher(TrainsWhilePushing(address, learner), every_steps=1000, poll_s=60.0,
+                              keep_bytes=2 * size)
+        stack.callback(racing.close)
+        variable.assign(np.full(variable.shape, 4.0, dtype=np.float32))
+        learner.train_step_counter.assign(4)
+        assert racing.push_now() == 4 and WeightSync(address, collector).pull() == 4
+        np.testing.assert_array_equal(racing.pushed(4)[0], 4.0)  # what it kept is what it pushed, not the live 9s
+        np.testing.assert_array_equal(collector.collect_policy.variables()[0].numpy(), 4.0)
 
 
 @pytest.mark.parametrize("kept", [True, False])
