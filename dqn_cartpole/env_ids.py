@@ -74,6 +74,15 @@ def spaces_problem(
     return None
 
 
+def check_spaces(env: Any, observation_space: spaces.Space, action_space: spaces.Space) -> str:
+    """The (vector) env's name; EnvSpecError (`spaces_problem`'s line) if its spaces are unsupported."""
+    name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+    problem = spaces_problem(name, observation_space, action_space)
+    if problem is not None:
+        raise EnvSpecError(problem)
+    return name
+
+
 @functools.lru_cache(maxsize=None)
 def _env_id_spaces_problem(env_id: str) -> Optional[str]:
     """Builds ``env_id`` once to inspect its spaces (cached: spaces are static)."""

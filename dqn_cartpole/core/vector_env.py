@@ -21,7 +21,7 @@ import gymnasium  # noqa: E402
 import numpy as np  # noqa: E402
 from gymnasium.vector import AutoresetMode, VectorEnv  # noqa: E402
 
-from dqn_cartpole.env_ids import EnvSpecError, check_env_id, registered_spec, spaces_problem  # noqa: E402
+from dqn_cartpole.env_ids import EnvSpecError, check_env_id, check_spaces, registered_spec  # noqa: E402
 
 # TF-Agents' StepType values (tf_agents.trajectories.time_step.StepType), which a test checks.
 FIRST, MID, LAST = 0, 1, 2
@@ -79,10 +79,7 @@ class VectorSteps:
         """`seed` seeds the first reset only (how it maps to copies is up to the vector env: a
         `SyncVectorEnv` seeds copy i with seed + i, `CartPoleVectorEnv` draws from one RNG), so later
         episodes continue the env's RNG. Raises EnvSpecError for unsupported spaces or autoreset mode."""
-        name = vector_env.spec.id if vector_env.spec is not None else type(vector_env.unwrapped).__name__
-        problem = spaces_problem(name, vector_env.single_observation_space, vector_env.single_action_space)
-        if problem is not None:
-            raise EnvSpecError(problem)
+        name = check_spaces(vector_env, vector_env.single_observation_space, vector_env.single_action_space)
         mode = AutoresetMode(vector_env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         if mode != AutoresetMode.NEXT_STEP:
             raise EnvSpecError(f"vector env {name!r} has autoreset mode {mode.value!r}; "
