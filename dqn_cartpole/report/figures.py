@@ -75,8 +75,8 @@ def plot_returns(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     spread = rows_with(rows, "min_return", "max_return")
     data = values(rows, "average_return") + values(spread, "min_return") + values(spread, "max_return") + values(
         collect, "collect_return")
-    axes[0].set_ylim(*value_limits(data, (facts.solve_return, facts.max_return, facts.min_return)))
-    axes[0].set_ylabel("return (sum of rewards in an episode)")
+    axes[0].set(ylim=value_limits(data, (facts.solve_return, facts.max_return, facts.min_return)),
+                ylabel="return (sum of rewards in an episode)")
     episodes = f", {facts.num_eval_episodes} greedy episodes per evaluation" if facts.num_eval_episodes else ""
     fig.suptitle(f"{facts.env_id}: average return of the greedy policy{episodes}")
     handles, labels = axes[0].get_legend_handles_labels()
@@ -116,8 +116,7 @@ def plot_loss(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     mean_and_max_on_a_log_axis(ax, rows, facts.train_steps_per_iteration, ("loss", "mean over the log interval"),
                                ("loss_max", "max over the log interval"), alone="loss at each log")
-    ax.set_ylabel("TD loss (log scale)")
-    ax.set_title(f"{facts.env_id}: training loss")
+    ax.set(ylabel="TD loss (log scale)", title=f"{facts.env_id}: training loss")
     _save(fig, out_path)
 
 
@@ -146,10 +145,8 @@ def plot_epsilon(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     rows = rows_with(record.train_rows, "train_step", "epsilon")
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(values(rows, "train_step", facts.train_steps_per_iteration), values(rows, "epsilon"), color="tab:purple")
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("iterations")
-    ax.set_ylabel("epsilon (probability of a random action)")
-    ax.set_title(f"{facts.env_id}: exploration rate of the collect policy")
+    ax.set(ylim=(0, 1.05), xlabel="iterations", ylabel="epsilon (probability of a random action)",
+           title=f"{facts.env_id}: exploration rate of the collect policy")
     ax.grid(alpha=0.3)
     _save(fig, out_path)
 
@@ -171,12 +168,10 @@ def plot_q_values(record: RunRecord, facts: RunFacts, out_path: str) -> None:
                        label=f"{label} discounted return ({bound:.1f})")
             bounds.append(bound)
     data = values(q_rows, "average_max_q_at_reset") + values(rows, "average_discounted_return")
-    ax.set_ylim(*value_limits(data, bounds))
+    ax.set(ylim=value_limits(data, bounds), xlabel="iterations", ylabel=f"discounted return (gamma = {facts.gamma:g})",
+           title=f"{facts.env_id}: value estimate vs discounted return")
     if not data:
         ax.text(0.5, 0.5, "no Q-value data in this run's CSVs", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("iterations")
-    ax.set_ylabel(f"discounted return (gamma = {facts.gamma:g})")
-    ax.set_title(f"{facts.env_id}: value estimate vs discounted return")
     ax.grid(alpha=0.3)
     if data:
         ax.legend(loc="best", fontsize=8)
@@ -195,16 +190,13 @@ def plot_priorities(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     left.fill_between(x, values(weights, "importance_weight_min"), [1.0] * len(x), color=BAND_COLOR, alpha=0.2,
                       label="range over the log interval")
     left.plot(x, values(weights, "importance_weight_min"), color=LINE_COLOR, linewidth=2, label="smallest weight")
-    left.set_ylim(0, 1.05)
-    left.set_xlabel("iterations")
-    left.set_ylabel("importance weight (batch's largest = 1)")
-    left.set_title(f"{facts.env_id}: importance weights")
+    left.set(ylim=(0, 1.05), xlabel="iterations", ylabel="importance weight (batch's largest = 1)",
+             title=f"{facts.env_id}: importance weights")
     left.grid(alpha=0.3)
     left.legend(loc="best", fontsize=8)
     mean_and_max_on_a_log_axis(right, rows, scale, ("priority_mean", "mean written"),
                                ("priority_max", "largest written"), band=True)
-    right.set_ylabel("priority (log scale)")
-    right.set_title(f"{facts.env_id}: priorities written by the learner")
+    right.set(ylabel="priority (log scale)", title=f"{facts.env_id}: priorities written by the learner")
     _save(fig, out_path)
 
 
@@ -233,12 +225,9 @@ def plot_collectors(record: RunRecord, facts: RunFacts, out_path: str) -> None:
     for i, rows in rows_by_id.items():
         axes[0].plot(seconds[i], values(rows, "env_steps_per_s"), marker=".", label=f"collector {i}")
         axes[1].plot(seconds[i], values(rows, "weights_age_s"), marker=".", label=f"collector {i}")
-    axes[0].set_ylabel("env steps/s (average since the collector started)")
-    axes[1].set_ylabel("seconds since its last weight pull")
-    for ax, title in ((axes[0], "collection speed"), (axes[1], "age of each collector's weights")):
-        ax.set_xlabel("seconds since the first collector row")
-        ax.set_title(title)
-        ax.set_ylim(bottom=0)
+    for ax, title, y_label in ((axes[0], "collection speed", "env steps/s (average since the collector started)"),
+                               (axes[1], "age of each collector's weights", "seconds since its last weight pull")):
+        ax.set(ylabel=y_label, xlabel="seconds since the first collector row", title=title, ylim=(0, None))
         ax.grid(alpha=0.3)
         if rows_by_id:
             ax.legend(loc="best", fontsize=8)
@@ -248,10 +237,8 @@ def plot_collectors(record: RunRecord, facts: RunFacts, out_path: str) -> None:
         max_rows = rows_with(lag_rows, "policy_lag_max")
         axes[2].plot(values(max_rows, "train_step", facts.train_steps_per_iteration),
                      values(max_rows, "policy_lag_max"), color="tab:red", alpha=0.6, label="max")
-        axes[2].set_xlabel("iterations")
-        axes[2].set_ylabel("learner train step - collecting train step")
-        axes[2].set_title("policy lag of the learner's batches")
-        axes[2].set_ylim(bottom=0)
+        axes[2].set(xlabel="iterations", ylabel="learner train step - collecting train step",
+                    title="policy lag of the learner's batches", ylim=(0, None))
         axes[2].grid(alpha=0.3)
         axes[2].legend(loc="best", fontsize=8)
     fig.suptitle(f"{facts.env_id}: {len(rows_by_id)} collector(s)")

@@ -140,13 +140,12 @@ def plots_section(record: RunRecord, page_dir: str) -> str:
     wide = html.images([layout.returns_plot], page_dir, [PLOT_CAPTIONS["returns"]], wide=True)
     others = html.images([layout.loss_plot, layout.epsilon_plot, layout.q_values_plot], page_dir,
                          [PLOT_CAPTIONS["loss"], PLOT_CAPTIONS["epsilon"], PLOT_CAPTIONS["q_values"]])
-    collectors = html.images([layout.collectors_plot], page_dir, [PLOT_CAPTIONS["collectors"]], wide=True) \
-        if os.path.exists(layout.collectors_plot) else ""
-    atoms = html.images([layout.atoms_plot], page_dir, [PLOT_CAPTIONS["atoms"]], wide=True) \
-        if os.path.exists(layout.atoms) and os.path.exists(layout.atoms_plot) else ""
-    priorities = html.images([layout.priorities_plot], page_dir, [PLOT_CAPTIONS["priorities"]], wide=True) \
-        if os.path.exists(layout.priorities_plot) else ""
-    return wide + others + priorities + atoms + collectors
+    optional = "".join(  # each wide plot that exists (atoms.png only with its atoms.json)
+        html.images([plot], page_dir, [PLOT_CAPTIONS[name]], wide=True)
+        for name, plot in (("priorities", layout.priorities_plot), ("atoms", layout.atoms_plot),
+                           ("collectors", layout.collectors_plot))
+        if os.path.exists(plot) and (name != "atoms" or os.path.exists(layout.atoms)))
+    return wide + others + optional
 
 
 def videos_section(record: RunRecord, page_dir: str) -> str:
