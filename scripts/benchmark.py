@@ -45,6 +45,7 @@ Absolute times drift on shared machines; the ratios are measured side by side.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -187,8 +188,6 @@ def tracking_comparison(seeds: list[int], workdir: str, overrides: list[str]) ->
     interleaved: the time to the policy and to the process's exit, and each tracker's ratio to the untracked run's
     (the median over the seeds of the per-seed ratios). The stores (MLflow's file store, W&B's offline runs and its
     cache) are in `workdir`; a tracker whose extra is not installed is left out."""
-    import importlib.util
-
     for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
         os.environ.setdefault(name, os.path.join(workdir, name.lower()))
     modes = ("none", *(t for t in TRACKERS if importlib.util.find_spec(t) is not None))
@@ -303,17 +302,13 @@ def seeds_table(runs: list[dict], sb3_runs: list[dict]) -> list[str]:
 
 
 def phases_table(runs: list[dict]) -> list[str]:
-    names = []
-    for r in runs:
-        names += [n for n in r["phases"] if n not in names]
+    names = list(dict.fromkeys(n for r in runs for n in r["phases"]))
     total = sum(median(r["phases"].get(n, 0.0) for r in runs) for n in names)
     lines = ["| phase (median over the seeds) | seconds | share |", "| --- | --- | --- |"]
     for name in names:
         seconds = median(r["phases"].get(name, 0.0) for r in runs)
         lines.append(f"| {name} | {seconds:.2f} | {100 * seconds / total:.0f}% |")
-    parallel = []
-    for r in runs:
-        parallel += [n for n in r["parallel"] if n not in parallel]
+    parallel = list(dict.fromkeys(n for r in runs for n in r["parallel"]))
     lines += [f"| {name}, in parallel | {median(r['parallel'].get(name) for r in runs):.2f} | |" for name in parallel]
     return lines
 
@@ -459,21 +454,12 @@ def main() -> None:
                              "over 100 fresh episodes")
     parser.add_argument("--sweep", action="store_true",
                         help="only the sweep section (scripts/benchmark_sweep.py): sweep --ray against --jobs 2")
-    if "--scale-out" in sys.argv[1:] or any(a.startswith("--scale-out=") for a in sys.argv[1:]):
-        import benchmark_scale_out  # scripts/ is on the path when this file runs as a script
-
-        benchmark_scale_out.main(sys.argv[1:])
-        return
-    if "--sweep" in sys.argv[1:]:  # the sweep section: scripts/benchmark_sweep.py (sweep --ray against --jobs 2)
-        import benchmark_sweep
-
-        benchmark_sweep.main(sys.argv[1:])
-        return
-    if any(a == "--fixed-budget" or a.startswith("--fixed-budget=") for a in sys.argv[1:]):
-        import benchmark_fixed_budget  # the fixed-budget protocol: scripts/benchmark_fixed_budget.py
-
-        benchmark_fixed_budget.main(sys.argv[1:])
-        return
+    # The sections of their own: scripts/benchmark_<part>.py (on the path when this file runs as a script).
+    for flag, part, takes_value in (("--scale-out", "benchmark_scale_out", True), ("--sweep", "benchmark_sweep", False),
+                                    ("--fixed-budget", "benchmark_fixed_budget", True)):
+        if any(a == flag or (takes_value and a.startswith(flag + "=")) for a in sys.argv[1:]):
+            importlib.import_module(part).main(sys.argv[1:])
+            return
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables, naming this run, into PATH "
                                                             "between its benchmark.py markers (e.g. docs/benchmarks.md)")
     args = parser.parse_args()
