@@ -21,13 +21,11 @@ import tempfile
 import time
 from typing import Optional
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from benchmark_common import exit_on_sigterm, measured_between, stop_runs  # noqa: E402
-from dqn_cartpole.errors import UserError  # noqa: E402  (light: no TensorFlow)
-from dqn_cartpole.experiments import stats  # noqa: E402
-from dqn_cartpole.experiments.grid import parse_seeds  # noqa: E402
-from dqn_cartpole.processes.commands import set_flags  # noqa: E402
+from benchmark_common import REPO, exit_on_sigterm, measured_between, run_main, splice_between, stop_runs
+from dqn_cartpole.errors import UserError  # (light: no TensorFlow)
+from dqn_cartpole.experiments import stats
+from dqn_cartpole.experiments.grid import parse_seeds
+from dqn_cartpole.processes.commands import set_flags
 
 BEGIN, END = "<!-- benchmark.py fixed budget: begin -->", "<!-- benchmark.py fixed budget: end -->"
 
@@ -129,13 +127,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             f"load average (1 min) {load_before:.2f} before and {os.getloadavg()[0]:.2f} after; runs in {workdir}.")
     print("\n".join([head, ""] + body))
     if args.markdown:
-        from benchmark_common import splice_between
-
         splice_between(args.markdown, BEGIN, END, "\n".join([BEGIN, head, ""] + body + ["", END]))
         print(f"wrote {args.markdown}")
 
 
 if __name__ == "__main__":
-    from benchmark_common import run_main
-
     run_main(main)

@@ -25,11 +25,10 @@ import threading
 import time
 from typing import Optional
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from dqn_cartpole.run_folder.csv_files import read_csv  # noqa: E402  (light: no TensorFlow)
-from dqn_cartpole.processes.commands import set_flags  # noqa: E402
-from dqn_cartpole.run_folder.placement import read_placement  # noqa: E402
+from benchmark_common import DEFAULT_REFERENCE, REPO, load_averages, reference_rate
+from dqn_cartpole.run_folder.csv_files import read_csv  # (light: no TensorFlow)
+from dqn_cartpole.processes.commands import set_flags
+from dqn_cartpole.run_folder.placement import read_placement
 FAILURES = ("collector process", "collector worker", "evaluator", "learner", "replay server", "worker node")
 FAILURE_SETS = ["training.checkpoint_interval=1000", "training.log_interval=100", "evaluation.stop_when_solved=false",
                 "training.num_iterations=10000", "video.enabled=false", "evaluation.eval_interval=250"]
@@ -360,8 +359,6 @@ def main(argv: list) -> None:
     """The failure runs alone, between two runs of the reference loop, with the load average before and after."""
     import argparse
 
-    from benchmark_common import DEFAULT_REFERENCE, load_averages, reference_rate
-
     parser = argparse.ArgumentParser(description="one --topology ray run per failure (scripts/benchmark_ray.py)")
     parser.add_argument("--failures", default=",".join(FAILURES), help=f"among: {', '.join(FAILURES)}")
     parser.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="PATH")
@@ -385,6 +382,4 @@ def main(argv: list) -> None:
 
 
 if __name__ == "__main__":  # the failure runs alone: python scripts/benchmark_ray.py [--failures ...]
-    sys.path.insert(0, REPO)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     main(sys.argv[1:])
