@@ -202,10 +202,6 @@ def local_throughput(collectors: int, iterations: int, workdir: str, overrides: 
 # ---------------------------------------------------------------------------- time to a solve-checked policy
 
 
-def single_run(out: str, seed: int) -> tuple[dict, float]:
-    return timed_train(out, [], [f"training.seed={seed}"])
-
-
 def plain_tf_score(policy: str) -> tuple[float, float]:
     """(mean, min) return of `policy` over 100 fresh CartPole-v1 episodes, in plain TensorFlow."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -218,7 +214,7 @@ def plain_tf_score(policy: str) -> tuple[float, float]:
     return float(mean), float(low)
 
 
-def solve_result(summary: dict, out: str, started: float) -> dict:
+def solve_result(out: str, summary: dict, started: float) -> dict:
     """Seconds from the launch until the solve-checked policy/final was saved, env steps, plain-TF score."""
     final = os.path.join(out, "policy", "final")
     solved = summary.get("solved_at_iteration") is not None
@@ -231,20 +227,15 @@ def solve_result(summary: dict, out: str, started: float) -> dict:
 def time_to_solve(seed: int, collector_counts: list, workdir: str, ray: bool) -> dict:
     """{"single": result, N: result for each number of collectors, ("ray", N) too with `ray`} for one seed."""
     out = os.path.join(workdir, f"solve-single-{seed}")
-    results = {"single": solve_result(*_with_out(single_run(out, seed), out))}
+    results = {"single": solve_result(out, *timed_train(out, [], [f"training.seed={seed}"]))}
     for n in collector_counts:
         out = os.path.join(workdir, f"solve-local{n}-{seed}")
-        results[n] = solve_result(*_with_out(local_run(n, out, [f"training.seed={seed}"]), out))
+        results[n] = solve_result(out, *local_run(n, out, [f"training.seed={seed}"]))
     for n in collector_counts if ray else ():
         out = os.path.join(workdir, f"solve-ray{n}-{seed}")
         summary, started, ray_stats = benchmark_ray.ray_solve_run(n, out, [f"training.seed={seed}"])
-        results[("ray", n)] = {**solve_result(summary, out, started), **ray_stats}
+        results[("ray", n)] = {**solve_result(out, summary, started), **ray_stats}
     return results
-
-
-def _with_out(run: tuple, out: str) -> tuple:
-    summary, started = run
-    return summary, out, started
 
 
 # ---------------------------------------------------------------------------- the report
