@@ -336,13 +336,12 @@ def single_process_tables(runs: list[dict], sb3_runs: list[dict], rates: dict, r
 
 def write_markdown(path: str, body: list[str], meta: dict) -> None:
     """Writes the tables between BEGIN and END in `path` (the rest of the page is kept), naming the run."""
-    head = [BEGIN, f"Measured on {meta['date']} with `{meta['command']}` (took {meta['took_s'] / 60:.0f} min); "
-                   f"load average (1 min) {meta['load'][0]:.2f} before and {meta['load'][1]:.2f} after; the "
-                   f"tutorial's reference loop ran at {meta['reference']:.0f} it/s in the same run (≥ "
-                   f"{QUIET_REFERENCE:.0f} on a quiet machine, where the absolute targets hold; on a loaded one "
-                   f"seconds are also shown scaled by that rate). {meta['machine']}.", ""]
-    text = "\n".join(head + body + ["", END])
-    splice_between(path, BEGIN, END, text)
+    head = (f"Measured on {meta['date']} with `{meta['command']}` (took {meta['took_s'] / 60:.0f} min); "
+            f"load average (1 min) {meta['load'][0]:.2f} before and {meta['load'][1]:.2f} after; the "
+            f"tutorial's reference loop ran at {meta['reference']:.0f} it/s in the same run (≥ "
+            f"{QUIET_REFERENCE:.0f} on a quiet machine, where the absolute targets hold; on a loaded one "
+            f"seconds are also shown scaled by that rate). {meta['machine']}.")
+    splice_between(path, BEGIN, END, head, body)
 
 
 def throughput(args: argparse.Namespace, workdir: str) -> dict:

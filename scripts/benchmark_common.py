@@ -109,9 +109,10 @@ def project_rate(backend: str, iterations: int, workdir: str, extra: list[str], 
     return summary["iterations_per_s"]
 
 
-def splice_between(path: str, begin: str, end: str, text: str) -> None:
-    """Writes `text` (which starts with `begin` and ends with `end`) over what lies between those markers in `path`,
-    keeping the rest of the page; appends it to a page without them."""
+def splice_between(path: str, begin: str, end: str, head: str, body: list[str]) -> None:
+    """Writes `head` (the sentence naming the run) and `body` between the markers `begin` and `end` in `path`, over
+    what lay between them, keeping the rest of the page; appends them, marked, to a page without them."""
+    text = "\n".join([begin, head, "", *body, "", end])
     old = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
     if begin in old and end in old:
         text = old.split(begin)[0] + text + old.split(end, 1)[1]

@@ -127,7 +127,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             f"load average (1 min) {load_before:.2f} before and {os.getloadavg()[0]:.2f} after; runs in {workdir}.")
     print("\n".join([head, ""] + body))
     if args.markdown:
-        splice_between(args.markdown, BEGIN, END, "\n".join([BEGIN, head, ""] + body + ["", END]))
+        splice_between(args.markdown, BEGIN, END, head, body)
         print(f"wrote {args.markdown}")
 
 

@@ -169,12 +169,11 @@ def write_section(path: str, body: list[str], command: str, timing: tuple, loads
     import platform
 
     started, took_s = timing
-    head = [BEGIN, f"Measured on {measured_between(started)} with `{command}` (took {took_s / 60:.0f} min) "
-                   f"on {os.cpu_count()} cores (Python {platform.python_version()}); load average (1 min) "
-                   f"{loads[0]:.2f} before and {loads[1]:.2f} after; the tutorial's reference loop ran at "
-                   f"{reference:.0f} it/s in the same run.", ""]
-    text = "\n".join(head + body + ["", END])
-    splice_between(path, BEGIN, END, text)
+    head = (f"Measured on {measured_between(started)} with `{command}` (took {took_s / 60:.0f} min) "
+            f"on {os.cpu_count()} cores (Python {platform.python_version()}); load average (1 min) "
+            f"{loads[0]:.2f} before and {loads[1]:.2f} after; the tutorial's reference loop ran at "
+            f"{reference:.0f} it/s in the same run.")
+    splice_between(path, BEGIN, END, head, body)
 
 
 if __name__ == "__main__":
