@@ -17,8 +17,6 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
 from dqn_cartpole.config import ReplayConfig
-from dqn_cartpole.errors import UserError
-from dqn_cartpole.replay.base import Replay
 from dqn_cartpole.replay.prioritized import INITIAL_MAX_PRIORITY, PrioritizedBatch, SumTree
 from dqn_cartpole.replay.uniform import PyUniformReplay, VectorizedPyUniformReplayBuffer
 
@@ -50,13 +48,6 @@ class PrioritizedPyReplayBuffer(VectorizedPyUniformReplayBuffer):
         super()._clear()
         with self._lock:
             self._np_state.sum_tree = np.zeros_like(self._np_state.sum_tree)
-
-    # -- ids and slots
-    def _oldest(self) -> tuple[int, int]:
-        """(insertion id, slot) of the oldest stored step; call with the lock held."""
-        size = int(self._np_state.size)
-        oldest_slot = int(self._np_state.cur_id) if size == self._capacity else 0
-        return int(self._np_state.item_count) - size, oldest_slot
 
     def sample_prioritized(self, batch_size: int) -> tuple[Any, np.ndarray, np.ndarray, np.int64]:
         """(windows [batch, window_length, ...], their ids, P(i) of each, N = windows that could be drawn)."""
@@ -90,13 +81,11 @@ class PrioritizedPyReplay(PyUniformReplay):
     """`py_uniform` with prioritized sampling (`replay.prioritized`); one env, as `py_uniform`."""
 
     def __init__(self, data_spec: Any, num_envs: int, config: ReplayConfig, window_length: int):
-        if num_envs != 1:
-            raise UserError(
-                f"replay.backend: py_uniform stores a single stream of steps; set env.num_envs: 1 (got {num_envs})")
-        self.array_spec = tensor_spec.to_nest_array_spec(data_spec)
         self.window_length = window_length
-        buffer = PrioritizedPyReplayBuffer(self.array_spec, config.capacity, window_length, config.priority_exponent)
-        Replay.__init__(self, buffer, data_spec, num_envs, config)  # pylint: disable=non-parent-init-called
+        super().__init__(data_spec, num_envs, config)
+
+    def _make_buffer(self, config: ReplayConfig) -> PrioritizedPyReplayBuffer:
+        return PrioritizedPyReplayBuffer(self.array_spec, config.capacity, self.window_length, config.priority_exponent)
 
     def prioritized_sampler(self, sample_batch_size: int, num_steps: int) -> Callable[[], PrioritizedBatch]:
         if num_steps != self.window_length:
@@ -115,12 +104,9 @@ class PrioritizedPyReplay(PyUniformReplay):
                 return PrioritizedBatch(*tf.nest.map_structure(tf.constant, (items, ids, probabilities, size)))
             out = tf.numpy_function(sample_flat, [], [s.dtype for s in specs] + [tf.int64, tf.float64, tf.int64],
                                     stateful=True, name="py_prioritized_sample")
-            for tensor, spec in zip(out, specs):
-                tensor.set_shape(spec.shape)
+            for tensor, shape in zip(out, [s.shape for s in specs] + [[sample_batch_size], [sample_batch_size], []]):
+                tensor.set_shape(shape)
             ids, probabilities, size = out[len(specs):]
-            ids.set_shape([sample_batch_size])
-            probabilities.set_shape([sample_batch_size])
-            size.set_shape([])
             return PrioritizedBatch(tf.nest.pack_sequence_as(window_specs, out[:len(specs)]), ids, probabilities, size)
 
         return sample

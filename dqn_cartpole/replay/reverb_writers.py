@@ -16,6 +16,7 @@ at an episode's end.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 from typing import Any, Callable, Optional, Sequence
 
@@ -209,7 +210,7 @@ class StreamWriters:
         keep_alive = None if priorities is None else sequence_length * (refresh_steps + 1) + 1
         self._priorities = priorities
         self.writers = [WindowWriter(client, sequence_length, tables, padding, keep_alive) for _ in range(num_envs)]
-        self._next_index = first_index  # the insertion index of the next window (orders the pass table)
+        self._indices = itertools.count(first_index)  # the next windows' insertion indices (they order the pass table)
 
     def add_batch(self, items: Any) -> Any:
         """Adds one step of every env ([envs, ...]); eagerly (numpy) or inside a graph (a numpy_function)."""
@@ -223,11 +224,7 @@ class StreamWriters:
         for env_index, writer in enumerate(self.writers):
             step = [a[env_index] for a in flat]
             boundary = self.episodes and int(step[self._step_type]) == LAST
-            writer.append(self.packer.pack(step), boundary, self._take_index)
-
-    def _take_index(self) -> int:
-        index, self._next_index = self._next_index, self._next_index + 1
-        return index
+            writer.append(self.packer.pack(step), boundary, self._indices.__next__)
 
     def held_steps(self) -> Optional[list]:
         """Per env, the steps held for the next windows, each as a list of its fields' values (JSON-able);
@@ -242,7 +239,7 @@ class StreamWriters:
         """A new process's writers hold nothing: give them back the steps held at a checkpoint."""
         for env_index, steps in enumerate(held):
             for step in steps:  # held steps are never LAST: those end their episode
-                self.writers[env_index].append(self.packer.pack(step), False, self._take_index)
+                self.writers[env_index].append(self.packer.pack(step), False, self._indices.__next__)
 
     def tag_items(self, train_step: int) -> None:
         """Items created from now on carry `train_step` as their priority in the first table.
@@ -282,7 +279,7 @@ class StreamWriters:
         """Drops the steps held for the next windows (after a clear) and restarts the numbering."""
         for writer in self.writers:
             writer.forget()
-        self._next_index = 0
+        self._indices = itertools.count()
 
     def close(self) -> None:
         try:

@@ -160,10 +160,15 @@ class VectorizedPyUniformReplayBuffer(py_uniform_replay_buffer.PyUniformReplayBu
         order; this is what it should return.
         """
         with self._lock:
-            size = int(self._np_state.size)
-            oldest = int(self._np_state.cur_id) if size == self._capacity else 0
-            items = self._decode(self._storage.get((oldest + np.arange(size)) % self._capacity))
+            _, oldest = self._oldest()
+            items = self._decode(self._storage.get((oldest + np.arange(int(self._np_state.size))) % self._capacity))
         return tf.nest.map_structure(lambda a: a[np.newaxis], items)
+
+    def _oldest(self) -> tuple[int, int]:
+        """(insertion id, slot) of the oldest stored step; call with the lock held."""
+        size = int(self._np_state.size)
+        oldest_slot = int(self._np_state.cur_id) if size == self._capacity else 0
+        return int(self._np_state.item_count) - size, oldest_slot
 
     def _gather_all(self):
         return self.stored_items()
@@ -180,8 +185,10 @@ class PyUniformReplay(Replay):
                 f"replay.backend: py_uniform stores a single stream of steps; set env.num_envs: 1 (got {num_envs})"
             )
         self.array_spec = tensor_spec.to_nest_array_spec(data_spec)
-        buffer = VectorizedPyUniformReplayBuffer(data_spec=self.array_spec, capacity=config.capacity)
-        super().__init__(buffer, data_spec, num_envs, config)
+        super().__init__(self._make_buffer(config), data_spec, num_envs, config)
+
+    def _make_buffer(self, config: ReplayConfig) -> VectorizedPyUniformReplayBuffer:
+        return VectorizedPyUniformReplayBuffer(data_spec=self.array_spec, capacity=config.capacity)
 
     def add_batch(self, items: trajectory_lib.Trajectory) -> Any:
         if tf.executing_eagerly():
