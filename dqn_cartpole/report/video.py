@@ -214,26 +214,25 @@ CAPTION_X = 10  # where the caption's text starts
 GLYPH_PAD = 2  # pixels a glyph may reach left of its origin
 
 
+def _text_strip(width: int, x: int, text: str) -> np.ndarray:
+    """A dark strip `width` pixels wide with `text` in white, its origin `x` pixels from the left."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (width, CAPTION_HEIGHT), (32, 32, 32))
+    ImageDraw.Draw(image).text((x, CAPTION_HEIGHT // 2), text, fill=(255, 255, 255), font=_font(), anchor="lm")
+    return np.asarray(image)
+
+
 @functools.lru_cache(maxsize=None)
 def glyph(char: str) -> np.ndarray:
     """One character in white on the strip's dark background, its origin GLYPH_PAD pixels from the left."""
-    from PIL import Image, ImageDraw
-
-    font = _font()
-    image = Image.new("RGB", (int(font.getlength(char)) + 2 * GLYPH_PAD + 2, CAPTION_HEIGHT), (32, 32, 32))
-    ImageDraw.Draw(image).text((GLYPH_PAD, CAPTION_HEIGHT // 2), char, fill=(255, 255, 255), font=font, anchor="lm")
-    return np.asarray(image)
+    return _text_strip(int(_font().getlength(char)) + 2 * GLYPH_PAD + 2, GLYPH_PAD, char)
 
 
 @functools.lru_cache(maxsize=64)
 def caption_strip(width: int, text: str) -> np.ndarray:
     """The strip alone (drawing only it is ~10x cheaper than drawing on the whole frame)."""
-    from PIL import Image, ImageDraw
-
-    image = Image.new("RGB", (width, CAPTION_HEIGHT), (32, 32, 32))
-    ImageDraw.Draw(image).text((CAPTION_X, CAPTION_HEIGHT // 2), text, fill=(255, 255, 255), font=_font(),
-                               anchor="lm")
-    return np.asarray(image)
+    return _text_strip(width, CAPTION_X, text)
 
 
 def title_card(shape: tuple, lines: list[str]) -> np.ndarray:
@@ -288,10 +287,7 @@ def render_episode(env: Any, video: VideoSpec, index: int, timing: Timing, sink:
     shown = shown_steps(video, index, timing.env_fps)
     where = f"{video.label} - episode {index + 1}/{count}" if video.label else f"episode {index + 1}/{count}"
     part = "" if len(shown) == episode.steps + 1 else f"   ({'last' if shown.start else 'first'} {CLIP_S:g} s)"
-    if episode.seed is not None:
-        env.reset(seed=episode.seed)
-    else:
-        env.reset()
+    env.reset(seed=episode.seed)  # None: no seed, as gymnasium's default
     total, shape = 0.0, None
     for step in range(episode.steps + 1):
         if step:
@@ -385,8 +381,8 @@ def record_video(act: Callable, env_id: str, path: str, num_episodes: int, fps: 
                  max_episode_steps: Optional[int] = None, label: str = "") -> list[float]:
     """Records `num_episodes` whole episodes of a policy to the mp4 `path`, in this process; returns their returns."""
     episodes = play(act, env_id, num_episodes, seed, max_episode_steps)
-    job = VideoJob(env_id, max_episode_steps, fps, (VideoSpec(path, label, episodes, num_episodes),), env_fps(env_id))
-    return render_video(job.videos[0], env_id, max_episode_steps, job.timing)
+    timing = Timing(fps, env_fps(env_id) or fps)  # as a `VideoJob`'s
+    return render_video(VideoSpec(path, label, episodes, num_episodes), env_id, max_episode_steps, timing)
 
 
 # ---------------------------------------------------------------------------- the renderer process
