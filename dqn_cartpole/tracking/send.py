@@ -4,11 +4,12 @@ run, its folder and its exit status are never touched by it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import logging
 import sys
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from dqn_cartpole.config import Config
 
@@ -52,18 +53,15 @@ def _send(backend: str, config: Config, run_dir: str, say: Callable[[str], None]
     return wandb_run.send(sent, config.output.root, config.tracking.online, say)
 
 
-class quiet_libraries:
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
     """MLflow's and W&B's own log lines (retries, banners) kept off the console while a run is sent: the one
     warning line says what went wrong."""
-
-    NAMES = ("mlflow", "wandb", "urllib3", "alembic", "git")
-
-    def __enter__(self) -> "quiet_libraries":
-        self.levels = {name: logging.getLogger(name).level for name in self.NAMES}
-        for name in self.NAMES:
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        for name, level in self.levels.items():
+    levels = {name: logging.getLogger(name).level for name in ("mlflow", "wandb", "urllib3", "alembic", "git")}
+    for name in levels:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
