@@ -2,44 +2,15 @@
 loop, evaluation time, memory.
 
 Usage: python scripts/benchmark.py [--seeds 0,1,2,3,4] [--sb3-python PATH [--sb3-seeds 5,6,7]] [--iterations 6000]
-                                   [--reference PATH] [--set KEY=VALUE] [--compare-overlap]
+                                   [--reference PATH] [--set KEY=VALUE] [--compare-overlap] [--compare-tracking]
                                    [--markdown docs/benchmarks.md]
+       python scripts/benchmark.py --tracking [--seeds 0,1]
        python scripts/benchmark.py --scale-out 1,2 [--iterations 3000] [--seeds 1,2,3]
+       python scripts/benchmark.py --sweep [--seeds 0-7]
+       python scripts/benchmark.py --fixed-budget N [--seeds 100-109] [--topology local --collectors 2] [--jobs 2]
 
-Prints markdown tables (and with --markdown writes them into that page between its benchmark.py
-markers, naming the run: date, command, load average, the reference loop's rate):
-  * the targets of issues 17 and 29, each measured here: the median over the seeds of the default run
-    (`train` on configs/default.yaml, videos included, as `make train` runs it), from process
-    start to a saved policy whose greedy average over 100 episodes passed the solve check, and to the
-    process's exit with both videos, the plots and report.html written; each run's exit over its time
-    to the policy; its peak RSS; the compiled tf_uniform ratio below. Absolute seconds hold on a quiet
-    machine, where the reference loop runs at >= 160 it/s: when it ran slower, the seconds are also shown
-    scaled by its rate (x rate / 160);
-  * with --sb3-python PATH (an interpreter whose environment has stable-baselines3 and rl_zoo3): the same
-    seeds (or --sb3-seeds) trained by Stable-Baselines3's DQN with RL-Zoo's tuned CartPole-v1
-    hyperparameters under the same stopping protocol (scripts/sb3_cartpole.py, which never imports this
-    project), each right after this project's run of the seed, timed the same way from its process's
-    start; the ratio of the medians over the seeds both ran. Without it, or without SB3 there, the
-    anchor is skipped;
-  * each seed's run, and the median of each phase of the run (summary.json's `phases`, plus the
-    summary, report and exit after them);
-  * with --compare-overlap: the default with `evaluation.overlap` process, thread and inline on each
-    seed (videos off): the time to the policy and the trainer's wait for the evaluations;
-  * iterations per second at the tutorial's hyperparameters (one env step and one gradient
-    step of batch 64 per iteration) for each replay backend with the compiled driver, and with
-    `collection.driver: py` (the tutorial's PyDriver loop) on tf_uniform and Reverb, and the ratio against
-    the tutorial's own loop (`--reference PATH`, by default shared/bench/reference_loop.py next to the
-    repository or the folder above it), measured before and after the runs (steady state: both exclude
-    evaluation and the first 1,000 iterations, which include tracing); without that file the ratios are skipped;
-  * 10 greedy CartPole-v1 episodes of a solved policy (5,000 steps): seconds.
-With `--scale-out 1,2 [--seeds 1,2,3]` it runs scripts/benchmark_scale_out.py instead (see there).
-With `--sweep [--seeds 0-7]` it runs scripts/benchmark_sweep.py instead (sweep --ray against sweep --jobs 2).
-With `--fixed-budget N [--seeds 100-109] [--topology local --collectors 2] [--jobs 2]`, the fixed-budget protocol
-instead (scripts/benchmark_fixed_budget.py): N iterations per seed with the early stop off, policy/final scored over 100
-fresh episodes, the IQM with its 95% CI and the share of seeds whose final policy solves.
-With `--compare-tracking`, the default run also with `--track mlflow` and `--track wandb` on each seed (issue 40: at
-most 5% more time to the policy); `--tracking [--seeds 0,1]` runs only that, between two reference-loop rates.
-Absolute times drift on shared machines; the ratios are measured side by side.
+Prints markdown tables (and with --markdown writes them into that page between its benchmark.py markers, naming the
+run): what each measures, and each option, are at the top of docs/benchmarks.md.
 """
 
 from __future__ import annotations
