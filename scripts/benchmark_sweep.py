@@ -1,21 +1,8 @@
 """Sweep benchmark: `python scripts/benchmark.py --sweep [--seeds 0-7] [--repeats 1] [--markdown docs/benchmarks.md]`
 (or this file directly, with the same arguments).
 
-The same sweep of default runs (configs/default.yaml, videos included, as `make train` runs it; one run per seed)
-three ways, side by side in this one run, next to the tutorial's reference loop (`--reference PATH`, run first and
-last as a gauge of the machine's load) and the load average:
-  * `sweep --jobs 2` with a fresh process per run (DQN_CARTPOLE_FRESH_RUNS=1): the local sweep before reused
-    workers, two `train` child processes at a time, TensorFlow imported for every run: the baseline;
-  * `sweep --ray` on a local Ray instance the command starts itself (one run per CPU, each Ray worker's reused
-    train process: experiments/train_worker.py);
-  * `sweep --jobs 2`: today's local sweep, two reused train processes.
-It prints each sweep's wall time (the command's start to its exit)
-and its speed-up over the baseline; per run (summary.json's phases, medians) its seconds, its start-up and imports
-(what a worker that imports TensorFlow once and trains run after run in-process could save) and its loop; the env
-steps to solve of every seed in every sweep (a run is reproducible by seed: they must be equal); and what Ray adds:
-the seconds to start it and the run folders' way back (packed on the workers, fetched, unpacked: the sweep's `ray:`
-line), and per sweep the rest of its wall time once its runs' own seconds are shared by the 2 cores (the config
-check, Ray's start, idle cores). With --repeats N each sweep runs N times, in a rotated order.
+The same sweep of default runs three ways, side by side in this one run (`sweep --jobs 2` with a fresh process per
+run, `sweep --ray`, `sweep --jobs 2`): what it runs and prints is in docs/benchmarks.md ("Sweep records").
 """
 
 from __future__ import annotations
