@@ -1,27 +1,7 @@
 """Scale-out benchmark: `python scripts/benchmark.py --scale-out 1,2 [--iterations 6000] [--seeds 1,2,3]`
 (or this file directly, with the same arguments).
 
-Every figure is measured in this one run, next to the tutorial's own loop (`--reference PATH`, by
-default ../shared/bench/reference_loop.py next to the repository), run first and last as a gauge
-of the machine's load, with the load average. It prints:
-  * the tutorial's hyperparameters in one process (one env step and one gradient step of batch 64
-    per iteration, steady state): `collection.driver: py` on each replay backend and `compiled` on
-    Reverb, in iterations/s and as a ratio of the reference loop;
-  * the learner alone (default config: its batch and windows, no collection): `tf_uniform` in
-    its process, the learner-side replay reading one new item per gradient step from a
-    `replay-server` process's queue over loopback, and a learner sampling that server's shared
-    table (`distributed.replay: server`), in train steps/s and as a ratio of `tf_uniform`; with
-    the items/s one process's writers insert;
-  * `train --topology local` with each number of collectors (default config, no early stop): the
-    collectors' env steps/s and the learner's train steps/s;
-  * time to a solve-checked policy on the default config for each seed, from the command's start
-    until policy/final is saved: one process, and the local topology with each number of
-    collectors (with `--ray`, `--topology ray` too, each run starting its own local Ray instance: its
-    start-up seconds and the peak RSS of Ray's processes and of the roles'); the medians and their
-    ratio; each policy/final's average return over 100 fresh episodes, loaded with plain TensorFlow
-    (`tf.saved_model.load`, no project code);
-  * with `--ray-failures`, one `--topology ray` run per failure of one role (scripts/benchmark_ray.py).
-`--solve-only` leaves out the throughput tables.
+What it measures and prints, and its options: docs/benchmarks.md ("Scale-out records").
 
 The Ray figures of docs/benchmarks.md (scale-out records) come from
     flock /tmp/dqn-heavy.lock python scripts/benchmark.py --scale-out 2 --ray --ray-failures --solve-only
