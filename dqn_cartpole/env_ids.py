@@ -28,15 +28,7 @@ BOX2D_EXTRA = "dqn_cartpole[box2d]"  # LunarLander's physics engine, an optional
 
 
 class EnvSpecError(ValueError):
-    """Raised when an env id is unknown or its spaces are unsupported.
-
-    The message is always one clear line.
-    """
-
-
-# --------------------------------------------------------------------------
-# Env id / space validation
-# --------------------------------------------------------------------------
+    """Raised when an env id is unknown or its spaces are unsupported; the message is always one clear line."""
 
 
 def suggest_env_id(env_id: str) -> Optional[str]:
@@ -57,20 +49,12 @@ def registered_spec(env_id: str) -> EnvSpec:
     return spec
 
 
-def spaces_problem(
-    name: str, observation_space: spaces.Space, action_space: spaces.Space
-) -> Optional[str]:
+def spaces_problem(name: str, observation_space: spaces.Space, action_space: spaces.Space) -> Optional[str]:
     """Describes why the spaces are unsupported, or None if they are fine."""
     if not isinstance(observation_space, spaces.Box):
-        return (
-            f"env {name!r} has unsupported observation space "
-            f"{observation_space} (need gymnasium.spaces.Box)"
-        )
+        return f"env {name!r} has unsupported observation space {observation_space} (need gymnasium.spaces.Box)"
     if not isinstance(action_space, spaces.Discrete):
-        return (
-            f"env {name!r} has unsupported action space {action_space} "
-            "(need gymnasium.spaces.Discrete)"
-        )
+        return f"env {name!r} has unsupported action space {action_space} (need gymnasium.spaces.Discrete)"
     return None
 
 
@@ -110,24 +94,15 @@ def space_sizes(env_id: str, max_episode_steps: Optional[int] = None) -> tuple[t
 
 
 def check_env_id(env_id: str) -> None:
-    """Checks that ``env_id`` is registered and has Box obs / Discrete actions.
-
-    Args:
-      env_id: A gymnasium env id such as ``'CartPole-v1'``.
-
-    Raises:
-      EnvSpecError: If the id is unknown (with a suggestion) or its spaces are
-        unsupported.
-    """
+    """Checks that ``env_id`` (e.g. 'CartPole-v1') is registered and has Box obs / Discrete actions; EnvSpecError
+    (an unknown id with a suggestion) if not."""
     registered_spec(env_id)
     problem = _env_id_spaces_problem(env_id)
     if problem is not None:
         raise EnvSpecError(problem)
 
 
-def make_gymnasium(
-    env_id: str, render_mode: Optional[str], max_episode_steps: Optional[int]
-) -> gymnasium.Env:
+def make_gymnasium(env_id: str, render_mode: Optional[str], max_episode_steps: Optional[int]) -> gymnasium.Env:
     """``gymnasium.make`` without the env checker or the 'out of date' warning."""
     kwargs: dict[str, Any] = {"disable_env_checker": True}
     if render_mode is not None:

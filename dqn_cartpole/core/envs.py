@@ -149,24 +149,15 @@ class BatchedGymnasiumEnvironment(_Specs, py_environment.PyEnvironment):
         self._steps.close()
 
 
-def make_env(
-    env_id: str,
-    seed: Optional[int] = None,
-    render_mode: Optional[str] = None,
-    max_episode_steps: Optional[int] = None,
-) -> GymnasiumEnvironment:
+def make_env(env_id: str, seed: Optional[int] = None, render_mode: Optional[str] = None,
+             max_episode_steps: Optional[int] = None) -> GymnasiumEnvironment:
     """One gymnasium env as a PyEnvironment (render_mode 'rgb_array' enables `render()`); EnvSpecError."""
     check_env_id(env_id)
     env = make_gymnasium(env_id, render_mode, max_episode_steps)
     return GymnasiumEnvironment(env, seed=seed)
 
 
-def make_batched_env(
-    env_id: str,
-    num_envs: int,
-    seed: Optional[int] = None,
-    max_episode_steps: Optional[int] = None,
-    seed_per_copy: bool = False,
-) -> BatchedGymnasiumEnvironment:
+def make_batched_env(env_id: str, num_envs: int, seed: Optional[int] = None, max_episode_steps: Optional[int] = None,
+                     seed_per_copy: bool = False) -> BatchedGymnasiumEnvironment:
     """`num_envs` copies as one batched PyEnvironment over `vector_env.make_vector_env` (see it)."""
     return BatchedGymnasiumEnvironment(make_vector_env(env_id, num_envs, max_episode_steps, seed_per_copy), seed=seed)
