@@ -188,7 +188,6 @@ class SweepDriver:
         self.plan, self.executor, self.outcome = plan, executor, Outcome()
         self.members = {m.name: m for m in plan.members}
         self.on_ray = isinstance(executor, RayActors)
-        self.running: Counter = Counter()  # node -> runs running there (on Ray)
         self.where: dict = {}  # member name -> node it runs on (on Ray)
         if self.on_ray:
             self.progress = SweepProgress(f"sweep {plan.name}", len(plan.members), "runs", show_progress)
@@ -242,15 +241,14 @@ class SweepDriver:
             if kind == "started" and event[3] is not None:
                 node = describe_node(event[3])
                 self.where[key] = node
-                self.running[node] += 1
                 attempt = f" (attempt {event[2]})" if event[2] > 1 else ""
                 self._event(f"{key}: started on {node}{attempt}")
             elif kind == "lost":
-                self._not_running(key)
+                self.where.pop(key, None)
                 again = "; running it again on another node" if event[4] else ""
                 self._event(f"{key}: lost with {describe_node(event[2])} ({event[3]}){again}", always=True)
             elif kind == "landed":
-                self._not_running(key)
+                self.where.pop(key, None)
                 self._landed(self.members[key], event[2])
         self._update()
 
@@ -270,13 +268,6 @@ class SweepDriver:
             self._event(f"{member.name}: failed (exit {status}): {ended.error or '?'}  [log: {ended.log_path}]",
                         always=True)
 
-    def _not_running(self, key: str) -> None:
-        node = self.where.pop(key, None)
-        if node is not None:
-            self.running[node] -= 1
-            if self.running[node] <= 0:
-                del self.running[node]
-
     def _event(self, text: str, always: bool = False) -> None:
         """A line above the progress (on Ray; here the summary says what failed)."""
         if self.on_ray:
@@ -288,9 +279,8 @@ class SweepDriver:
         if not self.on_ray:
             _update_bar(self.progress, self.plan, o)
             return
-        running = sum(self.running.values())
-        where = ", ".join(f"{node}: {n}" for node, n in sorted(self.running.items()))
-        note = (f"{running} running{f' ({where})' if where else ''}, {len(o.failed)} failed, "
+        where = ", ".join(f"{node}: {n}" for node, n in sorted(Counter(self.where.values()).items()))
+        note = (f"{len(self.where)} running{f' ({where})' if where else ''}, {len(o.failed)} failed, "
                 f"{self.executor.transfers.retried} retried")
         self.progress.update(len(o.done) + len(o.ok), note)
 
