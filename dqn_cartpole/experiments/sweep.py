@@ -161,8 +161,6 @@ def member_state(member: Member) -> str:
         return "new"
     if not os.path.isfile(os.path.join(member.run_dir, layout.CONFIG_FILE)):
         return "broken"
-    from dqn_cartpole.run_folder import read_run
-
     status = read_run(member.run_dir).get("exit_status")
     return "done" if status in (exit_status.EXIT_OK, exit_status.EXIT_FAILED) else "resume"
 
@@ -201,8 +199,8 @@ class SweepDriver:
                 while (queue or executor.busy()) and not stop.requested:
                     while queue and executor.room() > 0 and not stop.requested:
                         member, state = queue.pop(0)
-                        executor.submit(RunRequest(member.name, member.run_dir, self._log(member),
-                                                   self.plan.config_path,
+                        log = os.path.join(self.plan.logs, f"{member.name}.log")
+                        executor.submit(RunRequest(member.name, member.run_dir, log, self.plan.config_path,
                                                    (*self.plan.manifest["set"], *member.overrides),
                                                    resume=state == "resume"))
                     self._handle(executor.step(POLL_S))
@@ -230,9 +228,6 @@ class SweepDriver:
                 queue.append((member, state))
         self._update()
         return queue
-
-    def _log(self, member: Member) -> str:
-        return os.path.join(self.plan.logs, f"{member.name}.log")
 
     # -- events
     def _handle(self, events: list) -> None:
