@@ -11,8 +11,8 @@ order, each event naming its request's key:
                                           request's `run_dir` and its console output in its `log_path`
 
 `busy()` says whether a run is in flight or an event is still to be read; `stop(key, signum)` stops one run (the
-pruner's SIGTERM); `stop_all(signum, grace_s)` stops every run as Ctrl-C does (each saves a checkpoint) and returns
-the events until each landed; `close()` ends the executor's processes.
+pruner's SIGTERM); `stop_all(signum)` stops every run as Ctrl-C does (each saves a checkpoint, within the executor's
+`stop_wait_s`) and returns the events until each landed; `close()` ends the executor's processes.
 
 Here (`LocalSlots`) runs train in this machine's reused train processes (`train_worker.WorkerSlots`), `jobs` at a
 time. On Ray (`RayActors`) they train on a pool of `run_actor.RunActor`s, one per CPU of the cluster (re-read every
@@ -43,7 +43,8 @@ from dqn_cartpole.processes.supervisor import Child, stop_all
 from dqn_cartpole.run_folder.layout import RunLayout
 
 MAX_ATTEMPTS = 3  # a run lost with its node this many times fails
-MEMORY_PER_RUN_MB = 700  # as sweep.MEMORY_PER_RUN_MB: Ray places no more runs on a node than its memory holds
+MEMORY_PER_RUN_MB = 700  # peak RSS of one training process (TensorFlow + TF-Agents), measured on the default config
+POLL_S = 0.5  # how long a driver waits in `step` between looks at its runs
 CAPACITY_REFRESH_S = 5.0
 KILL_WAIT_S = 10.0
 
@@ -100,6 +101,8 @@ class LocalRun:
 class LocalSlots:
     """Runs on this machine, `jobs` at a time, each in a reused train process (or a fresh one)."""
 
+    stop_wait_s = 120.0  # a stopped run writes its checkpoint, plots and videos
+
     def __init__(self, jobs: int, log_dir: str) -> None:
         self.jobs = jobs
         self.slots = train_worker.WorkerSlots(jobs, log_dir)  # the runs' processes, reused from run to run
@@ -147,11 +150,11 @@ class LocalSlots:
         if key in self.flights:
             self.flights[key].child.send(signum)
 
-    def stop_all(self, signum: int, grace_s: float) -> list:
-        """Every run gets `signum` once; what has not ended after `grace_s` is killed."""
+    def stop_all(self, signum: int) -> list:
+        """Every run gets `signum` once; what has not ended after `stop_wait_s` is killed."""
         self.stopping = True
         events, self._news = self._news, []
-        stop_all([run.child for run in self.flights.values() if run.child.returncode is None], grace_s, signum)
+        stop_all([run.child for run in self.flights.values() if run.child.returncode is None], self.stop_wait_s, signum)
         return events + self._evaluations() + self._landed()
 
     def close(self) -> None:
@@ -217,6 +220,8 @@ def describe_node(node: Optional[dict]) -> str:
 
 class RayActors:
     """The driver's runs on a pool of actors (see the module docstring)."""
+
+    stop_wait_s = 150.0  # the 120 s a stopped run takes for its checkpoint, and its folder's way back
 
     def __init__(self, ray, jobs: Optional[int] = None, max_attempts: int = MAX_ATTEMPTS) -> None:
         self.ray, self.jobs, self.max_attempts = ray, jobs, max_attempts
@@ -408,7 +413,7 @@ class RayActors:
         if flight is not None and flight.actor is not None:
             flight.actor.handle.stop.remote(key, signum)
 
-    def stop_all(self, signum: int, grace_s: float) -> list:
+    def stop_all(self, signum: int) -> list:
         """Every run stops with `signum`: returns the events until each one landed (or its actor was killed). The
         pool's actors end with it."""
         self.stopping = True
@@ -420,7 +425,7 @@ class RayActors:
         self.queue.clear()
         for flight in self.flights.values():
             flight.actor.handle.stop.remote(flight.request.key, signum)
-        deadline = time.monotonic() + grace_s
+        deadline = time.monotonic() + self.stop_wait_s
         while self.flights and time.monotonic() < deadline:
             events += self.step(0.5)
         for slot in list(self.slots):

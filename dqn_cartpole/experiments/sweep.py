@@ -23,7 +23,8 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid, ray_transfer
-from dqn_cartpole.experiments.executor import Ended, LocalSlots, RayActors, RunRequest, describe_node
+from dqn_cartpole.experiments.executor import (MEMORY_PER_RUN_MB, POLL_S, Ended, LocalSlots, RayActors, RunRequest,
+                                               describe_node)
 from dqn_cartpole.experiments.sweep_progress import SweepProgress
 from dqn_cartpole.experiments.tracking_group import group_overrides
 from dqn_cartpole.processes.commands import continue_command, set_flags
@@ -34,10 +35,6 @@ from dqn_cartpole.run_folder.csv_files import dict_rows, read_csv, write_csv_ato
 MANIFEST_FILE = "sweep.yaml"
 MEMBERS_FILE = "members.csv"  # one row per member, shown on the sweep's report.html
 LOGS_DIR = "logs"
-MEMORY_PER_RUN_MB = 700  # peak RSS of one training process (TensorFlow + TF-Agents), measured on the default config
-POLL_S = 0.5
-STOP_WAIT_S = 120.0  # a stopped run writes its checkpoint, plots and videos
-RAY_STOP_WAIT_S = 150.0  # on Ray: the 120 s for the checkpoint, and the folder's way back
 
 
 @dataclass(frozen=True)
@@ -207,8 +204,7 @@ class SweepDriver:
             finally:  # a signal, or an error in this loop: no run outlives the sweep
                 self.outcome.stopped_by = stop.signum
                 if executor.busy():
-                    grace = RAY_STOP_WAIT_S if self.on_ray else STOP_WAIT_S
-                    self._handle(executor.stop_all(stop.signum or signal.SIGTERM, grace))
+                    self._handle(executor.stop_all(stop.signum or signal.SIGTERM))
                 executor.close()
         self._update()
         self.progress.close()

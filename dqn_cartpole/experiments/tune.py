@@ -47,16 +47,13 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.console.signals import STOP_CHILDREN, StopRequest, signal_name
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.experiments import grid, ray_transfer, space, storage, study_checks
-from dqn_cartpole.experiments.executor import Ended, LocalSlots, RunRequest, describe_node
+from dqn_cartpole.experiments.executor import POLL_S, Ended, LocalSlots, RunRequest, describe_node
 from dqn_cartpole.experiments.objectives import FIXED_BUDGET, OBJECTIVES, env_step_budget, score, verdict
 from dqn_cartpole.experiments.tracking_group import group_overrides, trial_tags
 from dqn_cartpole.processes import commands
 
 JOURNAL_FILE = "journal.log"
 TRIALS_DIR = "trials"
-POLL_S = 0.5
-STOP_WAIT_S = 120.0  # a stopped run writes its checkpoint, plots and videos
-RAY_STOP_WAIT_S = 150.0  # on Ray: the 120 s for the checkpoint, and the folder's way back
 
 
 class TrialFailed(Exception):
@@ -274,8 +271,7 @@ class StudyDriver:
                 self._handle(executor.step(POLL_S))
         finally:
             if executor.busy():
-                grace = STOP_WAIT_S if isinstance(executor, LocalSlots) else RAY_STOP_WAIT_S
-                self._handle(executor.stop_all(self.stop.signum or signal.SIGTERM, grace))
+                self._handle(executor.stop_all(self.stop.signum or signal.SIGTERM))
             for key in list(self.active):  # stopped between two seeds, or lost while stopping
                 self._stopped(self.active.pop(key)[0], " before its next seed")
 
