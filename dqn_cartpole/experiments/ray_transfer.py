@@ -30,13 +30,9 @@ class FolderTooLarge(Exception):
     """A run folder over MAX_FOLDER_BYTES (raised on the worker; the run fails with this message)."""
 
 
-def folder_bytes(folder: str) -> int:
-    return sum(os.path.getsize(os.path.join(root, name)) for root, _, files in os.walk(folder) for name in files)
-
-
 def pack(folder: str) -> bytes:
     """The folder's contents as an uncompressed tar, names relative to the folder."""
-    size = folder_bytes(folder)
+    size = sum(os.path.getsize(os.path.join(root, name)) for root, _, files in os.walk(folder) for name in files)
     if size > MAX_FOLDER_BYTES:
         raise FolderTooLarge(f"the run folder holds {size / 2**20:.0f} MB, more than the "
                              f"{MAX_FOLDER_BYTES / 2**20:.0f} MB a run may send back (fewer checkpoints: "
@@ -55,14 +51,10 @@ def unpack(data: bytes, folder: str) -> None:
         tar.extractall(folder, filter="data")
 
 
-def staging(parent: str) -> str:
-    return os.path.join(parent, STAGING_DIR)
-
-
 def clear_staging(parent: str) -> None:
     """Removes what an interrupted command left in `parent`'s staging folder, and puts back a run folder that was
     set aside just before its replacement was swapped in."""
-    folder = staging(parent)
+    folder = os.path.join(parent, STAGING_DIR)
     if not os.path.isdir(folder):
         return
     for name in os.listdir(folder):
@@ -76,7 +68,7 @@ def clear_staging(parent: str) -> None:
 def install(data: bytes, run_dir: str, written_at: str) -> None:
     """Puts the run folder in `data` (trained on a worker at `written_at`) at `run_dir`, replacing what was there."""
     parent, name = os.path.split(os.path.abspath(run_dir))
-    stage = staging(parent)
+    stage = os.path.join(parent, STAGING_DIR)
     os.makedirs(stage, exist_ok=True)
     incoming, old = os.path.join(stage, name), os.path.join(stage, f"{name}.old")
     for leftover in (incoming, old):
