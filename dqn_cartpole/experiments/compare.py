@@ -134,7 +134,7 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
     elif len(differing) <= MAX_LABEL_KEYS:
         labels, by_keys = [", ".join(f"{k}={_show(v)}" for k, v in s.items()) for s in settings], True
     else:
-        labels = folder_labels(members) or [_letter(i) for i in range(len(members))]
+        labels = folder_labels(members) or [chr(ord("A") + i) if i < 26 else str(i + 1) for i in range(len(members))]
         by_keys = False
     return [Group(label, setting, runs_of, by_keys) for label, setting, runs_of in zip(labels, settings, members)]
 
@@ -162,10 +162,6 @@ def folder_labels(groups: Sequence[Sequence[RunRecord]]) -> Optional[list[str]]:
 
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def _letter(index: int) -> str:
-    return chr(ord("A") + index) if index < 26 else str(index + 1)
 
 
 def _show(value) -> str:
