@@ -108,10 +108,6 @@ class Worker(WorkerChild):
             self.end_input()
         return status
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Ends an idle worker (its input ended), or kills it after `timeout_s`."""
-        super().close(timeout_s)
-
 
 @dataclass(eq=False)
 class ReusedRun(Child):
@@ -212,7 +208,7 @@ class WorkerSlots:
         keep = [w for w in self.workers if w.idle or (w.busy and w.alive)]
         for worker in self.workers:
             if worker not in keep:  # ended, or ending after its last run
-                worker.close()
+                worker.close(5.0)
         self.workers = keep
         worker = next((w for w in self.workers if w.idle), None)  # one that died idle is not: a new one takes it
         if worker is not None:
@@ -227,6 +223,6 @@ class WorkerSlots:
 
     def close(self) -> None:
         for worker in self.workers:
-            worker.close()
+            worker.close(5.0)
         self.workers = []
 
