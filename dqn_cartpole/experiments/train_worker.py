@@ -156,25 +156,17 @@ class ReusedRun(Child):
             self._status = self.returncode if self.returncode is not None else _died_status(self.process.poll() or 0)
         return self.returncode
 
-    def wait(self, timeout: float = float("inf")) -> None:
-        """Returns when the run ended, or after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while self.returncode is None and time.monotonic() < deadline:
-            try:
-                self.process.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                pass
 
-
-def wait_run(child: Child, timeout: Optional[float] = None) -> None:
-    """Waits until the run on `child` (a fresh `Child` or a `ReusedRun`) ended, or `timeout` seconds passed."""
-    if isinstance(child, ReusedRun):
-        child.wait(float("inf") if timeout is None else timeout)
-        return
-    try:
-        child.process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
+def wait_run(child: Child, timeout: float) -> None:
+    """Returns when the run on `child` ended, or after `timeout` seconds: a fresh `Child`'s process is waited for, a
+    `ReusedRun`'s worker looked at every 0.1 s for its reply (the worker goes on after the run)."""
+    deadline = time.monotonic() + timeout
+    while child.returncode is None and time.monotonic() < deadline:
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            child.process.wait(timeout=min(0.1, left) if isinstance(child, ReusedRun) else left)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _died_status(code: int) -> int:
