@@ -23,6 +23,7 @@ from dqn_cartpole.experiments import ray_transfer, train_worker
 from dqn_cartpole.processes.commands import child_command
 from dqn_cartpole.processes.ray_node import this_node
 from dqn_cartpole.processes.supervisor import Child
+from dqn_cartpole.run_folder.csv_files import read_csv
 from dqn_cartpole.run_folder.layout import RunLayout
 
 STOP_WAIT_S = 120.0  # a stopped run writes its checkpoint, plots and videos (as a local sweep waits)
@@ -148,8 +149,6 @@ class RunActor:
 def new_evaluations(eval_csv: str, reported: int) -> tuple[list, int]:
     """(env steps, average return) of a run's evaluations (its eval_metrics.csv) after the first `reported` rows,
     and how many rows are reported with them (a row being written is read next time)."""
-    from dqn_cartpole.run_folder.csv_files import read_csv
-
     pairs = []
     for row in read_csv(eval_csv)[reported:]:
         if row.get("average_return") in (None, "") or row.get("env_steps") in (None, ""):

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from dqn_cartpole.console.exit_status import STOP_SIGNALS
+from dqn_cartpole.console.exit_status import EXIT_FAILED, STOP_SIGNALS, for_signal
 from dqn_cartpole.processes.child import ChildFailed, WorkerChild
 from dqn_cartpole.processes.commands import parse_train_argv
 from dqn_cartpole.processes.supervisor import Child
@@ -60,10 +60,7 @@ def reusable(argv: list) -> bool:
 
     args = parse_train_argv(argv)
     try:
-        if args.resume:
-            config = load_config(os.path.join(args.resume, "config.yaml"), args.set or [])
-        else:
-            config = load_config(args.config, args.set or [])
+        config = load_config(os.path.join(args.resume, "config.yaml") if args.resume else args.config, args.set or [])
     except (UserError, OSError):
         return False  # a fresh process says what is wrong, in the run's log, as before
     return config.collection.driver == "compiled" and sampling_mode(config.replay) == "direct"
@@ -172,8 +169,6 @@ def wait_run(child: Child, timeout: float) -> None:
 def _died_status(code: int) -> int:
     """A worker that died without answering: killed by a stop signal reads as that stop (128 + the signal), as a
     fresh process stopped between two steps; otherwise its own status (a crash: never 0, it did not answer)."""
-    from dqn_cartpole.console.exit_status import EXIT_FAILED, for_signal
-
     if code < 0 and -code in STOP_SIGNALS:
         return for_signal(-code)
     return code or EXIT_FAILED
