@@ -182,11 +182,9 @@ def run_tune(plan: TunePlan, executor=None) -> int:
 
 def _clear_staging(trials_dir: str) -> None:
     """What an interrupted `tune --ray` left half-received, in trials/ and in each trial's folder (its seeds)."""
-    if not os.path.isdir(trials_dir):
-        return
-    ray_transfer.clear_staging(trials_dir)
-    for name in os.listdir(trials_dir):
-        if os.path.isdir(os.path.join(trials_dir, name)):
+    if os.path.isdir(trials_dir):
+        ray_transfer.clear_staging(trials_dir)
+        for name in os.listdir(trials_dir):  # a file too: clear_staging finds nothing to clear in it
             ray_transfer.clear_staging(os.path.join(trials_dir, name))
 
 
