@@ -15,13 +15,10 @@ pruner's SIGTERM); `stop_all(signum)` stops every run as Ctrl-C does (each saves
 `stop_wait_s`) and returns the events until each landed; `close()` ends the executor's processes.
 
 Here (`LocalSlots`) runs train in this machine's reused train processes (`train_worker.WorkerSlots`), `jobs` at a
-time. On Ray (`RayActors`) they train on a pool of `run_actor.RunActor`s, one per CPU of the cluster (re-read every
-few seconds, as nodes come and go; `--jobs` caps it), each holding a CPU and the memory a run needs: Ray's idiom for
-workers that keep their state (the train process, TensorFlow imported once) from run to run (`ray.util.ActorPool`'s,
-with the pool's size following the cluster, and a run lost with its actor run again by the driver, so the retry is
-seen and said, and a run stopped on purpose is never run again). A run's folder travels to the actor (to resume)
-and back as bytes (`ray_transfer`), into `run_dir`; its console output is appended to `log_path` after a line naming
-the node and the attempt.
+time; on Ray (`RayActors`: docs/experiments.md, 'On a Ray cluster') in the train processes of a pool of
+`run_actor.RunActor`s, one per CPU: Ray's idiom for workers that keep their state from run to run
+(`ray.util.ActorPool`'s), with the pool's size following the cluster, and a run lost with its actor run again by the
+driver, so the retry is seen and said, and a run stopped on purpose is never run again.
 """
 
 from __future__ import annotations

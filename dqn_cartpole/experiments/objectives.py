@@ -1,12 +1,5 @@
-"""`tune --objective`: what a trial minimises, read from a finished run's summary.json.
-
-The study (`tune`) and its outputs (`tune_outputs`, best.yaml's header) name the objectives from here.
-The time-to-solve objectives: a run that never solves scores `PENALTY_FACTOR` x its budget (env steps, or the
-seconds that whole budget takes at the run's own speed), so any solving config beats any unsolved one.
-The fixed-budget objective (`final_return`): the negated average return of policy/final, the weights at the run's last
-step, over `evaluation.final_episodes` fresh greedy episodes (summary.json's `final_policy_return`), so the study,
-which minimises, looks for the configs whose final policy holds. It needs runs that train their whole budget
-(`evaluation.stop_when_solved` false: `study_checks.check_trains_whole_budget`).
+"""`tune --objective`: what a trial minimises, read from a finished run's summary.json (docs/experiments.md, 'tune: an
+Optuna study'); the study (`tune`) and its outputs (`tune_outputs`, best.yaml's header) name the objectives from here.
 """
 
 from __future__ import annotations

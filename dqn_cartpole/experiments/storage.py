@@ -1,11 +1,5 @@
-"""Where an Optuna study lives: a journal file on one machine, or PostgreSQL/MySQL shared by several.
-
-The journal file (JournalStorage + JournalFileBackend, with a file lock) is safe for several
-processes on one machine. An RDB URL lets several machines run the same `tune` command against one
-study; its heartbeat marks the trials of a killed worker FAILED instead of RUNNING forever. Either
-way, a worker starting up also fails the RUNNING trials of dead workers on its own host (the
-journal file has no heartbeat).
-"""
+"""Where an Optuna study lives: a journal file on one machine, or PostgreSQL/MySQL shared by several
+(docs/experiments.md, 'tune: an Optuna study', Storage)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""`sweep`: every (grid point, seed) pair is an ordinary run folder under <output.root>/sweeps/NAME/.
-
-The sweep runs its members as `train ... --quiet` runs, N at a time, on an executor (`executor.LocalSlots` here,
-`executor.RayActors` with --ray: their folders come back into the same layout). Running the same
-command again continues it: finished members are skipped, stopped or crashed ones resume from
-their checkpoints (`train --resume`). `sweep.yaml` records what was asked, so a second command
-with the same name but a different grid is refused rather than mixed in.
-"""
+"""`sweep`: every (grid point, seed) pair is an ordinary run folder under <output.root>/sweeps/NAME/, trained N at a
+time on an executor (`executor.LocalSlots` here, `executor.RayActors` with --ray); the same command continues it, and
+one with the same name but another grid is refused (docs/experiments.md, 'sweep: a grid x seeds')."""
 
 from __future__ import annotations
 

@@ -1,31 +1,8 @@
 """Reused train processes: a long-lived process that imports TensorFlow once and trains one run after another.
 
-A fresh `python -m dqn_cartpole train` per run pays Python's and TensorFlow's start-up every time (17-19% of a
-default run, docs/experiments.md). A worker (`api.worker_process`, a `processes.child.WorkerChild`) pays it once:
-it is sent each run (a `train` or `train --resume` argv and a log path), trains it in-process through the Python API
-(`dqn_cartpole.train`, i.e. `training.run.run_here`: Keras' global state cleared, the seeds set, TensorFlow's
-gradient registry and the heap left as found), its output (Python's and TensorFlow's C++ lines) in the run's log at
-the descriptor level, and answers with the run's exit status, the CLI's.
-
-Each run stays the run a fresh process trains (tests/test_experiments_reuse.py: the same seed gives the same rows,
-also as the second run in a worker), because what outlives a run in a worker is held to what cannot change it:
-
-* **Only runs a fresh process would run on one TensorFlow thread** are given to a worker (`reusable`: the compiled
-  driver with direct sampling, the default, sets one thread for itself; TensorFlow's thread count is fixed once it
-  started). Any other run is a fresh process, as before.
-* **A worker ends after any run that did not finish cleanly** (failed, diverged, stopped, crashed, bad input), and
-  exits with that run's status: whatever such a run left behind dies with the process, and its parent sees the exit
-  status a fresh process gives. It also ends after `MAX_RUNS` runs and once its peak memory passes
-  `api.worker_process.MAX_RSS_MB`; the next run starts a new one.
-* **Signals**: the parent stops a run as a fresh one, with SIGINT or SIGTERM to the worker (its run turns the first
-  into a checkpoint, as the CLI does); between runs the worker has the default handlers, so a signal ends it. It
-  gets SIGTERM when its parent dies (`supervisor.die_with_parent`) and ends when its stdin closes.
-
-Workers run with OMP_NUM_THREADS=1, as Ray sets it in its one-CPU workers. `DQN_CARTPOLE_FRESH_RUNS=1` in the
-parent's environment makes every run a fresh process again (the benchmark's baseline).
-
-The parent side: `WorkerSlots` keeps up to N idle workers and starts each run on one (`ReusedRun`, a `Child` whose
-exit status is the run's), or as a fresh `Child` when the run is not `reusable`.
+Why, and what keeps each run the run a fresh process trains: docs/experiments.md, 'Reused train processes'. The
+worker's own side is `api.worker_process` (a `processes.child.WorkerChild` here): between two runs it has the default
+signal handlers, so a signal ends it, and it ends when its stdin closes. The parent's side is `WorkerSlots`.
 """
 
 from __future__ import annotations

@@ -6,32 +6,10 @@ tells it the result (ask-and-tell), while its executor has room (`executor.Local
 run (each saves a checkpoint), marks their trials FAILED with the reason, writes the outputs and prints the command
 that continues the study.
 
-Objective (minimised, `--objective`), per run, read from its summary.json:
-  env_steps  the env steps to a confirmed solve (`solved_env_steps`), the default;
-  wall_s     the wall seconds from the run's process start to its confirmed, saved policy (`solved_wall_s`);
-  cpu_s      the CPU seconds that process used until then (`solved_cpu_s`): the compiled loop runs on one
-             thread, so on an idle machine this is about the wall time, and it barely moves when other
-             jobs share the cores, which the wall time does (a study of wall time on a shared machine
-             ranks the load more than the configs; run it with --jobs 1 at least);
-  final_return  the fixed-budget protocol's score, negated: policy/final's average return over
-             `evaluation.final_episodes` fresh greedy episodes after the whole budget (`final_policy_return`),
-             for runs with `evaluation.stop_when_solved` false (refused otherwise); a run that diverged
-             before it counts its last periodic evaluation.
-A run that never solves scores 2 x its budget: 2 x the env-step budget (initial_collect_steps +
-num_iterations x collect_steps_per_iteration), or 2 x the seconds that whole budget takes at the
-run's own speed. So any solving config beats any unsolved one, and a diverged run is not cheap.
-
-Seeds (`--seeds 0-4`): each trial trains every seed, one after another (so they never compete for
-the cores), and scores the mean of its seeds' objectives; after each seed it reports the running
-mean, and the median rule may prune it from the second seed on (compared with the other trials
-after the same seeds). Without `--seeds`, a trial trains the config's `training.seed` once.
-
-Sampler: TPE, multivariate, with few random start-up trials for small studies. Pruner: the median
-rule; with one seed, on the run's periodic evaluations: the driver follows the trial's eval_metrics.csv
-and reports each evaluation as the negated average return at its env step (the study minimises, so
-a higher return is a lower value); a trial the pruner stops gets SIGTERM and ends with its
-checkpoint. A run that diverges (exit 1) is pruned (with several seeds it is an unsolved seed), any
-other failure fails the trial; the reason is the trial's `reason` user attribute.
+The objectives, seeds, sampler and pruner: docs/experiments.md, 'tune: an Optuna study'. A trial's seeds train one
+after another, so they never compete for the cores; `cpu_s` barely moves when other jobs share the cores (the compiled
+loop runs on one thread), which the wall time does: a study of `wall_s` on a shared machine ranks the load more than
+the configs.
 """
 
 from __future__ import annotations
