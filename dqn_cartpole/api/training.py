@@ -106,13 +106,13 @@ def _run(config: Config, run_dir: str, bar: Progress, plan: "ResumePlan | None",
     """The run in this process; the stopped or finished Run, or RunFailed."""
     hint = resume_hint(run_dir)
     try:
-        ending = run_here(config, run_dir, bar, plan, created, hint,
-                          resume_hint(run_dir, ", overrides={'agent.learning_rate': ...}"))
+        status, failure = run_here(config, run_dir, bar, plan, created, hint,
+                                   resume_hint(run_dir, ", overrides={'agent.learning_rate': ...}"))
     except KeyboardInterrupt:  # a second Ctrl-C (or one before the run's handler was in place)
         print(f"\n{interrupted_line(run_dir, created, hint)}", file=sys.stderr)
         raise
-    if ending.exit_status == EXIT_FAILED:
-        raise RunFailed(ending.failure or f"the run in {run_dir} failed", [Run(run_dir)])
+    if status == EXIT_FAILED:
+        raise RunFailed(failure or f"the run in {run_dir} failed", [Run(run_dir)])
     return Run(run_dir)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from typing import Optional
 
 from dqn_cartpole.config import Config
@@ -72,20 +71,10 @@ def run(config: Config, run_dir: str, progress: Progress, plan: Optional[ResumeP
     return status
 
 
-@dataclass(frozen=True)
-class Ending:
-    """How a run in a shared process ended: its summary (summary.json's content; None if it never got one), its
-    exit status as the CLI's, and why it failed (one line) when that status is 1."""
-
-    summary: Optional[dict]
-    exit_status: int
-    failure: Optional[str]
-
-
 def run_here(config: Config, run_dir: str, progress: Progress, plan: Optional[ResumePlan], created: bool,
-             resume_hint: Optional[str] = None, change_hint: Optional[str] = None) -> Ending:
+             resume_hint: Optional[str] = None, change_hint: Optional[str] = None) -> tuple[int, Optional[str]]:
     """Trains in this process, which goes on afterwards, as the CLI's `run` does (summary.json, report.html, the
-    summary on stdout), but prints no failure (it is in the `Ending`) and leaves the process as it found it:
+    summary on stdout), but prints no failure and leaves the process as it found it:
 
     * nothing is frozen on the heap (`host.shared_process`), and the gradient functions its traced train step put
       in TensorFlow's global registry are dropped (`host.custom_gradients_released`), so the run's objects are freed
@@ -106,4 +95,4 @@ def run_here(config: Config, run_dir: str, progress: Progress, plan: Optional[Re
         end.summary = train(config, RunLayout(run_dir), progress, plan, host)
     status = end.finish()
     send_run(config, run_dir)
-    return Ending(end.summary, status, end.failure)
+    return status, end.failure  # the exit status as the CLI's, and why it failed (one line) when that is 1
