@@ -177,8 +177,8 @@ class Run:
         (default: a new file in the run's videos/; with `overwrite`, videos/trained-agent.mp4 itself). An existing
         `output` is refused without `overwrite`, and in a run folder only its videos/ takes one (UserError). `fps`
         defaults to the run's video.fps, as its own videos."""
-        from dqn_cartpole.cli.single_process import PYTHON_WORDS, check_record_output, cmd_record, record_fps, \
-            record_output
+        from dqn_cartpole.cli.single_process import cmd_record, record_fps, record_output
+        from dqn_cartpole.run_folder.resolve import check_recording_path
         from dqn_cartpole.console.imports import import_tensorflow
 
         fps = record_fps(self.path) if fps is None else int_arg("fps", fps)  # `random` too: the run's own rate
@@ -191,7 +191,7 @@ class Run:
         argv += (["--final"] if final else []) + (["--overwrite"] if overwrite else [])
         args = cli_args(*argv, *(["--output", os.fspath(output)] if output else []))
         args.output = record_output(args, self.path)  # the command's own choice, made here to return it
-        check_record_output(args.output, overwrite, PYTHON_WORDS)  # (the command checks it again, in its words)
+        check_recording_path(args.output, overwrite, "output", "overwrite=True")  # API words; cmd_record checks again
         import_tensorflow()
         cmd_record(args)
         return args.output

@@ -387,16 +387,6 @@ def record_output(args: argparse.Namespace, run_dir: Optional[str]) -> str:
     return f"{stem}-{number}{ext}"
 
 
-# How `record`'s checks name its arguments: the command's flags, or the Python API's (`Run.record`) keywords.
-CLI_WORDS = {"output": "--output", "overwrite": "--overwrite"}
-PYTHON_WORDS = {"output": "output", "overwrite": "overwrite=True"}
-
-
-def check_record_output(output: str, overwrite: bool, words: dict = CLI_WORDS) -> None:
-    """`record`'s output: `run_folder.resolve.check_recording_path`, its errors naming `words`' arguments."""
-    check_recording_path(output, overwrite, words["output"], words["overwrite"])
-
-
 def record_fps(run_dir: Optional[str]) -> int:
     """`record`'s frame rate without --fps: the run's video.fps (what its own videos use), else the default's."""
     return load_config(os.path.join(run_dir, layout.CONFIG_FILE)).video.fps if run_dir else Config().video.fps
@@ -409,12 +399,12 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.random == bool(args.policy):
         raise UserError("record: give either a run folder / policy folder or --random")
     if args.output:  # before anything is read: the file named is checked first
-        check_record_output(args.output, args.overwrite)
+        check_recording_path(args.output, args.overwrite)
     policy_dir, run_dir = resolve_policy(args.policy, args.final) if args.policy else (None, None)
     env_id, max_steps = env_for(args, run_dir)
     fps = args.fps or record_fps(run_dir)
     output = record_output(args, run_dir)
-    check_record_output(output, args.overwrite)
+    check_recording_path(output, args.overwrite)
     with heavy_imports():
         from tf_agents.specs import tensor_spec
 
