@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
@@ -95,14 +94,7 @@ def sweep(config: "str | os.PathLike[str] | None" = None, *, seeds: Union[str, I
     config_path = locate_config(None if config is None else os.fspath(config))
     items = [item.item for item in shortcut_items(None, None, None, track)] + override_items(overrides)
     plan = sweep_module.plan_sweep(config_path, seeds_text, grid_texts(grid), items, jobs, name)
-    start = time.time()
-    if runner:
-        import dataclasses
-
-        outcome = commands.run_sweep_on_ray(dataclasses.replace(plan, jobs=jobs, runner=runner), args)
-    else:
-        outcome = sweep_module.run_sweep(plan, show_progress=progress)
-        print("\n".join(sweep_module.summary_lines(plan, outcome, time.time() - start)))
+    outcome = commands.run_planned_sweep(plan, args, runner)
     runs = [Run(member.run_dir) for member in plan.members if os.path.isdir(member.run_dir)]
     if outcome.failed:
         name_, status, error, log = outcome.failed[0]

@@ -137,13 +137,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     runner = ray_runner(args, "sweep")
     args.config = locate_config(args.config)  # a shipped config's name works from any folder, as with train
     overrides = shortcut_overrides(args) + args.overrides
-    plan = sweep.plan_sweep(args.config, args.seeds, args.grid, overrides, args.jobs, args.name)
-    start = time.time()
-    if runner:
-        outcome = run_sweep_on_ray(dataclasses.replace(plan, jobs=args.jobs, runner=runner), args)
-    else:
-        outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
-        print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start)))
+    outcome = run_planned_sweep(sweep.plan_sweep(args.config, args.seeds, args.grid, overrides, args.jobs, args.name),
+                                args, runner)
     if outcome.stopped_by is not None:
         return for_signal(outcome.stopped_by)
     return EXIT_FAILED if outcome.failed else EXIT_OK
@@ -171,25 +166,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if runner:
         from dqn_cartpole.experiments.executor import RayActors
 
-        with ray_cluster_session(args, "tune --ray") as (ray, joined):
-            print(joined, flush=True)
+        with ray_cluster_session(args, "tune --ray") as (ray, _):
             return tune.run_tune(dataclasses.replace(plan, runner=runner), RayActors(ray, plan.jobs))
     return tune.run_tune(plan)
 
 
-def run_sweep_on_ray(plan, args: argparse.Namespace):
-    """The sweep on the Ray cluster; prints its summary (with what Ray added) and returns its outcome. A sweep with
-    nothing left to run does not start or join Ray."""
+def run_planned_sweep(plan, args: argparse.Namespace, runner: tuple):
+    """The sweep here, or (`runner`: `ray_runner`'s) on the Ray cluster; prints its summary (with what Ray added) and
+    returns its outcome. A sweep with nothing left to run does not start or join Ray."""
     from dqn_cartpole.experiments import sweep
     from dqn_cartpole.experiments.executor import RayActors
 
+    if not runner:
+        start = time.time()
+        outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
+        print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start)))
+        return outcome
+    plan = dataclasses.replace(plan, jobs=args.jobs, runner=runner)
     if all(sweep.member_state(member) in ("done", "broken") for member in plan.members):
         start = time.time()
         outcome = sweep.run_sweep(plan, show_progress=not args.quiet)
         print("\n".join(sweep.summary_lines(plan, outcome, time.time() - start, "(nothing left for Ray to run)")))
         return outcome
     with ray_cluster_session(args, "sweep --ray") as (ray, joined):
-        print(joined, flush=True)
         start = time.time()
         executor = RayActors(ray, plan.jobs)
         executor.transfers.cluster = joined
@@ -203,7 +202,7 @@ def run_sweep_on_ray(plan, args: argparse.Namespace):
 
 @contextlib.contextmanager
 def ray_cluster_session(args: argparse.Namespace, what: str):
-    """(the ray module, a line saying which cluster and how long joining or starting it took) for the block."""
+    """(the ray module, the line it printed: which cluster, how long joining or starting it took) for the block."""
     from dqn_cartpole.experiments.executor import check_cluster, cluster_errors_in_one_line
     from dqn_cartpole.processes import ray_cluster
 
@@ -214,7 +213,9 @@ def ray_cluster_session(args: argparse.Namespace, what: str):
         cluster = check_cluster(ray)
         nodes = f"{cluster['nodes']} node{'s' if cluster['nodes'] != 1 else ''}"
         hosts = ", ".join(cluster["hosts"])
-        yield ray, f"{session.how} in {time.time() - start:.1f} s: {cluster['cpus']} CPUs on {nodes} ({hosts})"
+        joined = f"{session.how} in {time.time() - start:.1f} s: {cluster['cpus']} CPUs on {nodes} ({hosts})"
+        print(joined, flush=True)
+        yield ray, joined
 
 
 COMMANDS = {"sweep": cmd_sweep, "compare": cmd_compare, "tune": cmd_tune}
