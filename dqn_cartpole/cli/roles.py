@@ -24,17 +24,13 @@ from dqn_cartpole.run_folder.lock import RunLock, join_run
 from dqn_cartpole.run_folder.resolve import check_can_create, create_run_dir
 
 
-def add_role_args(parser: argparse.ArgumentParser) -> None:
+def add_role(sub: Any, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+    """One role's subcommand, with the arguments every role takes."""
+    parser = sub.add_parser(name, help=help_text, description=description)
     add_config_args(parser, example="distributed.weight_refresh_steps=50")
     parser.add_argument("--replay-address", metavar="HOST:PORT", required=True,
                         help="the replay server (replay-server: only its PORT is used; it listens on every interface)")
     parser.add_argument("--run-dir", metavar="DIR", required=True, help="the run folder the roles share")
-
-
-def add_role(sub: Any, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
-    """One role's subcommand, with the arguments every role takes."""
-    parser = sub.add_parser(name, help=help_text, description=description)
-    add_role_args(parser)
     return parser
 
 
@@ -133,14 +129,11 @@ def cmd_learn(args: argparse.Namespace) -> int:
     config = load_role_config(args)
     if args.resume and not os.path.isdir(args.run_dir):
         raise UserError(f"--run-dir {args.run_dir}: no such folder to resume")
-    created, lock = False, None
-    if not args.supervised:
+    if args.supervised:  # beside the run's owner (a launcher's lock it inherits, or a `--topology ray` driver's)
+        created, lock = False, join_role(args.run_dir)
+    else:
         created, lock = create_run_dir(args.run_dir, overwrite=False, beside_roles=True)
-    else:  # beside the run's owner (a launcher's lock it inherits, or a `--topology ray` driver's), as a role
-        lock = join_role(args.run_dir)
-    with contextlib.ExitStack() as held:
-        if lock is not None:
-            held.callback(lock.close)
+    with contextlib.closing(lock):
         plan = checkpointing.plan_resume(args.run_dir) if args.resume else None
         with heavy_imports():
             from dqn_cartpole.distributed.learner import run_learner
