@@ -24,7 +24,6 @@ from dqn_cartpole.config import Config
 from dqn_cartpole.console import signals
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.core import build
-from dqn_cartpole.core.agents import ValueAgent
 from dqn_cartpole.core.episode_returns import EpisodeReturns
 from dqn_cartpole.core.evaluation import make_episode_runner
 from dqn_cartpole.core.policies import compiled_act_fn, greedy_policy
@@ -62,21 +61,14 @@ def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callab
     collect_returns = EpisodeReturns(config.env.num_envs)
     observers = [replay.add_batch, env_steps, collect_returns]
     initial_driver = build.make_random_driver(envs.tf_env, observers, config.training.initial_collect_steps)
+    steps = config.training.collect_steps_per_iteration
     if config.collection.driver == "py":
-        steps = config.training.collect_steps_per_iteration
         collect_driver = build.make_py_collection(envs.collect, agent.collect_policy, replay, env_steps, steps)
-    else:
-        collect_driver = make_collect_driver(config, envs, agent, observers)
+    else:  # the compiled loop's TF driver, through the fill's observers: `Replay.add_batch` stays the one write path
+        collect_driver = build.make_collect_driver(envs.tf_env, agent.collect_policy, observers, steps)
     return Pipeline(envs, agent, replay, env_steps, initial_driver, collect_driver, compiled_act_fn(agent.policy),
                     make_episode_runner(greedy_policy(agent), envs.evaluate, gamma=config.agent.gamma), stack,
                     collect_returns)
-
-
-def make_collect_driver(config: Config, envs: build.Envs, agent: ValueAgent, observers: list) -> Any:
-    """The collect policy's driver in the compiled loop (a TF driver), writing through the same observers as the
-    initial fill, so `Replay.add_batch` stays the one write path (a py driver's is `build.make_py_collection`)."""
-    return build.make_collect_driver(envs.tf_env, agent.collect_policy, observers,
-                                     config.training.collect_steps_per_iteration)
 
 
 class LocalCollection:
