@@ -107,20 +107,14 @@ def add_parsers(sub: Any) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     """`train`: checks everything (in ~0.1 s, before TensorFlow), creates and locks the run folder, trains."""
     check_topology_args(args)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if args.topology == "local":
         return cmd_train_local(args)
     if args.topology == "ray":
         return cmd_train_ray(args)
     if args.resume:
         return cmd_resume(args)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
-        if args.output_dir:
-            resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
-        path = locate_config(args.config)
-        loaded = load(path, config_overrides(args))
-        config = loaded.config
-        run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
+    config, run_dir, path, written = new_run(args)
     created, lock = create_run_dir(run_dir, args.overwrite)
     note = preset_note(path, config)
     if note:
@@ -128,7 +122,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dqn_cartpole.training.run import run_new  # light: it says what starts, then imports TensorFlow
 
     with contextlib.closing(lock):  # held as long as the run lives
-        write_written(run_dir, loaded.written)
+        write_written(run_dir, written)
         return run_new(config, run_dir, path, created, args.quiet)
 
 
@@ -155,8 +149,7 @@ def write_written(run_dir: str, written: dict) -> None:
 
 def cmd_train_local(args: argparse.Namespace) -> int:
     """`train --topology local`: the same checks and run folder as `train`, then every role as a process."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    config, run_dir = (None, args.resume) if args.resume else new_topology_run(args)
+    config, run_dir = (None, args.resume) if args.resume else new_run(args)[:2]
     config, plan, created, lock = claim_topology_run(args, config, run_dir, "local")
     with contextlib.closing(lock):  # every role inherits it: it lives as long as any of them does
         return launcher.launch(config, run_dir, args.collectors, plan, args.quiet, created, lock)
@@ -175,14 +168,14 @@ def claim_topology_run(args: argparse.Namespace, config: Any, run_dir: str, topo
     return (config, None, *create_run_dir(run_dir, args.overwrite))
 
 
-def new_topology_run(args: argparse.Namespace) -> tuple:
-    """(config, run folder) of a new distributed run, checked; nothing created yet."""
+def new_run(args: argparse.Namespace) -> tuple:
+    """(config, run folder, config file, what the user wrote) of a new run, checked; nothing created yet."""
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         if args.output_dir:
-            resolve_run_dir(None, args.output_dir, args.overwrite)
-        config = load_config(locate_config(args.config), config_overrides(args))
-        run_dir = resolve_run_dir(config, args.output_dir, args.overwrite)
-    return config, run_dir
+            resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
+        path = locate_config(args.config)
+        loaded = load(path, config_overrides(args))
+        return loaded.config, resolve_run_dir(loaded.config, args.output_dir, args.overwrite), path, loaded.written
 
 
 def cmd_train_ray(args: argparse.Namespace) -> int:
@@ -190,7 +183,6 @@ def cmd_train_ray(args: argparse.Namespace) -> int:
     extra or a silent address is one line, before anything is created), then the run folder and the roles."""
     from dqn_cartpole.processes import ray_cluster
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     ray_cluster.import_ray("--topology ray")
     address = ray_cluster.cluster_address(args.address)
     if address is not None:
@@ -201,7 +193,7 @@ def cmd_train_ray(args: argparse.Namespace) -> int:
             config, run_dir = resume_config(args.resume, args), args.resume
         launcher.local_config(config, run_dir, checkpointing.ResumePlan(None), "ray")
     else:
-        config, run_dir = new_topology_run(args)
+        config, run_dir = new_run(args)[:2]
     return launch_on_ray(args, config, run_dir, address)
 
 
@@ -228,7 +220,6 @@ def launch_on_ray(args: argparse.Namespace, config: Any, run_dir: str, address: 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """`train --resume RUN_DIR`: the run's config (plus --set), from its newest good checkpoint."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     config, plan, lock = lock_and_plan_resume(args.resume, args)
     from dqn_cartpole.training.run import run_resumed  # light: it says what starts, then imports TensorFlow
 
