@@ -6,6 +6,7 @@ import argparse
 import difflib
 import os
 import re
+import sys
 from typing import Optional
 
 from dqn_cartpole.cli.shortcuts import add_shortcut_args, shortcut_overrides
@@ -51,16 +52,16 @@ def config_overrides(args: argparse.Namespace) -> list:
     return shortcut_overrides(args, flagged=True) + list(args.overrides)
 
 
-def preset_note(config_file: str, config: Config) -> Optional[str]:
-    """One line when the default config (CartPole's hyperparameters) is about to train an env that has a shipped
-    preset: which one, and how to use it. None otherwise (another config file was given, or no preset fits)."""
+def print_preset_note(config_file: str, config: Config) -> None:
+    """On stderr, one line when the default config (CartPole's hyperparameters) is about to train an env that has a
+    shipped preset: which one, and how to use it. Nothing otherwise (another config file, or no preset fits)."""
     if os.path.realpath(config_file) != os.path.realpath(default_config_path()):
-        return None
+        return
     name = preset_for(config.env.id)
-    if name is None:
-        return None
-    return (f"note: {config.env.id} has a preset tuned for it: add --config {name} (configs/{name}.yaml) to use it; "
-            f"without it, configs/default.yaml's hyperparameters, tuned for {Config().env.id}, are used")
+    if name is not None:
+        print(f"note: {config.env.id} has a preset tuned for it: add --config {name} (configs/{name}.yaml) to use "
+              f"it; without it, configs/default.yaml's hyperparameters, tuned for {Config().env.id}, are used",
+              file=sys.stderr)
 
 
 def check_positive(label: str, value: Optional[int]) -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import sys
 from typing import Any
 
-from dqn_cartpole.cli.args import add_config_args, config_overrides, preset_note
+from dqn_cartpole.cli.args import add_config_args, config_overrides, print_preset_note
 from dqn_cartpole.cli.shortcuts import add_track_arg
 from dqn_cartpole.config import locate_config
 
@@ -41,9 +40,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     path = locate_config(args.config)
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         loaded = load(path, config_overrides(args))
-    note = preset_note(path, loaded.config)
-    if note:
-        print(note, file=sys.stderr)  # stdout stays a config file
+    print_preset_note(path, loaded.config)  # on stderr: stdout stays a config file
     # Changed means written with another value than the default: what the user wrote, not what `auto` became.
     print(dump_yaml(loaded.config) if args.plain else config_docs.annotated_yaml(loaded.config, loaded.written),
           end="")

@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from dqn_cartpole.cli.shortcuts import add_track_arg
-from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, preset_note
+from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, print_preset_note
 from dqn_cartpole.config import (Config, dump_written, load, load_config, locate_config, override_values, to_dict,
                                  validate_env_id)
 from dqn_cartpole.console.imports import heavy_imports
@@ -116,9 +116,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return cmd_resume(args)
     config, run_dir, path, written = new_run(args)
     created, lock = create_run_dir(run_dir, args.overwrite)
-    note = preset_note(path, config)
-    if note:
-        print(note, file=sys.stderr)
+    print_preset_note(path, config)
     from dqn_cartpole.training.run import run_new  # light: it says what starts, then imports TensorFlow
 
     with contextlib.closing(lock):  # held as long as the run lives
