@@ -37,18 +37,6 @@ from dqn_cartpole.training.pipeline import Pipeline
 from dqn_cartpole.training.state import RunState
 
 
-def freeze_heap() -> None:
-    """Takes every object alive now out of the garbage collector's reach (`gc.freeze`).
-
-    TensorFlow, TF-Agents and a traced graph leave ~0.5 million long-lived objects. Python's full
-    collections walk all of them, during the run and once more when the interpreter exits, which
-    took 2-6 s after the summary was printed. Frozen, they are skipped: the exit takes ~0.2 s.
-    They live as long as the process anyway; garbage among them is kept, which costs a few MB. Only a run that owns
-    its process does this (`host.Host`): in a process that goes on, it would keep every run's objects for good.
-    """
-    gc.freeze()
-
-
 class TrainingSession:
     """One training run, built from `parts` (the single process's unless given). `run()` goes through the phases
     and returns the summary (summary.json's content)."""
@@ -62,7 +50,7 @@ class TrainingSession:
         self.clock = triggers.Clock(self.host.started, self.host.cpu_started)
         self.phases = Phases(started_s_ago=self.clock.wall())  # summary.json's `phases`: where the seconds went
         if self.host.owns_process:
-            freeze_heap()  # the imports' objects; the traced graph's follow after the first chunk
+            gc.freeze()  # the imports' objects (`host`: why); the traced graph's follow after the first chunk
         self.parts = parts or local.single_process_parts()
         self.data, self.evaluation, self.ending = self.parts.data, self.parts.evaluation, self.parts.finish
         self.stop_request = self.parts.stop_request
@@ -165,7 +153,7 @@ class TrainingSession:
             with self.phases(phase.FIRST_CHUNK if first else phase.LOOP), self.data.running_chunk():
                 chunk = loop.run(state.iteration, total, time_step, policy_state)
                 if first and self.host.owns_process:
-                    freeze_heap()
+                    gc.freeze()
             state.loop_s, state.loop_iterations = loop.loop_s, loop.loop_iterations
             bad = chunk.first_bad_loss()
             if bad is not None:  # (an evaluation in flight is dropped with its worker)
