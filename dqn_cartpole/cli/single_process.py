@@ -186,9 +186,7 @@ def cmd_train_ray(args: argparse.Namespace) -> int:
     if address is not None:
         ray_cluster.parse_cluster_address(address, "--address" if args.address else "RAY_ADDRESS")
     if args.resume:
-        check_resume_folder(args.resume, args)
-        with contextlib.redirect_stderr(io.StringIO()):
-            config, run_dir = resume_config(args.resume, args), args.resume
+        config, run_dir = resume_config(args.resume, args), args.resume
         launcher.local_config(config, run_dir, checkpointing.ResumePlan(None), "ray")
     else:
         config, run_dir = new_run(args)[:2]
@@ -240,9 +238,7 @@ def lock_and_plan_resume(run_dir: str, args: argparse.Namespace,
     """Checks `--resume RUN_DIR` and its config (`check` too) touching nothing, locks the run folder (refused
     beside any live process of the run), then plans the resume: the checkpoints are read only once no other
     process can write them. Returns (config, plan, lock)."""
-    check_resume_folder(run_dir, args)
-    with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
-        config = resume_config(run_dir, args)
+    config = resume_config(run_dir, args)
     check(config)
     lock = lock_run(run_dir)
     try:
@@ -272,10 +268,12 @@ def check_resume_folder(run_dir: str, args: argparse.Namespace) -> None:
 
 
 def resume_config(run_dir: str, args: argparse.Namespace) -> Any:
-    """The run's config.yaml plus --set, refused if --set changes a key a resumed run keeps."""
+    """The checked run folder's config.yaml plus --set, refused if --set changes a key a resumed run keeps."""
+    check_resume_folder(run_dir, args)
     config_file = os.path.join(run_dir, layout.CONFIG_FILE)
-    config = load_config(config_file, config_overrides(args))
-    check_frozen(run_dir, to_dict(load_config(config_file)), config, "the run's")
+    with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
+        config = load_config(config_file, config_overrides(args))
+        check_frozen(run_dir, to_dict(load_config(config_file)), config, "the run's")
     return config
 
 
