@@ -18,12 +18,6 @@ from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK, for_signal
 
 def add_parsers(sub) -> None:
     """Adds `sweep`, `compare` and `tune` to the CLI's subparsers."""
-    add_sweep_parser(sub)
-    add_compare_parser(sub)
-    add_tune_parser(sub)
-
-
-def add_sweep_parser(sub) -> None:
     sweep = sub.add_parser("sweep", help="train a grid of configs x seeds, several runs at a time",
                            description="Train every (grid point, seed) pair as its own run folder under "
                                        "<output.root>/sweeps/NAME/. Running the same command again continues the "
@@ -44,8 +38,6 @@ def add_sweep_parser(sub) -> None:
     sweep.add_argument("--name", help="sweep folder name (default: <config>-<time>); reuse it to continue")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
 
-
-def add_compare_parser(sub) -> None:
     compare = sub.add_parser("compare", help="compare runs across seeds: plot and table with confidence intervals",
                              description="Group runs by the config keys that differ (ignoring the seed and "
                                          "output keys) and report each group across its seeds, with 95%% "
@@ -57,8 +49,6 @@ def add_compare_parser(sub) -> None:
     compare.add_argument("--statistic", choices=("iqm", "mean"), default="iqm",
                          help="the line drawn per group (default iqm: the mean of the middle 50%%)")
 
-
-def add_tune_parser(sub) -> None:
     tune = sub.add_parser("tune", help="search hyperparameters with Optuna (TPE + median pruning)",
                           description="Run an Optuna study: each trial is a training run folder under "
                                       "<output.root>/tune/NAME/trials/NNNN (NNNN/sSEED with --seeds). The "
