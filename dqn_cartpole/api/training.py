@@ -1,16 +1,5 @@
-"""`train`: the CLI's `train` (and `train --resume`) in the calling process, returning a `Run`.
-
-The same checks, the same run folder, the same training (`training.run.run_here`): a run trained here is, value for
-value, the run a fresh `python -m dqn_cartpole train` process gives for the same config, also when it is the second
-or the fifth in this process. What differs is the console: the progress bar is `tqdm.auto`'s (a widget in
-Jupyter), and nothing ends the process:
-
-* bad input raises `UserError` (a `ValueError`) with the CLI's one line, and touches nothing;
-* Ctrl-C (a notebook's "interrupt the kernel") stops the run at its next step with a checkpoint, the plots and the
-  policy saved, and `train` returns the stopped Run: `train(resume=run)` continues it. A second Ctrl-C interrupts
-  at once (KeyboardInterrupt); the newest checkpoint is still there to resume;
-* a failed run (a diverged loss, a full disk) raises `RunFailed` with its one line; its folder keeps what it saved.
-"""
+"""`train`: the CLI's `train` (and `train --resume`) in the calling process, returning a `Run`: the same checks, run
+folder and training (`training.run.run_here`); how the console, errors and Ctrl-C differ is in docs/python-api.md."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
-"""The three parts a training session is built from (`session.TrainingSession`), as interfaces.
-
-A way of running picks one of each, and the session calls them at fixed points of its phases; no way of
-running subclasses the session or overrides another's methods:
-
-* `DataSource`, what the agent trains on: a single process's `local.LocalCollection` (its own envs and drivers,
-  the random fill); the learner role's `distributed.learner.LearnerData` (the server's queue, read into a buffer of
-  its own, or its replay table, fed by collectors);
-* `Evaluation`, where the returns come from: `local.InProcessEvaluation` (in line, or beside the training:
-  `overlap`); `distributed.following.FollowEvaluator` (the `evaluate-live` role's, read from the server);
-* `FinishPolicy`, the end and who owns the solve check: `local.OwnSolveCheck` (this process's check exports
-  policy/final); `distributed.following.EvaluatorSolveCheck` (the evaluator's does; a signal ends lightly).
-
-The learner under `--topology ray` is the same `learn` command with the same parts
-(`distributed.learner.learner_parts`).
+"""The three parts a training session is built from (`session.TrainingSession`), as interfaces: `DataSource`
+(what the agent trains on), `Evaluation` (where the returns come from) and `FinishPolicy` (the end, and who owns the
+solve check). A way of running picks one of each, which the session calls at fixed points of its phases, and
+overrides nothing; which way of running picks which is the table in docs/internals.md.
 
 Each part method receives the session (`TrainingSession`): its config, layout, progress, run state, clock,
 phases, ExitStack and, once built, its pipeline, checkpoints, exporter and periodic evaluation.
