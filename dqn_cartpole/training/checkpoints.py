@@ -131,7 +131,7 @@ class Checkpoints:
 
     def roll_back(self) -> Optional[str]:
         """Puts back the agent of the last good checkpoint (after a divergence); returns its folder."""
-        good = self.last.path if self.last else (self.restored.path if self.restored else None)
+        good = self.newest()
         if good is not None:
             self.writer.restore_agent(os.path.join(good, checkpointing.TF_PREFIX))
             self.rolled_back_to = checkpointing.read_state(good)
@@ -148,9 +148,7 @@ class Checkpoints:
 
     def newest(self) -> Optional[str]:
         """The newest checkpoint of this run: written by this process, or the one it resumed from."""
-        if self.last is not None:
-            return self.last.path
-        return self.restored.path if self.restored else None
+        return self.last.path if self.last is not None else (self.restored.path if self.restored else None)
 
 
 def rng_state() -> dict:
