@@ -81,12 +81,9 @@ def train_here(argv: list) -> int:
             run = train(resume=args.resume, overrides=args.set or None, progress=not args.quiet)
         else:
             run = train(args.config, args.output_dir, overrides=args.set or None, progress=not args.quiet)
-    except UserError as exc:
+    except (UserError, RunFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except RunFailed as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE if isinstance(exc, UserError) else EXIT_FAILED
     except KeyboardInterrupt:  # a second Ctrl-C: the run stopped at once
         return for_signal(signal.SIGINT)
     except Exception:  # pylint: disable=broad-except  # as a fresh process's traceback, then its status
