@@ -173,7 +173,7 @@ def test_evaluate_record_report_and_how_a_run_shows_itself(api_smoke, tmp_path):
     assert shown.count("data:video/mp4;base64,") == 1
 
 
-def test_resume_continues_a_run_with_new_iterations(other_run):
+def test_resume_continues_a_run_with_new_iterations(other_run, capsys):
     other_run, _ = other_run
     with pytest.raises(dq.UserError, match="cannot change network.fc_layer_params"):  # the CLI's check and line
         dq.train(resume=other_run, overrides={"network.fc_layer_params": [32]})
@@ -185,6 +185,15 @@ def test_resume_continues_a_run_with_new_iterations(other_run):
     assert resumed.eval_metrics["train_step"].tolist() == [0, 100, 200, 300]
     env_steps = resumed.train_metrics["env_steps"]
     assert np.all(np.diff(env_steps) > 0) and resumed.config.network.fc_layer_params == (16, 16)
+    # Finished, as `train --resume` answers it: nothing to do, said in one line, its folder untouched.
+    summary = file_bytes(os.path.join(other_run.path, "summary.json"))
+    capsys.readouterr()
+    assert dq.train(resume=other_run, progress=False) == other_run
+    said = capsys.readouterr().out.strip()
+    assert said == (f"{other_run.path} finished all its 300 iterations: nothing to do (its artifacts are written). To "
+                    f"train longer: dqn_cartpole.train(resume={other_run.path!r}, overrides={{'training.num_iterations'"
+                    f": N}}), with N above 300"), said
+    assert file_bytes(os.path.join(other_run.path, "summary.json")) == summary
 
 
 def test_sweep_is_the_sweep_command(api_smoke, tmp_path, monkeypatch, capsys):

@@ -25,6 +25,12 @@ def resume_hint(run_dir: str, change: str = "") -> str:
     return f"dqn_cartpole.train(resume={run_dir!r}{change})"
 
 
+def python_again(run_dir: str, changes: dict) -> str:
+    """`resume_hint` with `changes` (section.key -> value; "N": a number to choose) as its overrides."""
+    items = ", ".join(f"{key!r}: {value if value == 'N' else repr(value)}" for key, value in changes.items())
+    return resume_hint(run_dir, f", overrides={{{items}}}")
+
+
 def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None" = None, *,
           overrides: Overrides = None, overwrite: bool = False, resume: Union[Run, str, None] = None,
           progress: bool = True, track: "str | None" = None) -> Run:
@@ -72,14 +78,18 @@ def _train_new(config: Config, output_dir: "str | os.PathLike[str] | None", over
 
 
 def _resume(run_dir: str, overrides: Overrides, track: "str | None", progress: bool) -> Run:
-    """`train --resume RUN_DIR --set ... [--track ...]`'s checks, lock and plan (the CLI's own), then the run here."""
-    from dqn_cartpole.cli.single_process import lock_and_plan_resume
+    """`train --resume RUN_DIR --set ... [--track ...]`'s checks, lock and plan (the CLI's own: a finished run with
+    nothing to do says so and is returned as it is), then the run here."""
+    from dqn_cartpole.cli.single_process import lock_and_plan_resume, plan_resumed_run
 
     args = cli_args("train", "--resume", run_dir)
     # As `--set` items, each naming the argument as it was written.
     args.overrides = override_items(overrides) + shortcut_items(None, None, None, track)
     config, plan, lock = lock_and_plan_resume(run_dir, args)
     with contextlib.closing(lock):
+        config = plan_resumed_run(run_dir, args, config, plan, again=python_again)
+        if config is None:
+            return Run(run_dir)
         warn_about_checkpoints(run_dir, plan)
         bar = _progress(config, progress)
         announce_resume(config, run_dir, plan, bar)

@@ -220,17 +220,26 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from dqn_cartpole.training.run import run_resumed  # light: it says what starts, then imports TensorFlow
 
     with contextlib.closing(lock):
-        given = override_values(config_overrides(args))
-        resume = finished.plan_finished(args.resume, plan.found, config, given)
-        if not resume.run:
-            print(resume.line)  # the outcome: nothing to do, and how to go on
-            return 0
-        if resume.line:
-            print(resume.line, file=sys.stderr)  # with the run's other messages, above its progress
-        before = read_written(RunLayout(args.resume).written_config)
-        if before is not None:  # a run that recorded what was written: add what this command wrote
-            write_written(args.resume, {**before, **given, **dict(resume.written)})
-        return run_resumed(resume.config, args.resume, plan, args.quiet)
+        config = plan_resumed_run(args.resume, args, config, plan)
+        return 0 if config is None else run_resumed(config, args.resume, plan, args.quiet)
+
+
+def plan_resumed_run(run_dir: str, args: argparse.Namespace, config: Config, plan: checkpointing.ResumePlan,
+                     again: Callable[[str, dict], str] = finished.cli_again) -> Optional[Config]:
+    """What a resume of a finished run does (`finished.plan_finished`; `again` writes its hint): None when there is
+    nothing to do (said on stdout), else the config to run (a note on stderr first, if any, and what the resume set
+    added to config.written.yaml)."""
+    given = override_values(config_overrides(args))
+    resume = finished.plan_finished(run_dir, plan.found, config, given, again)
+    if not resume.run:
+        print(resume.line)  # the outcome: nothing to do, and how to go on
+        return None
+    if resume.line:
+        print(resume.line, file=sys.stderr)  # with the run's other messages, above its progress
+    before = read_written(RunLayout(run_dir).written_config)
+    if before is not None:  # a run that recorded what was written: add what this command wrote
+        write_written(run_dir, {**before, **given, **dict(resume.written)})
+    return resume.config
 
 
 def lock_and_plan_resume(run_dir: str, args: argparse.Namespace,

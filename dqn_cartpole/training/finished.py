@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.processes.commands import resume_command
@@ -53,8 +53,17 @@ class Resume:
     written: tuple = ()  # (section.key, value) the resume set for the user (recorded as written)
 
 
-def plan_finished(run_dir: str, found: Optional[Found], config: Config, given: dict) -> Resume:
-    """How to resume a run from `found` with `config`; `given`: section.key -> value of the flags the user gave."""
+def cli_again(run_dir: str, changes: dict) -> str:
+    """The command that resumes `run_dir` with `changes` (section.key -> value; "N": a number to choose)."""
+    flags = [f"-n {value}" if key == ITERATIONS_KEY else f"--set {key}={str(value).lower()}"
+             for key, value in changes.items()]
+    return " ".join([resume_command(run_dir), *flags])
+
+
+def plan_finished(run_dir: str, found: Optional[Found], config: Config, given: dict,
+                  again: Callable[[str, dict], str] = cli_again) -> Resume:
+    """How to resume a run from `found` with `config`; `given`: section.key -> value of the flags the user gave;
+    `again`: how the line that says there is nothing to do writes the resume that trains on (`cli_again`)."""
     if found is None or not found.finished:
         return Resume(config)
     solved_at = stopped_solved(found)
@@ -73,7 +82,7 @@ def plan_finished(run_dir: str, found: Optional[Found], config: Config, given: d
     if not artifacts_written(run_dir, found.iteration):
         return Resume(config, f"{run_dir} finished training at iteration {found.iteration}, but its summary and "
                               f"artifacts were not all written: writing them now")
-    return Resume(config, nothing_to_do(run_dir, found, config, given), run=False)
+    return Resume(config, nothing_to_do(run_dir, found, config, given, again), run=False)
 
 
 def artifacts_written(run_dir: str, iteration: int) -> bool:
@@ -92,16 +101,16 @@ def artifacts_written(run_dir: str, iteration: int) -> bool:
                for path in (summary.get("artifacts") or {}).values())
 
 
-def nothing_to_do(run_dir: str, found: Found, config: Config, given: dict) -> str:
-    """One line: why a finished run has nothing to train, and the command that trains it on."""
-    again = resume_command(run_dir)
+def nothing_to_do(run_dir: str, found: Found, config: Config, given: dict,
+                  again: Callable[[str, dict], str] = cli_again) -> str:
+    """One line: why a finished run has nothing to train, and the resume (`again`) that trains it on."""
     solved_at = stopped_solved(found)
     if solved_at is None:
         return (f"{run_dir} finished all its {found.iteration} iterations: nothing to do (its artifacts are written). "
-                f"To train longer: {again} -n N, with N above {found.iteration}")
+                f"To train longer: {again(run_dir, {ITERATIONS_KEY: 'N'})}, with N above {found.iteration}")
     if ITERATIONS_KEY in given and config.training.num_iterations > found.iteration:  # more, with the check on
+        changes = {ITERATIONS_KEY: config.training.num_iterations, STOP_KEY: False}
         return (f"{run_dir} was solved at iteration {solved_at} and stops when solved ({STOP_KEY}): nothing to do. "
-                f"To train on past the solve: {again} -n {config.training.num_iterations} "
-                f"--set {STOP_KEY}=false")
+                f"To train on past the solve: {again(run_dir, changes)}")
     return (f"{run_dir} was solved at iteration {solved_at} and stopped there: nothing to do (its artifacts are "
-            f"written). To train on past the solve: {again} -n N, with N above {solved_at}")
+            f"written). To train on past the solve: {again(run_dir, {ITERATIONS_KEY: 'N'})}, with N above {solved_at}")
