@@ -51,10 +51,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def topology_args(collectors: int) -> tuple:
-    return ("--topology", "local", "--collectors", str(collectors))
-
-
 class LocalPlacement:
     """The roles as child processes of this launcher (`supervision.Placement`), each in its own session, tied
     to the launcher's life, holding the run's lock (`keep_fds`)."""
@@ -112,7 +108,7 @@ class LocalTopology:
         self.run_dir = run_dir
         self.placement = LocalPlacement(config_file, run_dir, port, resume, quiet, keep_fds)
         self.supervision = Supervision(self.placement, policy.make_roles(collectors), policy.LOCAL, run_dir,
-                                       f"localhost:{port}", topology_args(collectors),
+                                       f"localhost:{port}", policy.topology_args("local", collectors),
                                        PlacementRecord(run_dir, "local"))
 
     def run(self, stop: signals.StopRequest) -> int:

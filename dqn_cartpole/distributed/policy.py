@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dqn_cartpole.console import exit_status, signals
-from dqn_cartpole.processes.commands import resume_command
 from dqn_cartpole.processes.supervisor import Backoff
 
 SERVER, LEARNER, EVALUATOR, COLLECTOR = "replay server", "learner", "evaluator", "collector"
@@ -61,6 +60,11 @@ class Role:
     def log_name(self) -> str:
         return {SERVER: "replay-server.log", LEARNER: "learner.log", EVALUATOR: "evaluator.log"}.get(
             self.kind, f"collector-{self.index}.log")
+
+
+def topology_args(topology: str, collectors: int) -> tuple:
+    """What a resume command adds for this topology."""
+    return ("--topology", topology, "--collectors", str(collectors))
 
 
 def make_roles(collectors: int) -> list[Role]:
@@ -150,10 +154,6 @@ def replay_answers(address: str, timeout_s: float = READY_PROBE_S) -> bool:
 
 
 # ---------------------------------------------------------------------------- the lines a person reads
-
-
-def resume_line(run_dir: str, topology_args: tuple) -> str:
-    return resume_command(run_dir, *topology_args)
 
 
 def how_it_ended(status: Optional[int]) -> str:

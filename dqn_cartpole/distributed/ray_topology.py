@@ -35,10 +35,6 @@ from dqn_cartpole.run_folder.record import write_summary
 RAY_ERRORS_LOG = "ray-errors.log"  # what Ray's own processes report to the driver (a worker died, ...)
 
 
-def topology_args(collectors: int) -> tuple:
-    return ("--topology", "ray", "--collectors", str(collectors))
-
-
 def cluster_line(ray: Any, how: str, seconds: float) -> str:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
@@ -62,7 +58,7 @@ def run(config: Config, run_dir: str, collectors: int, plan: Optional[checkpoint
           f"{collectors} collector(s) spread over the cluster -> {run_dir} (logs in {layout.roles})", flush=True)
     placement = RayPlacement(ray, run_dir, dump_yaml(config), port, node, plan is not None, quiet)
     supervision = Supervision(placement, policy.make_roles(collectors), policy.RAY, run_dir, f"localhost:{port}",
-                              topology_args(collectors), PlacementRecord(run_dir, "ray"))
+                              policy.topology_args("ray", collectors), PlacementRecord(run_dir, "ray"))
     try:
         with signals.StopRequest() as stop:
             status = supervision.run(stop)

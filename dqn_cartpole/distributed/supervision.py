@@ -19,6 +19,7 @@ from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.distributed import policy
 from dqn_cartpole.distributed.policy import Role
 from dqn_cartpole.errors import UserError
+from dqn_cartpole.processes.commands import resume_command
 from dqn_cartpole.processes.supervisor import RestartWindow
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.placement import PlacementRecord
@@ -100,7 +101,7 @@ class Supervision:
             self.stop_all()
 
     def resume(self) -> str:
-        return policy.resume_line(self.run_dir, self.topology_args)
+        return resume_command(self.run_dir, *self.topology_args)
 
     def supervise(self, stop: signals.StopRequest) -> int:
         """Until the run ends: its status. A one-line UserError if the server ends before it ever answered, or
