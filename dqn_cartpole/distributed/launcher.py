@@ -140,29 +140,22 @@ def local_config(config: Config, run_dir: str, plan: Optional[checkpointing.Resu
 
 def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
            quiet: bool, created: bool, lock: RunLock) -> int:
-    """Runs the local topology (`run_topology`); bad input removes the run folder if this command `created` it. The
-    caller holds the `lock`, which every role inherits."""
-    with removed_on_bad_input(run_dir, created):
-        return run_topology(config, run_dir, collectors, plan, quiet, lock)
-
-
-def run_topology(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan],
-                 quiet: bool, lock: RunLock) -> int:
-    """Writes the run's config, stages a resumed table, then runs the local topology."""
+    """Writes the run's config, stages a resumed table, then runs the local topology; bad input removes the run
+    folder if this command `created` it. The caller holds the `lock`, which every role inherits."""
     from dqn_cartpole.replay.reverb_tables import check_port_free
 
-    port = config.replay.reverb_port or free_port()
-    check_port_free(port)
-    layout = prepare_folder(config, run_dir, plan)
-    print(f"Local topology: a replay server on port {port}, a learner, an evaluator and {collectors} collector(s) -> "
-          f"{run_dir} "
-          f"(logs in {layout.roles})", flush=True)
-    topology = LocalTopology(layout.config, run_dir, port, collectors, plan is not None, quiet, lock.fds())
-    with signals.StopRequest() as stop:
-        status = topology.run(stop)
-    redraw(run_dir)
-    send_run(config, run_dir)  # --track: once every role stopped and the plots are final
-    return status
+    with removed_on_bad_input(run_dir, created):
+        port = config.replay.reverb_port or free_port()
+        check_port_free(port)
+        layout = prepare_folder(config, run_dir, plan)
+        print(f"Local topology: a replay server on port {port}, a learner, an evaluator and {collectors} collector(s) "
+              f"-> {run_dir} (logs in {layout.roles})", flush=True)
+        topology = LocalTopology(layout.config, run_dir, port, collectors, plan is not None, quiet, lock.fds())
+        with signals.StopRequest() as stop:
+            status = topology.run(stop)
+        redraw(run_dir)
+        send_run(config, run_dir)  # --track: once every role stopped and the plots are final
+        return status
 
 
 def prepare_folder(config: Config, run_dir: str, plan: Optional[checkpointing.ResumePlan]) -> RunLayout:
