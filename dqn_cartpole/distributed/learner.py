@@ -41,6 +41,7 @@ import tensorflow as tf
 from dqn_cartpole.config import Config
 from dqn_cartpole.console import exit_status, signals
 from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.core import build
 from dqn_cartpole.distributed import parts, status
 from dqn_cartpole.distributed.cancel import ChunkCanceller
 from dqn_cartpole.distributed.following import EvaluatorSolveCheck, FollowEvaluator
@@ -138,10 +139,17 @@ class LearnerData:
         import reverb
 
         # A learner-side buffer is in the agent's checkpoint; a server loaded its table itself.
-        address = self.link.address
-        make_replay = parts.learner_replay(self.config, address, session.stack,
-                                           self.config.distributed.rate_limiter_timeout_ms)
-        pipeline = parts.remote_pipeline(self.config, address, session.stack, make_replay)
+        config, address, stack = self.config, self.link.address, session.stack
+        timeout_ms = config.distributed.rate_limiter_timeout_ms  # a read that waits this long fails
+
+        def make_replay(agent: Any) -> Any:  # its own buffer, read from the queue, or a client of the server's table
+            if self.replay_on_learner:
+                return build.make_learner_replay(config, agent.collect_data_spec, address, agent.train_step_counter,
+                                                 stack, timeout_ms)
+            return build.make_replay_client(config.replay, agent.collect_data_spec, config.env.num_envs,
+                                            agent.window_length, address, stack, timeout_ms, remote=True)
+
+        pipeline = parts.remote_pipeline(config, address, stack, make_replay)
         self.link.client = reverb.Client(address)
         return pipeline
 
@@ -240,12 +248,6 @@ def save_checkpoint(session: Any) -> None:
         session.progress.message(f"error: no checkpoint written: the replay server did not take part ({exc})")
 
 
-def learn(config: Config, layout: RunLayout, progress: Progress, plan: Optional[checkpointing.ResumePlan],
-          address: str) -> dict:
-    """Trains from the server at `address`, writing everything under `layout.root`; returns the summary."""
-    return TrainingSession(config, layout, progress, plan, parts=learner_parts(config, address)).run()
-
-
 def run_learner(config: Config, run_dir: str, address: str, plan: Optional[checkpointing.ResumePlan], created: bool,
                 quiet: bool, supervised: bool) -> int:
     """The learn role from start to end: the training, then summary.json, report.html and the summary; returns
@@ -257,7 +259,8 @@ def run_learner(config: Config, run_dir: str, address: str, plan: Optional[check
         ["learn", "--resume", "--config", f"{run_dir}/config.yaml", "--replay-address", address, "--run-dir", run_dir])
     try:
         with RunEnd(run_dir, created, progress, hint) as end:
-            end.summary = learn(config, RunLayout(run_dir), progress, plan, address)
+            end.summary = TrainingSession(config, RunLayout(run_dir), progress, plan,
+                                          parts=learner_parts(config, address)).run()
         return end.finish()
     except (UserError, OSError):
         raise  # the command line's one line (bad input: 2; the disk: 1)

@@ -28,21 +28,6 @@ def agent_with_envs(config: Config, copies: int, seed: int, stack: contextlib.Ex
     return env, tf_env, build.make_agent(config, tf_env)
 
 
-def learner_replay(config: Config, address: str, stack: contextlib.ExitStack, rate_limiter_timeout_ms: int
-                   ) -> Callable[[Any], Any]:
-    """The learner's replay for its agent: its own buffer, read from the queue (`distributed.replay: learner`),
-    or a client of the server's replay table (`server`); a read that waits `rate_limiter_timeout_ms` fails."""
-
-    def make(agent: Any) -> Any:
-        if config.distributed.replay == "learner":
-            return build.make_learner_replay(config, agent.collect_data_spec, address, agent.train_step_counter,
-                                             stack, rate_limiter_timeout_ms)
-        return build.make_replay_client(config.replay, agent.collect_data_spec, config.env.num_envs,
-                                        agent.window_length, address, stack, rate_limiter_timeout_ms, remote=True)
-
-    return make
-
-
 def remote_pipeline(config: Config, address: str, stack: contextlib.ExitStack,
                     make_replay: Optional[Callable[[Any], Any]] = None) -> Any:
     """What a learner or an evaluator is made of: the run's envs and agent, the replay `make_replay(agent)`
