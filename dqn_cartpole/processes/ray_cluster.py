@@ -230,13 +230,19 @@ def init_ray(ray: Any, address: Optional[str], options: dict, flag: str, attempt
     this machine). A private instance that does not come up in time is started again once: on a loaded machine
     (load 15-20 on 2 cores) Ray's raylet missed Ray's own fixed 30 s to register, and Ray raised a bare Exception,
     leaving its processes running. What failed is one line (a UserError)."""
+    import psutil  # pylint: disable=import-outside-toplevel
+
     for attempt in range(1, attempts + 1):
-        ours = set(own_processes())
+        ours = set(psutil.Process().children(recursive=True))
         try:
             return ray.init(address=address or LOCAL, **options)
         except Exception as exc:  # pylint: disable=broad-except  # Ray's start-up raises bare Exceptions too
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            stop_processes(set(own_processes()) - ours)  # what the failed start left (none if it joined)
+            left = set(psutil.Process().children(recursive=True)) - ours  # what the failed start left (none if joined)
+            for process in left:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+            psutil.wait_procs(list(left), timeout=10)
             with contextlib.suppress(Exception):
                 ray.shutdown()
             if address is not None or attempt == attempts:
@@ -246,21 +252,6 @@ def init_ray(ray: Any, address: Optional[str], options: dict, flag: str, attempt
             print(f"note: the local Ray instance did not start ({first}; load average {load}); starting it again",
                   file=sys.stderr, flush=True)
     raise AssertionError("unreachable")
-
-
-def own_processes() -> list:
-    import psutil  # pylint: disable=import-outside-toplevel
-
-    return psutil.Process().children(recursive=True)
-
-
-def stop_processes(processes: set) -> None:
-    import psutil  # pylint: disable=import-outside-toplevel
-
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    psutil.wait_procs(list(processes), timeout=10)
 
 
 @contextlib.contextmanager
