@@ -55,14 +55,6 @@ class ChildFailed(RuntimeError):
     """The child ended before the message asked for: one line saying why."""
 
 
-def lower_priority(pid: int, niceness: int) -> None:
-    """Makes `pid` (a child just started) yield the CPU to this process, by `niceness` steps."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, os.getpid()) + niceness)
-    except OSError:  # it has already ended, or the system refuses: it runs at this process's priority
-        pass
-
-
 class WorkerChild:
     """A child running `module.serve_child()` (see the module docstring). `wait()` returns None if it succeeded,
     else why not (one line)."""
@@ -84,8 +76,9 @@ class WorkerChild:
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                                             env={**child_env(), **(extra_env or {})}, start_new_session=True,
                                             preexec_fn=die_with_parent if tied else None)
-        if niceness:
-            lower_priority(self.process.pid, niceness)
+        if niceness:  # it yields the CPU to this process (0: the calling one) by `niceness` steps
+            with contextlib.suppress(OSError):  # it has already ended, or the system refuses: it runs at our priority
+                os.setpriority(os.PRIO_PROCESS, self.process.pid, os.getpriority(os.PRIO_PROCESS, 0) + niceness)
         self.on_message = on_message
         self._outbox: queue.Queue = queue.Queue()
         self._inbox: queue.Queue = queue.Queue()
@@ -106,10 +99,8 @@ class WorkerChild:
                 self.process.stdin.flush()
             except (BrokenPipeError, ValueError):  # it has died: `wait` says why
                 return
-        try:
+        with contextlib.suppress(BrokenPipeError):
             self.process.stdin.close()
-        except BrokenPipeError:
-            pass
 
     def _read(self) -> None:
         while True:
@@ -223,11 +214,9 @@ def serve(answer: Callable[[Any, Callable[[Any], None]], Optional[int]], prepare
               file=sys.stderr, flush=True)
         return EXIT_FAILED
     peak = peak_rss_mb()
-    try:
+    with contextlib.suppress(BrokenPipeError):  # the parent is gone (a reaper outlives its launcher): nobody to tell
         if peak is not None:  # None: no /proc, nothing to report
             reply(PeakMemory(peak))
-    except BrokenPipeError:  # the parent is gone (a reaper outlives its launcher): nobody to tell
-        pass
     return EXIT_OK if status is None else status
 
 
