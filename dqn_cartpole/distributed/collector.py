@@ -171,7 +171,7 @@ def run_driver(driver: Any, sync: WeightSync, log: Callable[[dict], None], stop:
     started = last_log = pulled_at = time.monotonic()
     weights_step = 0
     time_step = driver.reset()
-    try:
+    with contextlib.suppress(WriterInterrupted):  # stopped while the server held a write back: those items are dropped
         while not stop.requested and not run_stopped():
             weights_step, pulled_at = sync.pull(), time.monotonic()
             replay.tag_items(weights_step)
@@ -184,8 +184,6 @@ def run_driver(driver: Any, sync: WeightSync, log: Callable[[dict], None], stop:
             if time.monotonic() - last_log >= log_every_s:
                 last_log = time.monotonic()
                 log(metrics_row(driver.counts(), started, weights_step, pulled_at, before))
-    except WriterInterrupted:
-        pass  # stopped while the server held a write back: those items are dropped
     log(metrics_row(driver.counts(), started, weights_step, pulled_at, before))
 
 

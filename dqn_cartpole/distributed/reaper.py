@@ -15,6 +15,7 @@ and then:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -71,12 +72,9 @@ def left_behind(run_dir: str, launcher_pid: int) -> list[psutil.Process]:
     """The roles of the launcher `launcher_pid` that still hold the run's lock, after its death."""
     found = []
     for pid, _ in holders(run_dir, (LOCK_FILE,)):
-        if not started_by(pid, launcher_pid):
-            continue
-        try:
-            found.append(psutil.Process(pid))
-        except psutil.Error:
-            continue
+        if started_by(pid, launcher_pid):
+            with contextlib.suppress(psutil.Error):
+                found.append(psutil.Process(pid))
     return found
 
 
@@ -93,10 +91,8 @@ def reap(run_dir: str, launcher_pid: int, grace_s: float) -> None:
         except psutil.Error:
             continue
         for process in family:
-            try:
+            with contextlib.suppress(psutil.Error):
                 process.send_signal(signal.SIGKILL)
-            except psutil.Error:
-                pass
 
 
 def _alive(process: psutil.Process) -> bool:

@@ -5,6 +5,7 @@ for a lost server). A warm start-up process's fork tells its warm process how it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -22,10 +23,8 @@ def report_with(report: Callable[[int], None]) -> None:
 def exit_now(status: int) -> NoReturn:
     """Flushes Python's output and logging, reports `status` if asked to, and ends the process with it."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream: nothing more can reach it
             stream.flush()
-        except (OSError, ValueError):  # a closed or broken stream: nothing more can reach it
-            pass
     logging.shutdown()
     if _report is not None:
         _report(status)

@@ -108,10 +108,8 @@ class WarmProcess:
             os.kill(self.pid, signum)
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             self.send_signal(signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def release(self) -> None:
         """Lets the fork go: it ends at once if it still runs (its lifeline pipe ends)."""
