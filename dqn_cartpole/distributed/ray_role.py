@@ -41,6 +41,7 @@ from dqn_cartpole.console import exit_status
 from dqn_cartpole.distributed import mirror
 from dqn_cartpole.processes.ray_node import this_node
 from dqn_cartpole.processes.supervisor import Child
+from dqn_cartpole.processes.warm_process import pid_exists
 from dqn_cartpole.processes.warm_start import WARM_MODULES, WarmChild, WarmStarter, remove_stale
 
 NODE_LOCAL = "{node-local}"  # in a command: the role's folder on its node
@@ -157,16 +158,6 @@ def node_local_folder(run_name: str, role_name: str) -> str:
     prefix = os.path.join(tempfile.gettempdir(), f"dqn_cartpole-{run_name}-{role_name.replace(' ', '-')}-")
     for stale in glob.glob(prefix + "*"):
         owner = stale[len(prefix):].split("-")[0]
-        if owner.isdigit() and not _alive(int(owner)):
+        if owner.isdigit() and not pid_exists(int(owner)):
             shutil.rmtree(stale, ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

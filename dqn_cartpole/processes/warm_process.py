@@ -125,15 +125,7 @@ class WarmServer:
 
     def alive(self) -> bool:
         """Whether the lifeline process (if any) still runs."""
-        if self.lifeline is None:
-            return True
-        try:
-            os.kill(self.lifeline, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
+        return self.lifeline is None or pid_exists(self.lifeline)
 
     def accept(self) -> None:
         try:
@@ -228,6 +220,17 @@ def listen(path: str) -> socket.socket:
         os.umask(old_mask)
     listener.listen(16)
     return listener
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process `pid` exists (another user's too): `kill(pid, 0)`, no read of /proc at each poll."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def close_fds(fds) -> None:
