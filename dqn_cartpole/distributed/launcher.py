@@ -1,22 +1,12 @@
 """`train --topology local --collectors N`: every role as its own OS process on this machine (the local placement).
 
-The launcher stays light (no TensorFlow): it checks the input, creates and locks the run
-folder, writes the resolved config.yaml every role reads, stages a resumed run's replay table,
-then starts the replay server, the learner, the evaluator and N collectors as child processes
-(`processes.supervisor`) and runs them under the topology's rules (`policy`, applied by `supervision`):
-
-* a collector or the evaluator that dies is started again after a backoff (0.25 s, doubling up to 8 s);
-  one that dies more than 5 times within 120 s stops the run (exit status 1 and the resume command);
-* the learner finishing (or the evaluator's confirmed solve) stops the collectors and the evaluator
-  through the server's `stop` table, then the launcher stops the server;
-* the learner dying, or the server exiting, stops everything and prints the command that resumes the run
-  (this placement cannot bring back their state: `policy.LOCAL`);
-* Ctrl-C / SIGTERM is passed to the learner (which checkpoints), then the rest are stopped;
-  the exit status is 130 / 143. Every child also gets SIGTERM if the launcher itself dies, and a
-  reaper process (`reaper`) kills what is left of them 10 s later.
-
-Every role inherits the run folder's lock (`run_folder.lock`): no `train --resume` starts beside any of them,
-even after the launcher's death.
+The launcher stays light (no TensorFlow): it checks the input, creates and locks the run folder, writes the resolved
+config.yaml every role reads, stages a resumed run's replay table, then starts the replay server, the learner, the
+evaluator and N collectors as child processes (`processes.supervisor`) under the topology's rules (`policy.LOCAL`,
+applied by `supervision`; what they restart, what ends the run and how it stops: docs/distributed.md). Every child
+gets SIGTERM if the launcher itself dies, and a reaper process (`reaper`) kills what is left of them 10 s later; every
+role inherits the run folder's lock (`run_folder.lock`): no `train --resume` starts beside any of them, even after
+the launcher's death.
 """
 
 from __future__ import annotations

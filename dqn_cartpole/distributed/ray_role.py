@@ -2,16 +2,10 @@
 
 A role keeps its code: the actor starts `python -m dqn_cartpole ROLE ...` and waits for it; the role's signals,
 its watchdog, its exit statuses and its log are those of `--topology local`. The role's process is a fork of the
-run's warm start-up process on its node (`processes.warm_start`: Python and TensorFlow imported once per node, not
-once per role), so neither a role's start nor its restart imports them. The warm process listens on a Unix socket
-of its node (`warm_socket`), serves every actor of the run there, and outlives them: when Ray restarts an actor in
-a new process on the same node (its worker was killed, or the driver asked for a new process with
-`ray.kill(no_restart=False)`), the role's old process is gone (a fork ends with the client that asked for it) and
-the new actor connects to the same warm process. The warm process is only a fork server: a role, once forked,
-depends on its actor alone, so a fault of the warm process (a reset socket, its crash, a SIGKILL) stops no role;
-the next start on the node starts a new one. A warm process with no client ends after `warm_start.LINGER_S`, at
-once when its node's raylet (the actors' parent) ends, and when the last actor's `close` asks it to. A role's
-SIGTERM (the stop order) goes through `stop`.
+run's warm start-up process on its node (`processes.warm_start`, on the node's socket `warm_socket`), which outlives
+the actors: neither a role's start nor its restart, in a new actor process too, imports TensorFlow (how, and what a
+fault of the warm process costs: docs/distributed.md, "A warm start"). A role's SIGTERM (the stop order) goes
+through `stop`.
 
 A role that must not need the run folder's file system (a collector) runs in a folder of its node
 (`node_local`): the actor writes the run's config.yaml there, substitutes the folder for NODE_LOCAL in the

@@ -2,25 +2,17 @@
 
 A role's process spends most of its start in Python's and TensorFlow's import (measured under `--topology ray` on
 2 loaded cores: 9-20 s of a collector's 11-24 s to its first write). A `WarmStarter` keeps one process that has
-imported them (`python -m dqn_cartpole.processes.warm_process`) and starts each
-command as a fork of it, which runs `python -m dqn_cartpole ARGV` in-process (`runpy`): the same code, arguments,
-log and exit status as a fresh `python -m dqn_cartpole ARGV`, without the import. A restarted role (its process
-killed) is back in the seconds its own build takes.
+imported them (`python -m dqn_cartpole.processes.warm_process`) and starts each command as a fork of it, which runs
+`python -m dqn_cartpole ARGV` in-process (`runpy`): the same code, arguments, log and exit status as a fresh
+`python -m dqn_cartpole ARGV`, without the import. A restarted role (its process killed) is back in the seconds its
+own build takes.
 
 * The warm process imports with `heavy_imports` (the collector paused, then the heap frozen: its pages stay shared
   with the forks) and stays single-threaded (OPENBLAS_NUM_THREADS=1: numpy's and scipy's OpenBLAS start no pool;
   TensorFlow starts its threads at its first op, in the fork), so a fork inherits no lock held by another thread.
-* Protocol (`warm_process`): JSON lines on a Unix socket, each request sent with two pipe ends of its own. The
-  warm process is a fork server and nothing more: a fork is tied to its client, not to it (it ends when its
-  client dies or releases it: its lifeline pipe), and tells its client how it ended (its status pipe, written by
-  the fork at its exit and by the warm process when it reaps it). So a fault of the warm process (a reset socket,
-  a bad request, its own death) costs at most the request in flight: the roles it forked run on, and the next
-  start starts a new warm process. On a shared socket it outlives its clients (a Ray actor restarted in a new
-  process finds its node's warm process still warm) and waits `linger_s` for the next client.
-* A fork starts a new session, has no signal blocked or ignored, and appends its output to its log. The role's
-  exit runs its `atexit` handlers and joins its threads as an interpreter's exit would.
-* `WarmProcess` is a `subprocess.Popen` look-alike for `supervisor.Child` (`pid`, `poll`, `wait`, `send_signal`,
-  `kill`), so a role keeps its signals, its stop and its log; `WarmChild` is a `Child` started this way.
+* The protocol, what a fault of the warm process costs (at most the request in flight) and how a fork lives and
+  ends: `warm_process`'s docstring. `WarmProcess` is a `subprocess.Popen` look-alike for `supervisor.Child`, so
+  a role keeps its signals, its stop and its log; `WarmChild` is a `Child` started this way.
 """
 
 from __future__ import annotations
@@ -122,8 +114,7 @@ class WarmProcess:
 class WarmStarter:
     """The client of a warm process: it starts one (its own child, dying with it) or, with `socket_path`, connects
     to the one that listens there (a process of the same node and run started it: it is still warm) or starts one
-    there, which outlives it (see `warm_process`). A fault of the warm process costs no fork already started: each
-    is tied to this client by its own pipes. If the warm process is gone, the next `start` starts another."""
+    there, which outlives it (see `warm_process`). If the warm process is gone, the next `start` starts another."""
 
     def __init__(self, parent_death_signal: int = signal.SIGKILL, modules: Optional[tuple] = None,
                  program: str = "dqn_cartpole", socket_path: Optional[str] = None, linger_s: float = LINGER_S,
