@@ -95,19 +95,17 @@ class RayPlacement:
         actor = self.actors.get(role)
         if actor is None:
             config_text = self.config_text if role.kind == COLLECTOR else None
-            actor = self.actors[role] = self.host.options(**self.options(role)).remote(role.name, self.run_name,
-                                                                                      config_text)
-            self.run(role, (self.argv(role, restart), log))
-            return
-        if restart and role not in self.lost and self.answered(role, pending):
+            self.actors[role] = self.host.options(**self.options(role)).remote(role.name, self.run_name, config_text)
+        elif restart and role not in self.lost and self.answered(role, pending):
             self.mirror_now([role])  # its last rows, so that it counts on from them
-            self.run(role, (self.argv(role, restart), log))
+        else:
+            run_args = (self.argv(role, restart), log)
+            if restart and role not in self.lost:
+                self.ray.kill(actor, no_restart=False)
+            self.lost.discard(role)
+            self.ask_ready(role, run_args)
             return
-        run_args = (self.argv(role, restart), log)
-        if restart and role not in self.lost:
-            self.ray.kill(actor, no_restart=False)
-        self.lost.discard(role)
-        self.ask_ready(role, run_args)
+        self.run(role, (self.argv(role, restart), log))
 
     def answered(self, role: Role, pending: list) -> bool:
         """Whether the role's actor process answered its last `run` with the role's end (it is alive and idle): the
