@@ -58,11 +58,10 @@ class Stop:
     solved: bool
 
 
-def _table(name: str, fields: dict) -> Any:
+def one_item_table(name: str, signature: Any) -> Any:
+    """One item, never removed by sampling (max_times_sampled=0: every role reads it), readable once written."""
     import reverb
-    import tensorflow as tf
 
-    signature = {key: tf.TensorSpec((), tf.as_dtype(dtype)) for key, dtype in fields.items()}
     return reverb.Table(name, sampler=reverb.selectors.Uniform(), remover=reverb.selectors.Fifo(),
                         rate_limiter=reverb.rate_limiters.MinSize(1), max_size=1, max_times_sampled=0,
                         signature=signature)
@@ -70,7 +69,10 @@ def _table(name: str, fields: dict) -> Any:
 
 def make_tables() -> list:
     """The `evaluation` and `stop` tables, for the replay server."""
-    return [_table(EVALUATION_TABLE, EVALUATION_FIELDS), _table(STOP_TABLE, STOP_FIELDS)]
+    import tensorflow as tf
+
+    return [one_item_table(name, {key: tf.TensorSpec((), tf.as_dtype(dtype)) for key, dtype in fields.items()})
+            for name, fields in ((EVALUATION_TABLE, EVALUATION_FIELDS), (STOP_TABLE, STOP_FIELDS))]
 
 
 def clear(client: Any) -> None:

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from dqn_cartpole.distributed import status
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.replay import deadlines
 from dqn_cartpole.replay.reverb_tables import parse_address
@@ -33,15 +34,12 @@ def weights(agent: Any) -> dict:
 
 
 def make_variables_table(agent: Any) -> Any:
-    """One item, never removed by sampling (max_times_sampled=0: every collector reads it), readable once pushed."""
-    import reverb
+    """The weights' one item (`status.one_item_table`: every collector reads it), readable once pushed."""
     import tensorflow as tf
     from tf_agents.specs import tensor_spec
 
     signature = tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype), weights(agent))
-    return reverb.Table(VARIABLES_TABLE, sampler=reverb.selectors.Uniform(), remover=reverb.selectors.Fifo(),
-                        rate_limiter=reverb.rate_limiters.MinSize(1), max_size=1, max_times_sampled=0,
-                        signature=tensor_spec.from_spec(signature))
+    return status.one_item_table(VARIABLES_TABLE, tensor_spec.from_spec(signature))
 
 
 def check_server(address: str, timeout_s: float) -> Any:
@@ -124,8 +122,6 @@ class WeightSync:
 
     def stopped(self) -> bool:
         """The run's `stop` table has its item: the learner finished or a solve was confirmed."""
-        from dqn_cartpole.distributed import status
-
         return status.read_stop(self.client) is not None
 
     def pull(self) -> int:
