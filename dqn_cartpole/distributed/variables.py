@@ -168,17 +168,15 @@ class WeightPusher:
         self._thread = threading.Thread(target=self._run, name="weight-pusher", daemon=True)
         self._thread.start()
 
-    def request(self) -> None:
-        """Asks for a push of the current weights without waiting for it."""
+    def request(self, again: bool = False) -> None:
+        """Asks for a push of the current weights without waiting for it; `again` (`repush`): even if they were
+        pushed already (the server lost them)."""
         with self._request_lock:
-            self._requested = True
+            self._requested, self._again = True, self._again or again
         self._wake.set()
 
     def repush(self) -> None:
-        """Asks for a push of the current weights, even if they were pushed already (the server lost them)."""
-        with self._request_lock:
-            self._requested = self._again = True
-        self._wake.set()
+        self.request(again=True)
 
     def push_now(self) -> int:
         """Pushes the current weights on the caller's thread (unless they were just pushed); returns their train
