@@ -84,7 +84,7 @@ class Supervision:
     run_dir: str
     probe_address: str  # where the server answers the placement's process
     topology_args: tuple  # what the resume command adds: --topology ... --collectors N
-    record: Optional[PlacementRecord] = None
+    record: PlacementRecord
     states: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -141,12 +141,10 @@ class Supervision:
         state = self.states[event.role]
         if isinstance(event, Placed):
             state.placed_by = None
-            if self.record is not None:
-                self.record.placed(event.role.name, event.where, state.window.restarts)
+            self.record.placed(event.role.name, event.where, state.window.restarts)
             return None
         state.running = False
-        if self.record is not None:
-            self.record.ended(event.role.name, policy.how_it_ended(event.status))
+        self.record.ended(event.role.name, policy.how_it_ended(event.status))
         if stop is None:
             return None
         if stop.requested:
