@@ -28,7 +28,6 @@ _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child onl
 TAIL_BYTES = 64 * 1024
 
 
-
 def die_with_parent(signum: int = signal.SIGTERM) -> None:
     """In the child, before exec: `signum` when the parent dies, no signal blocked, and SIGINT back to its default.
     A child inherits the starting thread's signal mask, and some threads block signals (a Ray actor's event loop
@@ -153,15 +152,14 @@ class Child:
         except (OSError, TypeError):
             return ""
 
-    def last_line(self) -> str:
+    def last_line(self, prefix: str = "") -> str:
+        """The output's last line that starts with `prefix`, else its last line ("" if it wrote none)."""
         lines = [line.strip() for line in self.output().splitlines() if line.strip()]
-        return lines[-1] if lines else ""
+        return ([line for line in lines if line.startswith(prefix)] or lines or [""])[-1]
 
     def last_error(self) -> str:
         """The last `error: ...` line of the output (else its last line), for a one-line report."""
-        lines = [line.strip() for line in self.output().splitlines() if line.strip()]
-        errors = [line for line in lines if line.startswith("error:")]
-        return (errors or lines or [""])[-1]
+        return self.last_line("error:")
 
 
 def _spawn(command: list, log, keep_fds: tuple = (), extra_env: Optional[dict] = None,
