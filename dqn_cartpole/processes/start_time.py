@@ -9,6 +9,7 @@ the policy and to the exit carried. Here the boot time comes from the clock that
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -18,14 +19,12 @@ from typing import Optional
 def process_start_time(pid: Optional[int] = None) -> float:
     """When process `pid` (None: this one) started, as Unix time (psutil's, where /proc is not there)."""
     if sys.platform.startswith("linux"):
-        try:
+        with contextlib.suppress(OSError, ValueError, IndexError):
             with open(f"/proc/{pid or 'self'}/stat", encoding="ascii", errors="replace") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
             ticks_since_boot = int(fields[19])  # field 22 of proc(5), `starttime`
             booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
             return booted + ticks_since_boot / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            pass
     import psutil  # a declared dependency
 
     return psutil.Process(pid).create_time()
