@@ -35,12 +35,6 @@ from dqn_cartpole.run_folder.record import write_summary
 RAY_ERRORS_LOG = "ray-errors.log"  # what Ray's own processes report to the driver (a worker died, ...)
 
 
-def cluster_line(ray: Any, how: str, seconds: float) -> str:
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
-    return f"Ray: {how} in {seconds:.1f} s ({len(nodes)} node(s), {cpus:g} CPUs)"
-
-
 def run(config: Config, run_dir: str, collectors: int, plan: Optional[checkpointing.ResumePlan], quiet: bool,
         session: Any, started_s: float) -> int:
     """Runs the Ray topology in `session` (a `ray_cluster.Session`, joined or started `started_s` seconds ago);
@@ -53,7 +47,9 @@ def run(config: Config, run_dir: str, collectors: int, plan: Optional[checkpoint
     port = config.replay.reverb_port or launcher.free_port()
     check_port_free(port)
     layout = launcher.prepare_folder(config, run_dir, plan)
-    print(cluster_line(ray, session.how, started_s), flush=True)
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
+    print(f"Ray: {session.how} in {started_s:.1f} s ({len(nodes)} node(s), {cpus:g} CPUs)", flush=True)
     print(f"Ray topology: a replay server on {node['node_ip']} port {port}, a learner and an evaluator beside it, "
           f"{collectors} collector(s) spread over the cluster -> {run_dir} (logs in {layout.roles})", flush=True)
     placement = RayPlacement(ray, run_dir, dump_yaml(config), port, node, plan is not None, quiet)
