@@ -5,21 +5,16 @@ across a cluster); `supervision.py` applies these rules to any placement. The ru
 
 * **what each role runs**: the existing role commands (`role_argv`), in-process code untouched;
 * **what is restarted, with which backoff**: a collector or the evaluator that dies is started again at once the
-  first time within the window (a single failure waits for nothing), then after 0.25 s, twice as late each time
-  up to 8 s (`RESTART_BACKOFF`). A placement that can bring a role back
-  with its state (`Rules.stateful`: Ray pins the learner and the server to the run folder's node, the server
-  on its port) restarts the learner (from its last checkpoint, with its buffer: `--resume`) and the server
-  too; a restarted learner takes the evaluator with it (`companions`: the evaluator follows the learner's
-  eval_metrics.csv, which the resume puts back) and brings back the collectors that had left on its stop; a
-  restarted server takes every other role, the learner first checkpointing its own buffer;
+  first time within the window (a single failure waits for nothing), then after 0.25 s, twice as late each time up
+  to 8 s (`RESTART_BACKOFF`). A placement that can bring a role back with its state (`Rules.stateful`: Ray pins
+  the learner and the server to the run folder's node, the server on its port) restarts the learner (from its last
+  checkpoint, with its buffer: `--resume`) and the server too, each with the roles it takes along (`companions`);
 * **what ends the run**: the learner's end (0: finished or solved, 1: diverged); a role that died more than
   `max_restarts` times within `window_s` (5 in 120 s); in `local`, the learner's crash or the server's exit;
   a role that a placement cannot start again within ROLE_START_S; a stop signal, which goes to the learner
   first (it checkpoints). A collector or the evaluator that leaves with status 0 saw the run's stop and stays out;
-* **the stop order** (`STOP_ORDER`): the collectors, the evaluator and the learner together, each with one
-  SIGTERM, then the server (in `server` mode the learner's last checkpoint asks it for its table);
-* **how readiness is known** (`replay_answers`): the server answers Reverb's own ServerInfo call over gRPC
-  (no log line is read; a port that merely accepts connections, or another gRPC server, is not ready).
+* **the stop order** (`STOP_ORDER`: see `supervision.Supervision.stop_all`) and **how readiness is known**
+  (`replay_answers`: Reverb's own ServerInfo call over gRPC; docs/distributed.md, "How it works").
 """
 
 from __future__ import annotations
