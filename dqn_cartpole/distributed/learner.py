@@ -14,17 +14,12 @@ local` and `--topology ray`, where the role runs in a Ray actor's child process:
   reads its published results (`StatusWatch`); a confirmed solve stops the run (`following.FollowEvaluator`);
 * the finish: the evaluator's solve check owns policy/final (`following.EvaluatorSolveCheck`).
 
-So the boundary between two compiled chunks makes no call that waits on the server, and the reads inside a
-chunk can be cancelled (`distributed.cancel`): when the server has not answered for
-`rate_limiter_timeout_ms` (gone, or stuck), or a stop signal is not answered within CANCEL_AFTER_S, the
-blocked chunk is cancelled, and the learner checkpoints what it trained (`cut_short`) and leaves: a
-signal is a stop (130 / 143), no data or a lost server a crash (`exit_status.EXIT_CRASHED`, which the
-launcher reports with the last checkpoint and the resume command). Like every role, it is ended
-ROLE_GIVE_UP_S after a signal whatever happens. When it stops
-(solved, or all iterations done) it writes the run's `stop`, which the collectors and the
-evaluator watch; only the learner writes it, so collectors never leave while it still reads. After
-its last iteration it pushes its final weights first and waits for their evaluation.
-The compiled gradient step, checkpoints, exports, metrics and plots are the same code.
+So the boundary between two compiled chunks makes no call that waits on the server, and a chunk blocked on a read
+is cancelled (`distributed.cancel`: the server silent for `rate_limiter_timeout_ms`, or a stop signal not answered
+within CANCEL_AFTER_S); the learner then checkpoints what it trained (`cut_short`) and leaves, as a stop or as a
+crash (`exit_status.EXIT_CRASHED`): docs/distributed.md, "Every wait has a bound". Its stop (it alone writes the
+run's `stop`: `status`) and its final weights' evaluation: `following`. The compiled gradient step, checkpoints,
+exports, metrics and plots are the same code.
 """
 
 from __future__ import annotations
