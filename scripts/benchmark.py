@@ -424,12 +424,22 @@ def main() -> None:
                              "over 100 fresh episodes")
     parser.add_argument("--sweep", action="store_true",
                         help="only the sweep section (scripts/benchmark_sweep.py): sweep --ray against --jobs 2")
-    # The sections of their own: scripts/benchmark_<part>.py (on the path when this file runs as a script).
-    for flag, part, takes_value in (("--scale-out", "benchmark_scale_out", True), ("--sweep", "benchmark_sweep", False),
-                                    ("--fixed-budget", "benchmark_fixed_budget", True)):
-        if any(a == flag or (takes_value and a.startswith(flag + "=")) for a in sys.argv[1:]):
-            importlib.import_module(part).main(sys.argv[1:])
-            return
+    # The sections of their own, imported only when asked for (scripts/ is on the path when this file runs).
+    if "--scale-out" in sys.argv[1:] or any(a.startswith("--scale-out=") for a in sys.argv[1:]):
+        import benchmark_scale_out
+
+        benchmark_scale_out.main(sys.argv[1:])
+        return
+    if "--sweep" in sys.argv[1:]:
+        import benchmark_sweep
+
+        benchmark_sweep.main(sys.argv[1:])
+        return
+    if any(a == "--fixed-budget" or a.startswith("--fixed-budget=") for a in sys.argv[1:]):
+        import benchmark_fixed_budget
+
+        benchmark_fixed_budget.main(sys.argv[1:])
+        return
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables, naming this run, into PATH "
                                                             "between its benchmark.py markers (e.g. docs/benchmarks.md)")
     args = parser.parse_args()
