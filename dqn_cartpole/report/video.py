@@ -381,8 +381,8 @@ def record_video(act: Callable, env_id: str, path: str, num_episodes: int, fps: 
                  max_episode_steps: Optional[int] = None, label: str = "") -> list[float]:
     """Records `num_episodes` whole episodes of a policy to the mp4 `path`, in this process; returns their returns."""
     episodes = play(act, env_id, num_episodes, seed, max_episode_steps)
-    timing = Timing(fps, env_fps(env_id) or fps)  # as a `VideoJob`'s
-    return render_video(VideoSpec(path, label, episodes, num_episodes), env_id, max_episode_steps, timing)
+    job = VideoJob(env_id, max_episode_steps, fps, (VideoSpec(path, label, episodes, num_episodes),), env_fps(env_id))
+    return render_video(job.videos[0], env_id, max_episode_steps, job.timing)
 
 
 # ---------------------------------------------------------------------------- the renderer process
