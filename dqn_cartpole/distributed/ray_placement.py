@@ -93,19 +93,20 @@ class RayPlacement:
         pending = [ref for ref, other in self.runs.items() if other == role]
         self.runs = {ref: other for ref, other in self.runs.items() if other != role}
         actor = self.actors.get(role)
-        if actor is None:
+        if actor is None:  # a new actor: `run` waits in its queue until it is up
             config_text = self.config_text if role.kind == COLLECTOR else None
             self.actors[role] = self.host.options(**self.options(role)).remote(role.name, self.run_name, config_text)
-        elif restart and role not in self.lost and self.answered(role, pending):
-            self.mirror_now([role])  # its last rows, so that it counts on from them
-        else:
-            run_args = (self.argv(role, restart), log)
-            if restart and role not in self.lost:
-                self.ray.kill(actor, no_restart=False)
-            self.lost.discard(role)
-            self.ask_ready(role, run_args)
+            self.run(role, (self.argv(role, restart), log))
             return
-        self.run(role, (self.argv(role, restart), log))
+        if restart and role not in self.lost and self.answered(role, pending):  # the same actor process, at once
+            self.mirror_now([role])  # its last rows, so that it counts on from them
+            self.run(role, (self.argv(role, restart), log))
+            return
+        run_args = (self.argv(role, restart), log)  # a new actor process: `run` once it answers
+        if restart and role not in self.lost:
+            self.ray.kill(actor, no_restart=False)
+        self.lost.discard(role)
+        self.ask_ready(role, run_args)
 
     def answered(self, role: Role, pending: list) -> bool:
         """Whether the role's actor process answered its last `run` with the role's end (it is alive and idle): the
