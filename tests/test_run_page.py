@@ -128,7 +128,8 @@ def test_a_written_key_this_version_does_not_know_is_ignored(tmp_path):
     assert re.findall(r'<tr class="changed"><td class="key">([^<]+)</td>', config) == ["agent.learning_rate"]
 
 
-def with_policies(layout: RunLayout, final: float, best: float) -> None:
+def with_policies(layout: RunLayout, final: float, best: float, final_episodes: int = 100, best_episodes: int = 100,
+                  best_iteration: int = 12500) -> None:
     """summary.json's `policies`, as a run that trained on past its best writes them."""
     import json
 
@@ -136,9 +137,10 @@ def with_policies(layout: RunLayout, final: float, best: float) -> None:
         summary = json.load(handle)
     summary["policies"] = {
         "final": {"what": "the weights at the last step", "iteration": 20000, "env_steps": 21000,
-                  "average_return": final, "episodes": 100, "solved": False},
-        "best": {"what": "the weights of the best periodic evaluation", "iteration": 12500, "env_steps": 13500,
-                 "average_return": best, "episodes": 10, "solved": False}}
+                  "average_return": final, "episodes": final_episodes, "solved": False},
+        "best": {"what": "the weights of the best periodic evaluation", "iteration": best_iteration,
+                 "env_steps": best_iteration + 1000, "average_return": best, "episodes": best_episodes,
+                 "solved": False}}
     write_summary(layout.summary, summary)
 
 
@@ -151,7 +153,7 @@ def test_the_report_says_in_one_line_when_policy_final_is_much_worse_than_policy
     # What each policy is, with its score, in the facts at the top.
     assert (f"<span>policy/final</span>{final:.1f} over 100 episodes, iteration 20,000: the weights at the last "
             f"step") in intro
-    assert ("<span>policy/best</span>500.0 over 10 episodes, iteration 12,500: the weights of the best periodic "
+    assert ("<span>policy/best</span>500.0 over 100 episodes, iteration 12,500: the weights of the best periodic "
             "evaluation") in intro
     lines = re.findall(r'<p class="outcome unsolved final-worse">([^<]*)</p>', intro)
     if warned:
@@ -160,6 +162,33 @@ def test_the_report_says_in_one_line_when_policy_final_is_much_worse_than_policy
                          f"it by default)."]
     else:
         assert lines == [] and "much worse" not in page
+
+
+@pytest.mark.parametrize("final_episodes, best_episodes, best_iteration, warned", [
+    (10, 10, 12500, True),  # a real loss: the same number of episodes, a best that had learnt
+    (100, 10, 12500, False),  # the luckiest of many 10-episode samples against one of 100: not comparable
+    (10, 100, 12500, False),
+    (3, 3, 0, False),  # the best is the untrained network's (the API page's smoke run: 116.0 over 3 at iteration 0)
+    (None, None, 12500, False),  # episode counts unknown
+])
+def test_policy_final_is_held_against_policy_best_only_over_as_many_episodes_and_never_the_untrained_network(
+        final_episodes, best_episodes, best_iteration, warned):
+    from dqn_cartpole.report.facts import final_much_worse_line
+    from dqn_cartpole.training.outcome import summary_lines
+
+    policies = {"final": {"average_return": 40.0, "episodes": final_episodes, "iteration": 20000, "what": "last"},
+                "best": {"average_return": 116.0, "episodes": best_episodes, "iteration": best_iteration,
+                         "what": "best"}}
+    line = final_much_worse_line(policies, 195.0)
+    assert (line is not None) == warned
+    summary = {"wall_s": 1.0, "iterations": 1, "train_steps": 1, "env_steps": 1, "best_return": 116.0,
+               "final_return": 40.0, "solved_at_iteration": None, "policies": policies, "solve_return_target": 195.0,
+               "resumed_from": None, "checkpoint_bytes": None, "artifacts": {"x": "y"}, "run_dir": "RUN"}
+    printed = "\n".join(summary_lines(summary))  # the line train prints at its end is the report's
+    assert ("much worse" in printed) == warned
+    if warned:
+        assert line.startswith("policy/final (40.0 over 10 episodes) is much worse than policy/best (116.0 at "
+                               "iteration 12,500)")
 
 
 def test_a_run_without_scored_policies_has_no_line_about_them(tmp_path):

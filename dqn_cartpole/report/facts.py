@@ -85,9 +85,9 @@ def policy_score(policies: Optional[dict], name: str) -> Optional[tuple[float, O
 
 def final_much_worse_line(policies: Optional[dict], solve_return: Optional[float]) -> Optional[str]:
     """One line when policy/final scores much worse than policy/best (by more than MUCH_WORSE of the larger of the
-    best's and the target's magnitude); None otherwise, or when either has no score."""
+    best's and the target's magnitude); None otherwise, or when the two cannot be compared (`comparable`)."""
     final, best = policy_score(policies, "final"), policy_score(policies, "best")
-    if final is None or best is None:
+    if not comparable(final, best):
         return None
     scale = max(abs(best[0]), abs(solve_return or 0.0))
     if best[0] - final[0] <= MUCH_WORSE * scale:
@@ -96,3 +96,12 @@ def final_much_worse_line(policies: Optional[dict], solve_return: Optional[float
     return (f"policy/final ({final[0]:.1f} over {final[1] or '?'} episodes) is much worse than policy/best "
             f"({best[0]:.1f}{at}): the agent lost what it had learnt; keep policy/best "
             f"(evaluate RUN uses it by default).")
+
+
+def comparable(final: Optional[tuple], best: Optional[tuple]) -> bool:
+    """Whether policy/final's score may be held against policy/best's: both scored, over as many episodes as each
+    other (a best of 3 or 10 episodes is the luckiest of many small samples, a final of 100 is not), and the best
+    learnt something (a best at iteration 0 is the untrained network's: there was nothing to lose)."""
+    if final is None or best is None or best[1] is None or final[1] != best[1]:
+        return False
+    return best[2] is None or best[2] > 0
