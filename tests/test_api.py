@@ -125,10 +125,13 @@ def test_a_run_in_this_process_is_the_run_a_fresh_process_gives(api_smoke, smoke
 
 
 def test_runs_in_this_process_leave_nothing_behind(other_run, api_smoke):
-    """Two runs later the process holds no more custom gradients, nor their traced graphs, than before them."""
+    """Two runs later the process holds no more custom gradients, nor their traced graphs, than before them; nor do
+    their folders keep a lock file (run.lock, roles.lock: removed as each run ended)."""
     _, (custom_before, operations_before) = other_run
     custom, operations = left_behind()
     assert custom == custom_before and operations <= operations_before + 100, (operations_before, operations)
+    for run in (other_run[0], api_smoke[0]):
+        assert not [name for name in os.listdir(run.path) if name.endswith(".lock")], run.path
 
 
 def test_open_reads_a_run_folder_as_columns_and_summary(smoke_run, tmp_path):

@@ -290,6 +290,8 @@ def test_a_local_run_survives_a_sigkill_of_each_of_its_processes_in_turn(tmp_pat
         chaos.kill_and_resume("launcher", chaos.train_step() + 120 + rng.randrange(60), *LOOK_FOR_A_SOLVE)
         status = chaos.segment.process.wait(chaos.left_s())
         assert status == 0, chaos.segment.stderr[-3000:]
+        # The killed launcher left its lock files (unlocked: the resume took them); the run that ended removed them.
+        assert not [name for name in os.listdir(chaos.run_dir) if name.endswith(".lock")]
     finally:
         for segment in chaos.segments:
             kill_tree(segment.process, chaos.run_dir)

@@ -132,8 +132,10 @@ def test_resume_of_a_solved_run_answers_in_one_line_and_touches_nothing(tmp_path
 
 def test_a_real_finished_run_moved_elsewhere_has_nothing_to_do(smoke_run, tmp_path, capsys):
     """The session's smoke run (train --config smoke, 300 iterations), copied: its summary's artifact paths name the
-    old folder, and each is found in the new one. `train` wrote what the user wrote next to config.yaml."""
+    old folder, and each is found in the new one. `train` wrote what the user wrote next to config.yaml, and left
+    no lock file (run.lock, roles.lock)."""
     root = str(tmp_path / "moved")
+    assert not [name for name in os.listdir(smoke_run[0]) if name.endswith(".lock")]  # removed as the run ended
     shutil.copytree(smoke_run[0], root)
     written = RunLayout(root).written_config
     with open(SMOKE, encoding="utf-8") as handle:
@@ -146,6 +148,7 @@ def test_a_real_finished_run_moved_elsewhere_has_nothing_to_do(smoke_run, tmp_pa
     out = capsys.readouterr().out
     assert out == (f"{root} finished all its 300 iterations: nothing to do (its artifacts are written). To train "
                    f"longer: python -m dqn_cartpole train --resume {root} -n N, with N above 300\n")
+    assert not [name for name in os.listdir(root) if name.endswith(".lock")]  # nor after a resume that did nothing
 
 
 def test_training_on_past_the_solve_records_what_the_user_wrote(tmp_path, monkeypatch, capsys):

@@ -159,6 +159,80 @@ def test_a_role_cannot_join_a_run_that_a_train_owns(tmp_path):
     owner.close()
 
 
+def lock_files(run_dir: str) -> list:
+    return sorted(name for name in os.listdir(run_dir) if name in (layout.LOCK_FILE, layout.ROLES_LOCK_FILE))
+
+
+# A run's owner as `train` is one, killed before it lets go of the lock.
+KILLED_OWNER = "import sys, time; from dqn_cartpole.run_folder.lock import lock_run; lock_run(sys.argv[1]); " \
+               "print('locked', flush=True); time.sleep(300)"
+
+
+def test_a_run_that_ends_removes_its_lock_files_unless_a_process_of_the_run_still_holds_them(tmp_path):
+    """The owner lets go (`RunLock.close`, as a finished or stopped `train` does): both files go. Not while a role
+    holds roles.lock, nor while a child it gave run.lock to (`fds()`, as the local launcher does) lives; and a
+    killed owner cannot remove them, but its lock went with it: the next run takes them."""
+    from dqn_cartpole.run_folder.lock import join_run, lock_run
+
+    run_dir = str(tmp_path / "run")
+    os.makedirs(run_dir)
+    lock_run(run_dir).close()
+    assert lock_files(run_dir) == []
+    owner = lock_run(run_dir)
+    role = join_run(run_dir)
+    owner.close()
+    assert lock_files(run_dir) == ["roles.lock", "run.lock"]  # the role still runs in the folder
+    role.close()
+    owner = lock_run(run_dir)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], pass_fds=owner.fds())
+    try:
+        owner.close()
+        assert lock_files(run_dir) == ["roles.lock", "run.lock"]  # the child keeps the run's lock
+    finally:
+        child.kill()
+        child.wait(10)
+    lock_run(run_dir).close()  # free, and removed by this clean end
+    assert lock_files(run_dir) == []
+    killed = subprocess.Popen([sys.executable, "-c", KILLED_OWNER, run_dir], env=cli_env(), cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert killed.stdout.readline().strip() == "locked"
+    finally:
+        killed.kill()
+        killed.wait(10)
+    assert lock_files(run_dir) == ["roles.lock", "run.lock"]  # a killed run leaves them, unlocked
+    lock_run(run_dir).close()
+    assert lock_files(run_dir) == []
+
+
+def test_a_lock_file_removed_while_a_process_locks_it_is_not_taken_for_the_lock(tmp_path, monkeypatch):
+    """A run that ends between another process's open and its flock removes the file that process opened: the
+    process must lock the file now at the path, or two runs would each hold a lock on a different file."""
+    from dqn_cartpole.errors import UserError
+    from dqn_cartpole.run_folder import lock
+
+    run_dir = str(tmp_path / "run")
+    os.makedirs(run_dir)
+    real_flock, removed = lock.fcntl.flock, []
+
+    def ending_meanwhile(fd: int, how: int) -> None:
+        path = os.path.join(run_dir, layout.LOCK_FILE)
+        if not removed and os.path.exists(path):
+            removed.append(path)
+            os.unlink(path)  # as `RunLock.close` of a run that just ended
+        real_flock(fd, how)
+
+    monkeypatch.setattr(lock.fcntl, "flock", ending_meanwhile)
+    owner = lock.lock_run(run_dir)
+    monkeypatch.setattr(lock.fcntl, "flock", real_flock)
+    try:
+        assert removed and os.path.samestat(os.fstat(owner.handles[0].fileno()), os.stat(removed[0]))
+        with pytest.raises(UserError, match="in use by another dqn_cartpole process"):
+            lock.lock_run(run_dir)  # the file at the path is the one locked
+    finally:
+        owner.close()
+
+
 # ---------------------------------------------------------------------------- one writer per artifact
 
 

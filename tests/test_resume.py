@@ -82,6 +82,10 @@ def resume(run_dir: str, *sets: str) -> subprocess.CompletedProcess:
     return cli("train", "--quiet", "--resume", run_dir, *extra)
 
 
+def lock_files(run_dir: str) -> list[str]:
+    return sorted(name for name in os.listdir(run_dir) if name in ("run.lock", "roles.lock"))
+
+
 def rows(path: str) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
@@ -143,8 +147,10 @@ def test_sigkill_during_a_checkpoint_write_then_resume_matches_the_uninterrupted
     killed = cli(*train_args(run_dir), kill="checkpoint-write:2")  # TF files written, no manifest, no rename
     assert killed.returncode == -signal.SIGKILL
     assert checkpoints(run_dir) == ["ckpt-0000000100", "ckpt-0000000200.tmp"]
+    assert lock_files(run_dir) == ["roles.lock", "run.lock"]  # a killed run cannot remove them: the kernel freed them
     result = resume(run_dir)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert lock_files(run_dir) == []  # the resume ended in its own time: removed
     assert re.search(r"ckpt-0000000200\.\d+-[0-9a-f]{8}\.tmp is partial", result.stderr)
     assert "Resumed from ckpt-0000000100: iteration 100 of 400" in result.stderr
     assert_complete(run_dir)
@@ -553,5 +559,6 @@ def test_one_process_at_a_time_per_run_folder(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     assert proc.returncode == 143
+    assert lock_files(run_dir) == []  # stopped by SIGTERM, it ended in its own time: no lock file left
     resumed = resume_here(run_dir, f"training.num_iterations={N}")  # the lock went with the process
     assert resumed.summary["exit_status"] == 0 and resumed.summary["resumed_from"]

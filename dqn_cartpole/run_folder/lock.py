@@ -10,12 +10,16 @@
   join. A hand-started `learn` joins too: it runs beside its hand-started roles, never beside another owner.
 
 The kernel drops a lock when the last process holding it ends, however it ends (even on SIGKILL), so a
-crashed run never leaves a stale lock behind. A refusal names the processes that hold either file open
+crashed run never leaves a stale lock behind: its files stay, unlocked, and the next run takes them. A run that
+ends in its own time removes both files as its owner lets go of them (`RunLock.close`), once no other process
+holds either; whoever locks a file checks it still is the one at its path (`_open_locked`), so a file removed
+under a waiting process is never taken for the lock. A refusal names the processes that hold either file open
 (pid and role, read from /proc), and is raised before anything in the folder is touched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from dataclasses import dataclass
@@ -36,14 +40,36 @@ class RunLock:
 
     run_dir: str
     handles: tuple
+    owner: bool = False  # `lock_run`'s: the run's owner removes the files when it lets go, if no one else holds them
+    shared: bool = False  # `fds()` were handed to children, which may outlive this process
 
     def fds(self) -> tuple:
         """The descriptors a child keeps open (`subprocess.Popen(pass_fds=...)`) to hold the run's lock."""
+        self.shared = True
         return tuple(handle.fileno() for handle in self.handles)
 
     def close(self) -> None:
+        """Drops this process's hold; the owner first removes run.lock and roles.lock when nothing else holds
+        them (`_remove_if_free`): a finished or stopped run's folder keeps no lock file."""
+        if self.owner and not any(handle.closed for handle in self.handles):
+            self._remove_if_free()
         for handle in self.handles:
             handle.close()
+
+    def _remove_if_free(self) -> None:
+        """Removes both files, still locked, when no role holds roles.lock and no child shares run.lock; else
+        leaves them (the live processes keep the run's lock, as they would have)."""
+        run, roles = self.handles
+        try:
+            fcntl.flock(roles.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # run.lock is ours already: exclusive
+        except BlockingIOError:  # a role lives: the files stay
+            return
+        if self.shared and holders(self.run_dir, (LOCK_FILE,)):  # a child that kept our run.lock lives
+            return
+        for handle in (roles, run):  # roles.lock first: a `train` takes run.lock, then roles.lock
+            if _is_at_path(handle):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(handle.name)
 
 
 def lock_run(run_dir: str, beside_roles: bool = False) -> RunLock:
@@ -63,7 +89,7 @@ def lock_run(run_dir: str, beside_roles: bool = False) -> RunLock:
     run.truncate()
     run.write(f"{os.getpid()}\n")
     run.flush()
-    return RunLock(run_dir, (run, roles))
+    return RunLock(run_dir, (run, roles), owner=True)
 
 
 def join_run(run_dir: str) -> RunLock:
@@ -72,19 +98,37 @@ def join_run(run_dir: str) -> RunLock:
     return RunLock(run_dir, (_open_locked(run_dir, ROLES_LOCK_FILE, fcntl.LOCK_SH),))
 
 
+OPEN_TRIES = 10  # a lock file removed between our open and our lock each time, by runs ending that fast: give up
+
+
 def _open_locked(run_dir: str, name: str, how: int) -> IO:
+    """`name` in `run_dir`, opened (created if missing) and locked `how` without waiting; a file that a run ending
+    meanwhile removed (`RunLock.close`) is no lock: the one now at the path is opened instead."""
     path = os.path.join(run_dir, name)
-    try:
-        handle = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
-    except OSError as exc:
-        raise UserError(f"{run_dir}: cannot open {name}: {exc.strerror}") from None
-    try:
-        fcntl.flock(handle.fileno(), how | fcntl.LOCK_NB)
-    except BlockingIOError:
+    for _ in range(OPEN_TRIES):
+        try:
+            handle = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+        except OSError as exc:
+            raise UserError(f"{run_dir}: cannot open {name}: {exc.strerror}") from None
+        try:
+            fcntl.flock(handle.fileno(), how | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise UserError(f"{run_dir}: in use by another dqn_cartpole process ({describe_holders(run_dir)}); wait "
+                            f"for it to end or stop it first") from None
+        if _is_at_path(handle):
+            return handle
         handle.close()
-        raise UserError(f"{run_dir}: in use by another dqn_cartpole process ({describe_holders(run_dir)}); wait "
-                        f"for it to end or stop it first") from None
-    return handle
+    raise UserError(f"{run_dir}: {name} was removed {OPEN_TRIES} times while this process locked it; is another "
+                    f"process starting and ending runs in it?")
+
+
+def _is_at_path(handle: IO) -> bool:
+    """Whether the open file `handle` is still the one at its path (not removed, nor replaced)."""
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(handle.name))
+    except OSError:  # removed, or its folder is
+        return False
 
 
 def describe_holders(run_dir: str) -> str:
