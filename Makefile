@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: train test soak test-tracking docs install clean-venv
+.PHONY: train test soak test-tracking docs docs-serve install clean-venv
 
 # The install says what it does: a line per phase, then pip's own lines (each package as it is collected, then
 # "Installing collected packages", the longest step, while TensorFlow and Ray unpack), then the time it took.
@@ -51,6 +51,12 @@ test-tracking: $(TRACKING_VENV)/.installed
 # --strict: a broken link or anchor, or a page left out of the navigation, is an error (the tests build it so too).
 docs: $(STAMP)
 	$(BIN)/python -m mkdocs build --strict
+	@echo "== make: open site/index.html in a browser (it works as files, offline: search too), or: make docs-serve"
+
+# The same site served at http://127.0.0.1:$(DOCS_PORT)/ (mkdocs serve: rebuilt and reloaded as docs/ changes).
+DOCS_PORT ?= 8000
+docs-serve: $(STAMP)
+	$(BIN)/python -m mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 clean-venv:
 	rm -rf $(VENV)

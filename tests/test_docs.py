@@ -1,7 +1,8 @@
 """Every command in the README and docs/*.md pastes: each shell block passes `bash -n`, each `python -m dqn_cartpole`
 line parses with the real argument parser (its --config files exist, its --set keys are config keys), each Python
 block compiles, the Python API page's examples run as written (in this process, in a fresh folder), every relative
-link points at a file, the README stays a front page, and the pages build as a site (mkdocs, strict)."""
+link points at a file, the README stays a front page, and the pages build as a site (mkdocs, strict) that works
+opened as files, offline: its links, its search and its code's colours."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import re
 import shlex
 import subprocess
 import sys
+import urllib.parse
 
 import pytest
 
+from browser import find_chromium, run_chromium
 from helpers import REPO
 
 from dqn_cartpole.cli.main import build_parser
@@ -167,13 +170,96 @@ def test_the_readme_is_a_front_page():
                                      "runs: python -m dqn_cartpole train"] or "make train" in "\n".join(lines[:12])
 
 
-def test_the_docs_build_as_a_site_in_strict_mode(tmp_path):
-    """`make docs`'s build (mkdocs.yml), with --strict: a link to a missing page or anchor, or a page in docs/ that the
-    navigation leaves out, fails it. Every page of docs/ is in the site's navigation."""
-    site = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=REPO,
+SHIPPED = sorted(os.path.splitext(os.path.basename(path))[0] for path in glob.glob(os.path.join(REPO, "configs", "*.yaml")))
+PRESETS = [name for name in SHIPPED if name not in ("default", "tutorial", "smoke")]
+
+
+def table_rows(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as handle:
+        return [line for line in handle.read().splitlines() if line.startswith("| ")]
+
+
+def test_every_shipped_config_is_listed_wherever_the_configs_are():
+    """configs/*.yaml, each one (Rainbow was missing everywhere but agents.md): in configuration.md's table of config
+    files, and each preset in README's table of where to go, on the presets page (whose menu title names them all),
+    and the agents' presets in the agents page's menu title."""
+    import yaml
+
+    files = "\n".join(table_rows(os.path.join(REPO, "docs", "configuration.md")))
+    assert [name for name in SHIPPED if f"| `configs/{name}.yaml` |" not in files] == []
+    readme = "\n".join(table_rows(os.path.join(REPO, "README.md"))).lower()
+    with open(os.path.join(REPO, "docs", "presets.md"), encoding="utf-8") as handle:
+        presets = handle.read()
+    with open(os.path.join(REPO, "mkdocs.yml"), encoding="utf-8") as handle:
+        titles = {page: title for section in yaml.safe_load(handle)["nav"] for entry in section.values()
+                  for item in (entry if isinstance(entry, list) else [{"": entry}]) for title, page in item.items()}
+    assert [name for name in PRESETS if name not in readme] == []
+    assert [name for name in PRESETS if f"configs/{name}.yaml" not in presets] == []
+    assert [name for name in PRESETS if name not in titles["presets.md"].lower().replace(" ", "")] == []
+    assert "C51" in titles["agents.md"] and "Rainbow" in titles["agents.md"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> str:
+    """`make docs`'s build (mkdocs.yml), with --strict, once for this file's checks of the site: its folder."""
+    site = str(tmp_path_factory.mktemp("docs") / "site")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", site], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return site
+
+
+def test_the_docs_build_as_a_site_in_strict_mode(site):
+    """A link to a missing page or anchor, or a page in docs/ that the navigation leaves out, fails the build. Every
+    page of docs/ is in the site, as a file of its own (not a folder's index.html: see the next tests)."""
     pages = {os.path.splitext(os.path.basename(page))[0] for page in glob.glob(os.path.join(REPO, "docs", "*.md"))}
-    built = {name for name in pages if (site / ("" if name == "index" else name) / "index.html").is_file()}
-    assert built == pages and (site / "search" / "search_index.json").is_file()
+    built = {name for name in pages if os.path.isfile(os.path.join(site, f"{name}.html"))}
+    assert built == pages and os.path.isfile(os.path.join(site, "search", "search_index.js"))
+
+
+SRC_OR_STYLESHEET = re.compile(r'<(?:script|img)\b[^>]*\ssrc="([^"]*)"|<link\b[^>]*\shref="([^"]*)"')
+
+
+def test_the_site_loads_nothing_from_the_network_and_colours_its_code_itself(site):
+    """Offline, every page has all it loads: no script, style sheet or image from elsewhere (the theme's highlight.js
+    came from a CDN); the code blocks are coloured at build time (Pygments' classes, and their colours in
+    css/pygments.css)."""
+    remote = []
+    for page in glob.glob(os.path.join(site, "*.html")):
+        if os.path.basename(page) == "404.html":
+            continue  # a web server's page for a missing one (its links start at the server's root)
+        with open(page, encoding="utf-8") as handle:
+            for found in SRC_OR_STYLESHEET.finditer(handle.read()):
+                url = found.group(1) or found.group(2)
+                if "//" in url or not os.path.isfile(os.path.join(site, url.split("?")[0])):
+                    remote.append(f"{os.path.basename(page)}: {url}")
+    assert not remote, remote
+    with open(os.path.join(site, "python-api.html"), encoding="utf-8") as handle:
+        assert '<span class="kn">import</span>' in handle.read()
+    with open(os.path.join(site, "css", "pygments.css"), encoding="utf-8") as handle:
+        assert ".highlight .kn {" in handle.read()
+
+
+def page_dom(browser: str, url: str, profile: str) -> str:
+    """The DOM of `url` once its scripts ran, in headless Chromium with every host name unresolvable (offline)."""
+    dom, _ = run_chromium(browser, ["--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=10000",
+                                    "--dump-dom", url], profile)
+    return dom
+
+
+@pytest.mark.skipif(find_chromium() is None, reason="no chromium or chromium-browser on PATH")
+def test_the_site_opened_as_files_follows_its_links_and_searches(site, tmp_path):
+    """site/index.html opened from file://, offline, as a new user does after `make docs`: a guide's link in the
+    home page opens that guide (it used to open a folder listing), and the search page finds Rainbow (it used to
+    stay at "Searching...": a browser refuses a file:// page its Web Worker and its fetch of the index)."""
+    browser, profile, home = find_chromium(), str(tmp_path / "profile"), os.path.join(site, "index.html")
+    link = re.search(r'<a class="reference internal" href="([^"]+)">Changing hyperparameters</a>',
+                     page_dom(browser, f"file://{home}", profile))
+    assert link, "the home page's navigation has no link to the configuration guide"
+    guide = page_dom(browser, urllib.parse.urljoin(f"file://{home}", link.group(1)), profile)
+    assert "<h1" in guide and "Index of" not in guide and "--set" in guide
+    found = page_dom(browser, f"file://{os.path.join(site, 'search.html')}?q=rainbow", profile)
+    results = found.split('id="mkdocs-search-results"', 1)[1]
+    assert "Searching..." not in results
+    hits = set(re.findall(r'<h3><a href="\./([a-z-]+)\.html', results))
+    assert {"agents", "presets", "configuration"} <= hits, hits
