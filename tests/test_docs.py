@@ -150,6 +150,47 @@ def test_the_python_api_pages_examples_run_as_written(tmp_path, monkeypatch, cap
     assert os.path.isfile(tmp_path / "outputs" / "api" / "compare" / "returns.png")
 
 
+# The API page's signatures: its headings (`### `dq.train(...) -> dq.Run``) and its list of a Run's methods.
+SIGNATURE = re.compile(r"^(?:### |- )`((?:dq|run)\.[\w.]+)\(([^`]*?)\)\s*(?:->[^`]*)?`", re.M)
+REQUIRED = "(required)"
+
+
+def documented_parameters(params: str) -> list[tuple]:
+    """(name, keyword-only, default or REQUIRED) of a signature as the page writes it (`a, b=None, *, c=1`)."""
+    args = ast.parse(f"def f({params}): pass").body[0].args
+    positional = [(a.arg, False) for a in args.args]
+    defaults = [REQUIRED] * (len(args.args) - len(args.defaults)) + [ast.literal_eval(d) for d in args.defaults]
+    keyword = [(a.arg, True) for a in args.kwonlyargs]
+    keyword_defaults = [REQUIRED if d is None else ast.literal_eval(d) for d in args.kw_defaults]
+    return [(*p, d) for p, d in zip(positional + keyword, defaults + keyword_defaults)]
+
+
+def actual_parameters(function) -> list[tuple]:
+    import inspect
+
+    return [(p.name, p.kind == p.KEYWORD_ONLY, REQUIRED if p.default is p.empty else p.default)
+            for p in inspect.signature(function).parameters.values() if p.name != "self"]
+
+
+def test_the_python_api_pages_signatures_are_the_functions_own():
+    """Every function and Run method the page lists, with its parameters as the code has them (names, order,
+    keyword-only, defaults): `track=` was missing from three."""
+    import dqn_cartpole as dq
+
+    with open(API_PAGE, encoding="utf-8") as handle:
+        listed = SIGNATURE.findall(handle.read())
+    assert len(listed) >= 9, listed
+    wrong = []
+    for name, params in listed:
+        owner, *path = name.split(".")
+        function = dq if owner == "dq" else dq.Run
+        for part in path:
+            function = getattr(function, part)
+        if documented_parameters(params) != actual_parameters(function):
+            wrong.append(f"{name}({params}): the code has {actual_parameters(function)}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_every_relative_link_points_at_a_file():
     missing = []
     for page in PAGES:
