@@ -210,6 +210,32 @@ def test_a_ray_run_spreads_its_collectors_survives_its_learners_sigkill_and_a_lo
     assert "Where the roles ran" in report and victim.node_id[:8] in report
 
 
+
+def test_the_dict_wrapper_trap_is_closed_on_a_ray_worker(cluster):
+    """The wrapt that closes TF 2.15's `_DictWrapper` trap (tests/test_environment.py) is the one a Ray worker
+    imports too: nothing set in its environment, a task on a worker node traces a tf.function on a trackable dict."""
+    import ray
+
+    from test_environment import TRAP
+
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"WRAPT_DISABLE_EXTENSIONS": ""}})
+    try:
+        @ray.remote(num_cpus=1)
+        def traced() -> str:
+            import contextlib
+            import io
+
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(TRAP, {})  # pylint: disable=exec-used  # the test's own snippet
+            return out.getvalue()
+
+        kind, doubled, version = ray.get(traced.remote(), timeout=180).split()
+        assert (kind, doubled) == ("_DictWrapper", "4.0") and int(version.split(".")[0]) >= 2
+    finally:
+        ray.shutdown()
+
 # ---------------------------------------------------------------------------- bad input: one line, exit 2, nothing made
 # In this process: the checks come before anything heavy (Ray itself is imported only once they pass).
 
