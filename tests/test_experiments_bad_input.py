@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import socket
+import sys
 import time
 from types import SimpleNamespace
 
@@ -152,3 +154,18 @@ def test_ray_options_without_ray_installed_are_one_line_naming_the_extra(tmp_pat
     assert lines == [f"error: {what} --ray needs Ray, which is not installed: pip install \"dqn_cartpole[ray]\" "
                      f"(in a checkout: pip install -e \".[ray]\")" for what in ("sweep", "tune")], proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("url, module, package", [
+    ("postgresql://u:pw@127.0.0.1:1/db", "psycopg", '"dqn_cartpole[postgres]"'),
+    ("postgresql+psycopg2://u:pw@127.0.0.1:1/db", "psycopg2", "psycopg2-binary"),
+])
+def test_a_missing_database_driver_names_its_package(monkeypatch, url, module, package):
+    """SQLAlchemy 2.1 reads `postgresql://` as psycopg 3 (the postgres extra); Optuna re-raises the driver's
+    import error as its own, and the line still names the module and what installs it."""
+    from dqn_cartpole.errors import UserError
+    from dqn_cartpole.experiments import storage
+
+    monkeypatch.setitem(sys.modules, module, None)  # `import MODULE` fails, as where it is not installed
+    with pytest.raises(UserError, match=rf"needs the {module} driver \(pip install {re.escape(package)}\)$"):
+        storage.open_storage(url)

@@ -15,7 +15,10 @@ RDB_SCHEMES = ("postgresql", "postgres", "mysql", "sqlite")
 HEARTBEAT_S = 10  # a worker's trials are stale after GRACE_S without a heartbeat
 GRACE_S = 30
 CONNECT_TIMEOUT_S = 5  # an unreachable server is an error within seconds, not a hang
-DRIVERS = {"postgresql": ("psycopg2", "psycopg2-binary"), "mysql": ("pymysql", "PyMySQL")}
+# The package that installs each driver module SQLAlchemy may ask for: `postgresql://` is psycopg 3 since SQLAlchemy
+# 2.1 (the postgres extra), `postgresql+psycopg2://` psycopg2, `mysql://` PyMySQL.
+DRIVERS = {"psycopg": '"dqn_cartpole[postgres]"', "psycopg2": "psycopg2-binary", "pymysql": "PyMySQL",
+           "MySQLdb": "PyMySQL"}
 WORKER_ATTR = "worker"
 
 
@@ -62,12 +65,25 @@ def open_storage(url: str):
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S,
                                               grace_period=GRACE_S)
-    except ModuleNotFoundError as exc:
-        module, package = DRIVERS.get(scheme, (exc.name, exc.name))
-        raise UserError(f"--storage {describe(url)}: needs the {module} driver (pip install {package})") from None
     except Exception as exc:  # pylint: disable=broad-except  # SQLAlchemy's OperationalError and kin
+        missing = missing_module(exc)
+        if missing:
+            raise UserError(f"--storage {describe(url)}: needs the {missing} driver (pip install "
+                            f"{DRIVERS.get(missing, missing)})") from None
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         raise UserError(f"--storage {describe(url)}: cannot use the database: {reason[0] if reason else exc}") from None
+
+
+def missing_module(exc: BaseException) -> Optional[str]:
+    """The top-level module whose import failed behind `exc` (Optuna re-raises a driver's ModuleNotFoundError as
+    its own ImportError), or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            return exc.name.split(".")[0]
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def worker_id() -> str:
