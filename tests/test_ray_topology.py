@@ -198,6 +198,7 @@ def test_a_ray_run_spreads_its_collectors_survives_its_learners_sigkill_and_a_lo
         err[-3000:]
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     assert summary["solved_at_iteration"] is not None, summary
+    assert not [name for name in os.listdir(run_dir) if name.endswith(".lock")]  # removed as the resume ended
     # The learner's "Done in" is its own time (over its commands): the command's whole time, Ray's part, beside it.
     said = re.search(r"The whole command took ([\d.]+) s: Ray's start-up ([\d.]+) s \(joined the Ray cluster at ",
                      (tmp_path / "resume" / "stdout").read_text())
