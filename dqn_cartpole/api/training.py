@@ -66,6 +66,9 @@ def _train_new(config: Config, output_dir: "str | os.PathLike[str] | None", over
     """`train`'s checks and folder (`resolve`), then the run here."""
     from dqn_cartpole.run_folder.resolve import create_run_dir, resolve_run_dir
 
+    from dqn_cartpole.tracking.send import check_installed
+
+    check_installed(config.tracking.backend, f"track={config.tracking.backend!r}")  # before any folder is made
     output_dir = None if output_dir is None else os.fspath(output_dir)
     if output_dir:
         resolve_run_dir(None, output_dir, overwrite)  # needs no config: checked first, as the CLI does

@@ -29,7 +29,8 @@ from dqn_cartpole.run_folder.record import read_written
 from dqn_cartpole.run_folder.lock import lock_run
 from dqn_cartpole.run_folder.resolve import (check_recording_path, create_run_dir, removed_on_bad_input,
                                              resolve_policy, resolve_run_dir)
-from dqn_cartpole.tracking.send import send_run
+from dqn_cartpole.tracking.send import check_installed, send_run
+from dqn_cartpole.tracking.stream import streamed
 from dqn_cartpole.training import finished
 
 
@@ -173,6 +174,7 @@ def new_run(args: argparse.Namespace) -> tuple:
             resolve_run_dir(None, args.output_dir, args.overwrite)  # needs no config: check it first
         path = locate_config(args.config)
         loaded = load(path, config_overrides(args))
+        check_installed(loaded.config.tracking.backend)  # refused before anything is created or trained
         return loaded.config, resolve_run_dir(loaded.config, args.output_dir, args.overwrite), path, loaded.written
 
 
@@ -206,7 +208,7 @@ def launch_on_ray(args: argparse.Namespace, config: Any, run_dir: str, address: 
                         flag="--address" if args.address else "RAY_ADDRESS") as session:
         ready_s = time.monotonic() - started
         config, plan, created, lock = claim_topology_run(args, config, run_dir, "ray")
-        with contextlib.closing(lock), removed_on_bad_input(run_dir, created):
+        with contextlib.closing(lock), removed_on_bad_input(run_dir, created), streamed(config, run_dir):
             status = ray_topology.run(config, run_dir, args.collectors, plan, args.quiet, session, ready_s)
     launcher.redraw(run_dir)
     ray_topology.command_time_line(run_dir, session.how, ready_s, time.monotonic() - started)
@@ -283,6 +285,7 @@ def resume_config(run_dir: str, args: argparse.Namespace) -> Any:
     with contextlib.redirect_stderr(io.StringIO()):  # gymnasium's import-time notices
         config = load_config(config_file, config_overrides(args))
         check_frozen(run_dir, to_dict(load_config(config_file)), config, "the run's")
+    check_installed(config.tracking.backend)  # a tracked run continues its tracked run: its extra is needed
     return config
 
 

@@ -29,6 +29,7 @@ from dqn_cartpole.processes.supervisor import Child, stop_all
 from dqn_cartpole.run_folder import checkpointing
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.tracking.send import send_run
+from dqn_cartpole.tracking.stream import streamed
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.lock import RunLock
 from dqn_cartpole.run_folder.placement import PlacementRecord
@@ -141,7 +142,7 @@ def launch(config: Config, run_dir: str, collectors: int, plan: Optional[checkpo
         print(f"Local topology: a replay server on port {port}, a learner, an evaluator and {collectors} collector(s) "
               f"-> {run_dir} (logs in {layout.roles})", flush=True)
         topology = LocalTopology(layout.config, run_dir, port, collectors, plan is not None, quiet, lock.fds())
-        with signals.StopRequest() as stop:
+        with signals.StopRequest() as stop, streamed(config, run_dir):
             status = topology.run(stop)
         redraw(run_dir)
         send_run(config, run_dir)  # --track: once every role stopped and the plots are final

@@ -22,6 +22,7 @@ from dqn_cartpole.experiments.executor import (MEMORY_PER_RUN_MB, POLL_S, Ended,
                                                describe_node)
 from dqn_cartpole.experiments.sweep_progress import SweepProgress
 from dqn_cartpole.experiments.tracking_group import group_overrides
+from dqn_cartpole.tracking.send import check_installed
 from dqn_cartpole.processes.commands import continue_command, set_flags
 from dqn_cartpole.run_folder import layout, read_run
 from dqn_cartpole.run_folder.atomic import write_text_atomic
@@ -96,6 +97,7 @@ def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], ove
         raise UserError(f"--jobs: must be positive, got {jobs}")
     configs = grid.check_configs(config_path, [[*overrides, *point.overrides] for point in points])
     grid.first_error(configs)
+    check_installed((configs[0].get("tracking") or {}).get("backend"))  # each run would refuse it: refused here
     name = name or f"{os.path.splitext(os.path.basename(config_path))[0]}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     if not name or "/" in name or name in (".", ".."):
         raise UserError(f"--name {name!r}: must be a plain folder name")

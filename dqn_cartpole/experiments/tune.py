@@ -28,6 +28,7 @@ from dqn_cartpole.experiments import grid, ray_transfer, space, storage, study_c
 from dqn_cartpole.experiments.executor import POLL_S, Ended, LocalSlots, RunRequest, describe_node
 from dqn_cartpole.experiments.objectives import FIXED_BUDGET, OBJECTIVES, env_step_budget, score, verdict
 from dqn_cartpole.experiments.tracking_group import group_overrides, trial_tags
+from dqn_cartpole.tracking.send import check_installed
 from dqn_cartpole.processes import commands
 
 JOURNAL_FILE = "journal.log"
@@ -86,6 +87,7 @@ def plan_tune(config_path: str, space_path: str, trials: int, jobs: int, storage
     base, *checked = grid.check_configs(config_path, [overrides, *([*overrides, space.override(p.key, v)]
                                                                    for p, v in candidates)])
     grid.first_error([base])
+    check_installed((base.get("tracking") or {}).get("backend"))  # each trial would refuse it: refused here
     for (param, value), result in zip(candidates, checked):  # a trial never starts a run train would refuse
         if isinstance(result, UserError):
             raise UserError(f"--space {space_path}: {param.key}: {value!r} is not a valid value "

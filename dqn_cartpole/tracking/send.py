@@ -1,19 +1,41 @@
 """`send_run`: a run folder sent where its config's `tracking` section says, once its run ended. A failure of any
-kind (the extra not installed, a server that does not answer, a full disk in the store) is one warning line: the
-run, its folder and its exit status are never touched by it."""
+kind (a server that does not answer, a full disk in the store) is one warning line: the run, its folder and its exit
+status are never touched by it. `check_installed` refuses a tracker whose extra is missing before any run starts."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import importlib
+import importlib.util
 import logging
 import sys
 from typing import Callable, Iterator, Optional
 
 from dqn_cartpole.config import Config
+from dqn_cartpole.errors import UserError
 
 EXTRAS = {"mlflow": "mlflow", "wandb": "wandb"}  # backend -> the module its extra installs
+
+
+def install_hint(backend: str) -> str:
+    return f"pip install \"dqn_cartpole[{backend}]\" (or make install, which installs every extra)"
+
+
+def check_installed(backend: Optional[str], named: Optional[str] = None) -> None:
+    """A one-line UserError when `backend`'s library is not installed (looked up, not imported: no cost), so a
+    tracked run is refused before it trains instead of being trained and then not sent. `named`: how the user
+    asked for it (default `--track NAME`)."""
+    if backend is not None and importlib.util.find_spec(EXTRAS[backend]) is None:
+        raise UserError(f"{named or '--track ' + backend}: {EXTRAS[backend]} is not installed: "
+                        f"{install_hint(backend)}")
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    problem = (str(exc).strip().splitlines() or [""])[0]
+    problem = problem if len(problem) <= 300 else problem[:300] + "..."
+    return f"{type(exc).__name__}: {problem}" if problem else type(exc).__name__
 
 
 def send_run(config: Config, run_dir: str, say: Callable[[str], None] = None) -> Optional[str]:
@@ -24,19 +46,16 @@ def send_run(config: Config, run_dir: str, say: Callable[[str], None] = None) ->
         return None
     say = say or (lambda line: print(line, file=sys.stderr))
     try:
-        importlib.import_module(EXTRAS[backend])  # the extra: pip install "dqn_cartpole[mlflow]"
+        importlib.import_module(EXTRAS[backend])  # checked before the run (`check_installed`); uninstalled since?
     except ImportError:
-        say(f"warning: --track {backend}: {EXTRAS[backend]} is not installed (pip install "
-            f"\"dqn_cartpole[{backend}]\"); the run is not tracked")
+        say(f"warning: --track {backend}: {EXTRAS[backend]} is not installed ({install_hint(backend)}); the run is "
+            f"not tracked")
         return None
     try:
         with quiet_libraries():
             return _send(backend, config, run_dir, say)
     except Exception as exc:  # pylint: disable=broad-except  # tracking never fails the run
-        problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        problem = problem if len(problem) <= 300 else problem[:300] + "..."
-        say(f"warning: --track {backend}: the run was not sent ({type(exc).__name__}: {problem}); it is saved in "
-            f"{run_dir}")
+        say(f"warning: --track {backend}: the run was not sent ({one_line(exc)}); it is saved in {run_dir}")
         return None
 
 
@@ -55,8 +74,8 @@ def _send(backend: str, config: Config, run_dir: str, say: Callable[[str], None]
 
 @contextlib.contextmanager
 def quiet_libraries() -> Iterator[None]:
-    """MLflow's and W&B's own log lines (retries, banners) kept off the console while a run is sent: the one
-    warning line says what went wrong."""
+    """MLflow's and W&B's own log lines (retries, banners, migrations) kept off the console while a run is sent:
+    the one warning line says what went wrong."""
     levels = {name: logging.getLogger(name).level for name in ("mlflow", "wandb", "urllib3", "alembic", "git")}
     for name in levels:
         logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -49,9 +49,8 @@ def what_is_sent(run_dir: str, tracking: dict) -> Sent:
     """Reads `run_dir` (a run folder) as `Sent`, named and tagged as `tracking` (the run's config's section, as
     data) says."""
     run = read_run(run_dir)
-    name = os.path.basename(os.path.normpath(os.path.abspath(run_dir)))
     return Sent(run_dir=run_dir, project=tracking.get("project") or DEFAULT_PROJECT,
-                run_name=tracking.get("run_name") or name, group=tracking.get("group"), params=flat(run.config),
+                run_name=run_name(run_dir, tracking), group=tracking.get("group"), params=flat(run.config),
                 tags=tags(run, tracking), train_rows=rows(run.train_rows, ""), eval_rows=rows(run.eval_rows,
                                                                                               EVAL_PREFIX),
                 outcome={k: run.get(k) for k in OUTCOME_KEYS if isinstance(run.get(k), (int, float))},
@@ -67,16 +66,27 @@ def flat(config: dict) -> dict:
 def tags(run: RunRecord, tracking: dict) -> dict:
     """The run's tags: seed, env, agent, group, the user's own (NAME or NAME=VALUE), and changed.KEY = VALUE for
     every key the user wrote (config.written.yaml: a sweep's grid point, a study's sampled values)."""
-    found = {"seed": run.config_value("training.seed"), "env": run.config_value("env.id"),
-             "agent": run.config_value("agent.kind"), "run_dir": os.path.abspath(run.root)}
+    found = run_tags(run.config_value("training.seed"), run.config_value("env.id"), run.config_value("agent.kind"),
+                     run.root, tracking)
+    for key, value in (run.written or {}).items():
+        found[f"changed.{key}"] = "" if value is None else str(value)
+    return found
+
+
+def run_tags(seed: Any, env: Any, agent: Any, run_dir: str, tracking: dict) -> dict:
+    """The tags a tracked run has from its start: seed, env, agent, run_dir, group and the user's own."""
+    found = {"seed": seed, "env": env, "agent": agent, "run_dir": os.path.abspath(run_dir)}
     if tracking.get("group"):
         found["group"] = tracking["group"]
     for tag in tracking.get("tags") or ():
         key, _, value = tag.partition("=")
         found[key.strip()] = value.strip()
-    for key, value in (run.written or {}).items():
-        found[f"changed.{key}"] = value
     return {key: "" if value is None else str(value) for key, value in found.items()}
+
+
+def run_name(run_dir: str, tracking: dict) -> str:
+    """tracking.run_name, else the run folder's name."""
+    return tracking.get("run_name") or os.path.basename(os.path.normpath(os.path.abspath(run_dir)))
 
 
 def rows(table: list, prefix: str) -> tuple:

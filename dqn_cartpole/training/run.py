@@ -16,6 +16,7 @@ from dqn_cartpole.run_folder.checkpointing import ResumePlan
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.training.host import custom_gradients_released, shared_process
 from dqn_cartpole.tracking.send import send_run
+from dqn_cartpole.tracking.stream import streamed
 from dqn_cartpole.training.outcome import RunEnd
 
 
@@ -64,9 +65,10 @@ def run(config: Config, run_dir: str, progress: Progress, plan: Optional[ResumeP
     with heavy_imports():
         from dqn_cartpole.training.session import train
 
-    with RunEnd(run_dir, created, progress, resume_command(run_dir)) as end:
-        end.summary = train(config, RunLayout(run_dir), progress, plan)
-    status = end.finish()
+    with streamed(config, run_dir, progress.message):  # --track: where it goes, and its metrics as they come
+        with RunEnd(run_dir, created, progress, resume_command(run_dir)) as end:
+            end.summary = train(config, RunLayout(run_dir), progress, plan)
+        status = end.finish()
     send_run(config, run_dir)  # --track: after the summary (nothing without it); at worst one warning line
     return status
 
@@ -90,9 +92,10 @@ def run_here(config: Config, run_dir: str, progress: Progress, plan: Optional[Re
     from dqn_cartpole.training.session import train
 
     tf.keras.backend.clear_session()  # layer-name counters (and the Keras graph) as in a fresh process
-    with RunEnd(run_dir, created, progress, resume_hint, change_hint, print_failure=False) as end, \
-            custom_gradients_released():
-        end.summary = train(config, RunLayout(run_dir), progress, plan, host)
-    status = end.finish()
+    with streamed(config, run_dir, progress.message):
+        with RunEnd(run_dir, created, progress, resume_hint, change_hint, print_failure=False) as end, \
+                custom_gradients_released():
+            end.summary = train(config, RunLayout(run_dir), progress, plan, host)
+        status = end.finish()
     send_run(config, run_dir)
     return status, end.failure  # the exit status as the CLI's, and why it failed (one line) when that is 1

@@ -1,0 +1,106 @@
+"""The side process that streams a running run's metrics to MLflow (`python -m dqn_cartpole.tracking.follower`,
+started by `stream.start_stream`): it opens (or, for a resumed run, continues) the folder's MLflow run, says where
+the run goes in its first lines, then every few seconds sends the metrics CSVs' new rows, until its stdin closes (the
+run ended: one last send, then it exits; the run's end sends the rest, as `send.send_run`).
+
+A process of its own, not a thread: MLflow's import takes seconds of CPU, which a thread would spend holding the
+trainer's GIL; niced, this one gives way to the training. The run folder is its whole input
+(`tail`); a failure (a server that stops answering, a full disk) is one warning line, after which it sends nothing
+more and the run goes on.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import select
+import signal
+import sys
+from typing import Callable
+
+from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.tracking.ledger import read_ledger
+from dqn_cartpole.tracking.sent import EVAL_PREFIX, rows
+
+# Below the training, so its seconds come mostly from what the trainer leaves; not lower: on a machine busy with
+# other work, a process at niceness 10 waited minutes for MLflow's import and its store's first migrations.
+NICENESS = 5
+
+
+class CsvTail:
+    """The complete rows appended to a metrics CSV since the last read (a row still being written waits for its
+    newline; a file rewritten shorter, as a resume may, is read again from its start)."""
+
+    def __init__(self, path: str):
+        self.path, self.offset, self.header = path, 0, None
+
+    def new_rows(self) -> list:
+        try:
+            with open(self.path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size < self.offset:
+                    self.offset, self.header = 0, None
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return []
+        complete = data[:data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        lines = list(csv.reader(complete.decode("utf-8", "replace").splitlines()))
+        if self.header is None and lines:
+            self.header, lines = lines[0], lines[1:]
+        return [dict(zip(self.header, line)) for line in lines if line]
+
+
+def stopped_within(seconds: float) -> bool:
+    """Waits up to `seconds` for stdin to close (the run ended, or its process died); whether it did."""
+    readable, _, _ = select.select([sys.stdin], [], [], seconds)
+    return bool(readable) and not sys.stdin.buffer.read1(4096)
+
+
+def follow(run_dir: str, output_root: str, tracking: dict, say: Callable[[str], None]) -> int:
+    """Opens the run, says where it goes, then streams the new rows until stdin closes; 0, or 1 after a failure
+    (said in one line)."""
+    from dqn_cartpole.tracking import mlflow_run
+    from dqn_cartpole.tracking.send import one_line
+
+    uri = mlflow_run.tracking_uri(output_root)
+    step = "open the run"
+    try:
+        client = mlflow_run.connect(uri)
+        continued = read_ledger(run_dir, mlflow_run.BACKEND, uri) is not None
+        ledger = mlflow_run.open_run(client, uri, run_dir, tracking["project"], tracking["run_name"],
+                                     tracking["tags"], mlflow_run.artifact_location(uri))
+        say(mlflow_run.run_line(client, ledger, continued))
+        layout = RunLayout(run_dir)
+        train, evaluations = CsvTail(layout.train_metrics), CsvTail(layout.eval_metrics)
+        step = "stream the metrics"
+        while True:
+            ended = stopped_within(tracking["interval_s"])
+            ledger = mlflow_run.log_rows(client, run_dir, ledger, rows(train.new_rows(), ""),
+                                         rows(evaluations.new_rows(), EVAL_PREFIX))
+            if ended:
+                return 0
+    except Exception as exc:  # pylint: disable=broad-except  # tracking never fails the run
+        say(f"warning: --track mlflow: could not {step} at {uri} ({one_line(exc)}); the run goes on, and is sent "
+            f"to MLflow once it ends")
+        return 1
+
+
+def main() -> int:
+    os.nice(NICENESS)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run; its end closes our stdin
+    run_dir, output_root, tracking = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    from dqn_cartpole.tracking.send import quiet_libraries
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    import mlflow  # pylint: disable=import-outside-toplevel,unused-import  # first: it sets its loggers' levels
+
+    with quiet_libraries():
+        return follow(run_dir, output_root, tracking, say)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
