@@ -301,12 +301,30 @@ def fields(section: str) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(SECTIONS[section])}
 
 
+NEVER_READ = ("agent.double_dqn",)  # deprecated: loading folds it into agent.kind; a resolved config holds null
+# Keys a run reads only when a key of another section has one of some values (a field's own `when` reads its own
+# section): noisy layers explore, so the epsilon schedule is not read; the solved_* keys act from a solve on, in a
+# run that trains on past it.
+ACROSS_SECTIONS = {**{f"agent.epsilon_{name}": ("network", When("noisy", (False,)))
+                      for name in ("start", "end", "decay_steps")},
+                   **{f"agent.solved_{name}": ("evaluation", When("stop_when_solved", (False,)))
+                      for name in ("target_update_period", "target_update_tau", "learning_rate")}}
+
+
 def applies(config: dict, dotted: str, distributed: bool = False) -> bool:
-    """Whether `section.key` matters for a run with this resolved config (as plain data, e.g. a run's
-    config.yaml); `distributed`: the run's roles are separate processes."""
+    """Whether `section.key` acts in a run with this resolved config (as plain data, e.g. a run's config.yaml):
+    the run's agent, network, replay and loop read it. `distributed`: the run's roles are separate processes. The
+    run report's config table and `compare`'s differing keys both ask this."""
     section, key = dotted.split(".", 1)
     if section in ROLES_ONLY_SECTIONS:
         return distributed
+    if dotted in NEVER_READ:
+        return False
+    if dotted in ACROSS_SECTIONS:
+        where, condition = ACROSS_SECTIONS[dotted]
+        values = config.get(where, {})  # a run folder from before that key holds its default
+        if not condition.holds({condition.key: values.get(condition.key, fields(where)[condition.key].default)}):
+            return False
     spec = fields(section).get(key)
     condition = spec.metadata["condition"] if spec is not None else None
     return condition is None or condition.holds(config.get(section, {}))
