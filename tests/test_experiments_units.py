@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dqn_cartpole.errors import UserError
-from dqn_cartpole.experiments import compare, grid, space, stats, storage
+from dqn_cartpole.experiments import compare, compare_table, grid, space, stats, storage
 from dqn_cartpole.run_folder import RunRecord
 
 
@@ -45,16 +45,46 @@ def test_bad_grid_entries(text, needle):
 
 
 def test_iqm_and_bootstrap_interval():
-    assert stats.iqm(np.array([1.0, 2, 3, 4, 100])) == 3.0  # the middle 50%: 2, 3, 4
+    assert stats.aggregate("iqm")(np.array([[1.0], [2], [3], [4], [100]])) == 3.0  # the middle 50%: 2, 3, 4
     one = stats.estimate([7.0])
     assert (one.value, one.low, one.high, one.format()) == (7.0, 7.0, 7.0, "7")
-    same = stats.estimate([5.0, 5.0, 5.0], stats.median)
+    same = stats.estimate([5.0, 5.0, 5.0], "median")
     assert (same.low, same.high) == (5.0, 5.0)
-    spread = stats.estimate([10.0, 20, 30, 40, 50, 60], stats.median)
+    spread = stats.estimate([10.0, 20, 30, 40, 50, 60], "median")
     assert spread.value == 35.0 and 10.0 <= spread.low < 35.0 < spread.high <= 60.0
-    assert stats.estimate([]).format() == "-"
-    low, high = stats.band(np.array([[1.0, 2.0], [3.0, 2.0], [5.0, 2.0]]), stats.mean)
-    assert high[1] == low[1] == 2.0 and low[0] < 3.0 < high[0]
+    assert spread == stats.estimate([10.0, 20, 30, 40, 50, 60], "median")  # seeded: the same every time
+    assert stats.estimate([]).format() == "-" and stats.estimate([1234.5, 2345.6]).format(1).startswith("1,790.0 [")
+    line, low, high = stats.band(np.array([[1.0, 2.0], [3.0, 2.0], [5.0, 2.0]]), "mean")
+    assert list(line) == [3.0, 2.0] and high[1] == low[1] == 2.0 and low[0] < 3.0 < high[0]
+
+
+def test_every_bootstrap_is_seeded_and_leaves_numpys_global_generator_as_it_was():
+    """rliable draws its resamples from np.random's global generator: seeded for each estimate, then put back."""
+    values = np.random.default_rng(1).normal(size=40)
+    first = stats.estimate(values)
+    np.random.seed(123)
+    before = np.random.random()
+    np.random.seed(123)
+    assert stats.estimate(values) == first and stats.improvement(values[:20], values[20:]) == \
+        stats.improvement(values[:20], values[20:])
+    assert np.random.random() == before
+
+
+def test_the_per_point_statistics_and_the_profile_are_rliables():
+    """The vectorised forms used inside the bootstrap give what rliable's own functions give, point by point."""
+    from rliable import library, metrics
+
+    curves = np.random.default_rng(3).uniform(0, 500, size=(7, 1, 4))
+    assert stats.aggregate("iqm") is metrics.aggregate_iqm and stats.aggregate("mean") is metrics.aggregate_mean
+    assert stats.aggregate("median")(np.array([[1.0], [2.0], [9.0]])) == 2.0  # across runs, not rliable's
+    for name in ("iqm", "mean", "median"):
+        expected = [stats.aggregate(name)(curves[:, :, i]) for i in range(4)]
+        assert stats.per_point(name)(curves) == pytest.approx(expected)
+    taus = np.linspace(0, 500, 11)
+    assert list(stats.score_distribution(curves[:, :, 0], taus)) == list(library.score_distributions(curves[:, :, 0],
+                                                                                                     taus))
+    profile, low, high = stats.profiles({"a": [100.0, 200.0, 300.0]}, taus)["a"]
+    assert profile[0] == 1.0 and profile[-1] == 0.0 and np.all(low <= profile) and np.all(profile <= high)
 
 
 def test_space_entries_and_their_errors(tmp_path):
@@ -120,7 +150,7 @@ def test_groups_that_differ_in_many_keys_are_named_after_their_sweep_folder():
     assert [g.label for g in groups] == ["fast", "slow"]
     assert groups[0].settings == {"agent.epsilon_end": 1.0, "agent.gamma": 1.0, "agent.learning_rate": 1.0,
                                   "agent.n_step": 1.0}
-    table = compare.markdown_table([compare.group_row(g) for g in groups], groups)
+    table = compare_table.markdown([compare_table.group_row(g) for g in groups], groups, [])
     assert "| key | fast | slow |" in table and "| agent.gamma | 1.0 | 0.5 |" in table
 
 
@@ -143,7 +173,7 @@ def test_groups_side_by_side_in_one_folder_are_lettered_with_their_keys_listed()
             for seed in (0, 1) for lr in (1.0, 0.5)]
     groups = compare.group_runs(grid)
     assert [g.label for g in groups] == ["A", "B"]
-    assert "| key | A | B |" in compare.markdown_table([compare.group_row(g) for g in groups], groups)
+    assert "| key | A | B |" in compare_table.markdown([compare_table.group_row(g) for g in groups], groups, [])
 
 
 def test_keys_that_do_not_apply_to_any_run_are_not_differences():
@@ -160,23 +190,25 @@ def test_the_table_has_the_fixed_budget_protocols_final_policy_and_the_share_tha
     solve target (the env's threshold, else the config's); runs without a score are left out of both."""
     def run(seed, score, env="CartPole-v1", target=None):
         config = {"env": {"id": env}, "evaluation": {"solve_return": target}, "training": {"seed": seed}}
-        summary = {"final_policy_return": score, "final_return": 500.0, "best_return": 500.0}
+        summary = {"final_policy_return": score, "final_policy_episodes": 100, "final_return": 500.0,
+                   "best_return": 500.0}
         return RunRecord(root=f"/runs/s{seed}", version=1, config=config, summary=summary)
 
     scores = [500.0, 500.0, 391.3, 500.0, 474.9]
     groups = compare.group_runs([run(seed, score) for seed, score in enumerate(scores)] + [run(9, None)])
-    row = compare.group_row(groups[0])
-    assert row["scored"] == 5 and row["final policy solves"] == pytest.approx(3 / 5)
-    assert row["final policy, fresh episodes (IQM)"].value == pytest.approx(stats.iqm(np.array(scores)))
-    table = compare.markdown_table([row], groups)
-    assert "| final policy, fresh episodes (IQM) | final policy solves |" in table.splitlines()[0] + " |"
+    row = compare_table.group_row(groups[0])
+    assert row["scored"] == 5 and row["held"] == 0 and row["final policy solves"] == pytest.approx(3 / 5)
+    assert row["final policy score (IQM)"].value == pytest.approx((500.0 + 500.0 + 474.9) / 3)
+    table = compare_table.markdown([row], groups, [])
+    assert "| final policy score (IQM) | final policy solves |" in table.splitlines()[0] + " |"
     assert table.splitlines()[2].endswith("| 3/5 (60%) |")
-    assert "final policy solves fraction" in compare.csv_table([row]).splitlines()[0]
-    own_target = compare.group_row(compare.group_runs([run(0, 300.0, target=250.0)])[0])
+    assert "5 of 5 ran their whole budget" in table and "stopped on their solve" not in table
+    assert "final policy solves fraction" in compare_table.csv_table([row]).splitlines()[0]
+    own_target = compare_table.group_row(compare.group_runs([run(0, 300.0, target=250.0)])[0])
     assert own_target["final policy solves"] == 1.0  # the config's solve_return, not CartPole's 475
-    unscored = compare.group_row(compare.group_runs([run(0, None)])[0])
+    unscored = compare_table.group_row(compare.group_runs([run(0, None)])[0])
     assert unscored["final policy solves"] is None
-    assert compare.markdown_table([unscored], []).splitlines()[2].endswith("| - | - |")
+    assert compare_table.markdown([unscored], [], []).splitlines()[2].endswith("| - | - |")
 
 
 # ---------------------------------------------------------------------------- the executor seam, here

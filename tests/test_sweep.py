@@ -168,7 +168,8 @@ def test_compare_groups_by_learning_rate_with_confidence_intervals(sweep, tmp_pa
     proc = subprocess.run([sys.executable, "-c", code, "compare", os.path.join(folder, "*"), "--output", str(out)],
                           cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert sorted(os.listdir(out)) == ["report.html", "returns.png", "table.csv", "table.md"]
+    assert sorted(os.listdir(out)) == ["profile.png", "report.html", "returns.png", "solved.png", "table.csv",
+                                       "table.md"]
     rows = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| agent.")]
     assert [r.split(" | ")[0] for r in rows] == ["| agent.learning_rate=0.001", "| agent.learning_rate=0.002"]
     for name in [n for n in os.listdir(folder) if n.startswith("learning_rate=")]:  # C51 runs, with their atoms
@@ -180,13 +181,14 @@ def test_compare_groups_by_learning_rate_with_confidence_intervals(sweep, tmp_pa
         assert cells[1] == "2" and cells[2] == "no solve check (stop_when_solved: false)"
         assert "[" in cells[6] or cells[6].count(".") == 1  # IQM [low, high] unless both seeds agree exactly
     header = (out / "table.csv").read_text().splitlines()[0]
-    assert "best return (IQM) ci_low" in header and "solve checked,solved fraction" in header
-    assert rows[0] in proc.stdout
+    assert "best evaluation (IQM) ci_low" in header and "solve checked,solved fraction" in header
+    assert "agent.learning_rate=0.001" in proc.stdout and f"page: {out / 'report.html'}" in proc.stdout
+    assert "- agent.learning_rate=0.002 vs agent.learning_rate=0.001: final policy score: " in proc.stdout
     assert_page_links_resolve(str(out / "report.html"), expected_links=4)
     browser = find_chromium()
     if browser:  # CI always has one (.ci/run installs it)
         result = probe_page(browser, str(out / "report.html"), str(tmp_path / "profile"))
-        assert [i["naturalWidth"] > 0 for i in result["images"]] == [True], result["images"]
+        assert [i["naturalWidth"] > 0 for i in result["images"]] == [True] * 3, result["images"]
         assert result["errors"] == [] and result["console"] == [], result
 
 

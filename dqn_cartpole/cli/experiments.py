@@ -39,11 +39,13 @@ def add_parsers(sub) -> None:
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
 
     compare = sub.add_parser("compare", help="compare runs across seeds: plot and table with confidence intervals",
-                             description="Group runs by the config keys that differ (ignoring the seed and "
-                                         "output keys) and report each group across its seeds, with 95%% "
-                                         "bootstrap confidence intervals.")
+                             description="Group runs by the config keys that differ among the runs that read "
+                                         "them (ignoring the seed and output keys), report each group across its "
+                                         "seeds with 95%% stratified bootstrap confidence intervals (rliable), and "
+                                         "say whether each group is better than the first, with the probability "
+                                         "of improvement, or that its seeds cannot tell.")
     compare.add_argument("paths", metavar="PATH", nargs="+", help="run folders, sweep folders or globs")
-    compare.add_argument("--output", metavar="DIR", help="where returns.png, table.md and table.csv go "
+    compare.add_argument("--output", metavar="DIR", help="where report.html, the plots, table.md and table.csv go "
                                                          "(default: outputs/compare/<name or time>)")
     compare.add_argument("--name", help="name of the default output folder")
     compare.add_argument("--statistic", choices=("iqm", "mean"), default="iqm",
@@ -135,13 +137,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from dqn_cartpole.experiments import compare
+    from dqn_cartpole.experiments import compare, compare_table
 
     runs = compare.load_runs(args.paths)
     folder = compare.output_folder(args.output, args.name)
-    table = compare.run_compare(runs, folder, args.statistic)
-    print(table)
-    print(f"wrote {folder}/{{returns.png,table.md,table.csv}}")
+    found = compare.compare(runs, folder, args.statistic)
+    print(compare_table.terminal_report(found.rows, found.groups, found.verdicts))
+    print(f"\nwrote {folder}/: {', '.join(compare.PLOTS)}, table.md, table.csv")
+    print(f"page: {found.page}")
     return EXIT_OK
 
 
