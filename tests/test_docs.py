@@ -208,8 +208,17 @@ def test_the_readme_is_a_front_page():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
         lines = handle.read().splitlines()
     assert len(lines) <= README_MAX_LINES
-    assert lines[4:6] == ["```bash", "make train   # creates .venv if missing, installs the pinned dependencies, "
-                                     "runs: python -m dqn_cartpole train"] or "make train" in "\n".join(lines[:12])
+    assert lines[4:7] == ["```bash", "make train   # creates .venv if missing, installs uv.lock into it, runs: python -m "
+                                     "dqn_cartpole train", "make test    # the same set-up, then runs the test suite "
+                                     "(python -m pytest)"]
+
+
+def test_ci_runs_the_readmes_test_command():
+    """.ci/run calls the README's test command (`make test`, set-up included), so tests and README never drift."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
+        command = handle.read().splitlines()[6].split("#")[0].strip()
+    with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as handle:
+        assert command == "make test" and command in [line.strip() for line in handle]
 
 
 SHIPPED = sorted(os.path.splitext(os.path.basename(path))[0] for path in glob.glob(os.path.join(REPO, "configs", "*.yaml")))

@@ -124,9 +124,20 @@ def test_the_dict_wrapper_trap_is_closed_in_a_fresh_process():
 
 def test_what_imports_numpy_optionally_runs_beside_numpy_1():
     """TF 2.15 needs numpy < 2; packages whose metadata leaves numpy out may still need 2 at import (pyarrow 26,
-    which mlflow brings and Ray imports in every actor once installed, did): each imports and converts an array."""
-    code = ("import numpy, pyarrow, pandas, ray._private.arrow_serialization\n"
+    which mlflow brings and Ray imports in every actor once installed, did; arch 7.2, rliable's, fails on pandas 3):
+    each imports, and converts an array."""
+    code = ("import numpy, pyarrow, pandas, ray._private.arrow_serialization, rliable.library\n"
             "assert numpy.__version__.startswith('1.')\n"
             "print(pyarrow.array(numpy.arange(3)).to_pylist(), pandas.Series(numpy.arange(2)).sum())")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.split() == ["[0,", "1,", "2]", "1"], proc.stderr[-2000:]
+
+
+def test_the_install_page_lists_the_locked_versions():
+    """docs/install.md's table of the main packages says what the lock installs."""
+    with open(os.path.join(REPO, "docs", "install.md"), encoding="utf-8") as handle:
+        cells = [cell.strip() for line in handle if line.startswith("| ") for cell in line.strip().strip("|").split("|")]
+    listed = {normalized(name): version.split()[0] for name, version in zip(cells[::2], cells[1::2])
+              if re.match(r"^\d+\.\d+", version)}
+    locked = pins(exported())
+    assert len(listed) >= 15 and {name: locked.get(name) for name in listed} == listed
