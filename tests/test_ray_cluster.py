@@ -64,21 +64,3 @@ def test_a_private_instance_that_times_out_is_started_again_once_its_leftovers_k
     assert ray.calls == ["10.0.0.1:6379"]
 
 
-def test_ray_beside_pydantic_1_is_one_line_naming_the_extras(monkeypatch):
-    """The mlflow and wandb extras bring pydantic 1, which Ray 2.60 refuses: a local instance never started (its
-    dashboard process exited on the import) and the command waited Ray's 30 s twice; now it is one line at once."""
-    from importlib import metadata
-
-    real = metadata.version
-    monkeypatch.setattr(metadata, "version", lambda name: "1.10.27" if name == "pydantic" else real(name))
-    with pytest.raises(UserError, match=r"^--topology ray: Ray cannot start beside pydantic 1\.10\.27, which the "
-                                        r"mlflow and wandb extras install"):
-        ray_cluster.check_pydantic("--topology ray")
-    monkeypatch.setattr(metadata, "version", lambda name: "2.9.2" if name == "pydantic" else real(name))
-    ray_cluster.check_pydantic("--topology ray")
-
-    def missing(name):
-        raise metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(metadata, "version", missing)
-    ray_cluster.check_pydantic("--topology ray")

@@ -1,8 +1,10 @@
 """`--track mlflow | wandb` (docs/tracking.md) with the real libraries, nothing sent over a network: a short tracked
-run read back with MLflow's own client, the same run folder written to W&B offline and read back from its offline
-run file, a resumed run that continues its tracked run, a sweep of two seeds in one group (and runs that start at
-once in one experiment), a server that does not answer and a store on a full disk (one warning line each, a normal
-run), and no import of either library without --track.
+run whose metrics are read from MLflow's store while it is held at an evaluation, then read back with MLflow's own
+client once it ended; the same run folder written to W&B offline and read back from its offline run file; a resumed
+run that continues its tracked run; a sweep of two seeds in one group (and runs that start at once in one new SQLite
+store); a `--topology ray` run tracked from the same environment; a server that does not answer and a store on a
+full disk (one warning line each, a normal run); a missing extra refused before anything trains; and no import of
+either library without --track.
 
 One tracked run (configs/smoke.yaml, 150 iterations, in a folder of its own) serves every read-back; the resume test
 continues it last. Every store is under the test's own folder (W&B's cache and config folders too, not HOME)."""
@@ -13,24 +15,21 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 
-from helpers import CONFIGS, REPO, cli_env, free_port, rows, run_cli
+from helpers import CONFIGS, REPO, cli_command, cli_env, free_port, processes_of, rows, run_cli, wait_for
 
 import dqn_cartpole as dq
 from dqn_cartpole.config import apply_override, load_config
 from dqn_cartpole.experiments.tracking_group import group_overrides, trial_tags
 from dqn_cartpole.tracking.send import send_run
 from dqn_cartpole.tracking.sent import value_text
-
-# Their extras bring pydantic 1, which Ray 2.60 refuses: `make test-tracking` runs this file in an environment of its
-# own (.ci/run does), and `make test`'s environment, with Ray, skips it.
-pytest.importorskip("mlflow", reason="the tracking tests run in `make test-tracking`'s environment")
-pytest.importorskip("wandb", reason="the tracking tests run in `make test-tracking`'s environment")
 
 SMOKE = os.path.join(CONFIGS, "smoke.yaml")
 ITERATIONS = 150  # train rows at 50, 100, 150; evaluations at 0, 100, 150
@@ -46,15 +45,67 @@ def tracking_env(root: str, **extra: str) -> dict:
     return env
 
 
+def store_uri(root: str) -> str:
+    """The default store of a run whose output.root is `root`/outputs."""
+    return "sqlite:///" + os.path.join(root, "outputs", "mlflow.db")
+
+
+def metric_steps(uri: str, key: str, run_dir: str) -> dict:
+    """run id -> the steps of `key` in the store at `uri`, read by a fresh MlflowClient (as another process would),
+    once the run's follower has made the store and opened the run (its ledger says so)."""
+    from mlflow import MlflowClient
+
+    if not os.path.exists(os.path.join(run_dir, "tracking.json")):
+        return {}
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("dqn_cartpole")
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    return {run.info.run_id: sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) for run in runs}
+
+
+def held_at_an_evaluation(process: subprocess.Popen, run_dir: str, uri: str) -> dict:
+    """Stops the training process (SIGSTOP) once eval_metrics.csv holds its first evaluation, then waits for that
+    evaluation in the MLflow store (only the follower can send it now), and lets the run go on: what was seen."""
+    evaluations = os.path.join(run_dir, "eval_metrics.csv")
+    wait_for(lambda: process.poll() is not None or (os.path.exists(evaluations) and rows(evaluations)), 240,
+             "the first evaluation in eval_metrics.csv")
+    assert process.poll() is None, "the run ended before it could be held"
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        held_rows = rows(evaluations)
+        wait_for(lambda: any(metric_steps(uri, "eval/average_return", run_dir).values()), 300,
+                 "the held run's evaluation in MLflow's store", poll_s=1.0)
+        from mlflow import MlflowClient
+
+        (run_id, seen), = metric_steps(uri, "eval/average_return", run_dir).items()
+        run = MlflowClient(tracking_uri=uri).get_run(run_id)
+        return {"steps": seen, "csv_steps": [int(r["train_step"]) for r in held_rows], "status": run.info.status,
+                "summary_then": os.path.exists(os.path.join(run_dir, "summary.json")), "run_id": run_id}
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+
+
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory):
-    """`train --config smoke --track mlflow` in a fresh folder (output.root there): (root, run folder, process)."""
+    """`train --config smoke --track mlflow` in a fresh folder (output.root there), held at its first evaluation
+    while its metrics are read from the store: (root, run folder, the finished process, what was seen held)."""
     root = str(tmp_path_factory.mktemp("tracking"))
     run_dir = os.path.join(root, "outputs", "run")
-    proc = run_cli("train", "--config", SMOKE, "--track", "mlflow", "-n", str(ITERATIONS), "--output-dir", run_dir,
-                   "--quiet", "--set", "tracking.tags=[team=rl, nightly]", cwd=root, env=tracking_env(root))
+    process = subprocess.Popen(cli_command("train", "--config", SMOKE, "--track", "mlflow", "-n", str(ITERATIONS),
+                                           "--output-dir", run_dir, "--quiet", "--set",
+                                           "tracking.tags=[team=rl, nightly]"),
+                               cwd=root, env=tracking_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        held = held_at_an_evaluation(process, run_dir, store_uri(root))
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    proc = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return root, run_dir, proc
+    return root, run_dir, proc, held
 
 
 def ledger(run_dir: str, backend: str) -> dict:
@@ -82,12 +133,32 @@ def steps(client, run_id: str, key: str) -> list:
     return [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
 
 
+def test_a_running_run_shows_its_metrics_in_mlflow_before_it_ends(tracked):
+    """Held (SIGSTOP) after its first evaluation, the run's evaluation is read from the store by a fresh client:
+    the follower sent it while the run was running, with no summary yet; the run id is the one the run named."""
+    _, run_dir, proc, held = tracked
+    assert held["steps"] == held["csv_steps"][:len(held["steps"])] and held["steps"][0] == 0, held
+    assert held["status"] == "RUNNING" and not held["summary_then"]
+    assert held["run_id"] == ledger(run_dir, "mlflow")["run_id"]
+    assert not processes_of(run_dir), "the follower outlived its run"
+
+
+def test_a_tracked_runs_first_lines_say_where_it_goes(tracked):
+    root, run_dir, proc, _ = tracked
+    uri = store_uri(root)
+    lines = proc.stderr.splitlines()  # with the progress bar's other messages
+    assert lines[0].startswith("Training CartPole-v1 with smoke.yaml")
+    assert lines[1] == (f"Tracking to MLflow: experiment dqn_cartpole at {uri} (see it with: mlflow ui "
+                        f"--backend-store-uri {uri})")
+    assert f"  MLflow run {ledger(run_dir, 'mlflow')['run_id']}: metrics sent as the run goes" in lines
+
+
 def test_a_tracked_run_reads_back_with_mlflows_client(tracked):
-    root, run_dir, proc = tracked
+    root, run_dir, proc, _ = tracked
     client, run = mlflow_run(run_dir)
-    assert "warning" not in proc.stderr
+    assert "warning" not in proc.stderr and "INFO" not in proc.stderr
     assert run.info.status == "FINISHED" and run.info.run_name == "run"
-    assert ledger(run_dir, "mlflow")["store"] == "file://" + os.path.join(root, "outputs", "mlruns")
+    assert ledger(run_dir, "mlflow")["store"] == store_uri(root)
     assert client.get_experiment(run.info.experiment_id).name == "dqn_cartpole"
     # the resolved config, every key
     config = dq.load_config(os.path.join(run_dir, "config.yaml"))
@@ -158,7 +229,7 @@ def read_offline_run(run_file: str) -> dict:
 
 def test_the_same_run_folder_in_wandb_offline_reads_back(tracked, tmp_path, monkeypatch):
     """W&B in offline mode: the run file under output.root/wandb/, read back record by record."""
-    root, run_dir, _ = tracked
+    root, run_dir, _, _ = tracked
     for name, value in tracking_env(str(tmp_path)).items():
         if name.startswith("WANDB_"):
             monkeypatch.setenv(name, value)
@@ -188,7 +259,7 @@ def test_the_same_run_folder_in_wandb_offline_reads_back(tracked, tmp_path, monk
 
 def test_a_missing_extra_is_one_warning(tracked, monkeypatch):
     """As when the extra is not installed (the import fails): one warning, nothing sent, nothing raised."""
-    _, run_dir, _ = tracked
+    _, run_dir, _, _ = tracked
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     config = apply_override(load_config(os.path.join(run_dir, "config.yaml")), "tracking.backend=wandb")
     warnings = []
@@ -197,18 +268,19 @@ def test_a_missing_extra_is_one_warning(tracked, monkeypatch):
 
 
 def test_a_full_disk_in_the_store_is_one_warning(tracked, tmp_path):
-    """The MLflow store on a 256 KB tmpfs (a private mount namespace): the videos do not fit."""
+    """The MLflow store's artifacts (mlartifacts, beside its database) on a 256 KB tmpfs (a private mount namespace):
+    the videos do not fit."""
     if shutil.which("unshare") is None:
         pytest.skip("needs util-linux unshare")
-    _, run_dir, _ = tracked
+    _, run_dir, _, _ = tracked
     copy = str(tmp_path / "run")
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("tracking.json"))
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
+    mount = tmp_path / "store" / "mlartifacts"
+    mount.mkdir(parents=True)
     code = ("from dqn_cartpole.config import apply_override, load_config; from dqn_cartpole.tracking.send import "
             f"send_run; config = load_config({copy + '/config.yaml'!r}); "
             f"print(send_run(apply_override(config, 'tracking.backend=mlflow'), {copy!r}))")
-    env = tracking_env(str(tmp_path), MLFLOW_TRACKING_URI=f"file://{mount}/mlruns")
+    env = tracking_env(str(tmp_path), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/store/mlflow.db")
     proc = subprocess.run(["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o size=256k tmpfs {mount} && exec "
                                                           f"{sys.executable} -c \"{code}\""],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -220,9 +292,10 @@ def test_a_full_disk_in_the_store_is_one_warning(tracked, tmp_path):
     assert "No space left on device" in warnings[0]
 
 
-def test_an_unreachable_server_is_one_warning_and_a_normal_solved_run(tmp_path):
+def test_an_unreachable_server_is_a_warning_while_it_runs_one_at_its_end_and_a_normal_solved_run(tmp_path):
     """MLFLOW_TRACKING_URI names a closed local port: the run solves (a target its first evaluation reaches), ends
-    with exit status 0 and its files, and says one warning line."""
+    with exit status 0 and its files, and says one warning line while it runs (nothing streamed) and one when its
+    end's send, tried again, fails too."""
     port = free_port()  # nothing listens there
     run_dir = str(tmp_path / "run")
     proc = run_cli("train", "--config", SMOKE, "--track", "mlflow", "-n", "100", "--output-dir", run_dir, "--quiet",
@@ -231,8 +304,12 @@ def test_an_unreachable_server_is_one_warning_and_a_normal_solved_run(tmp_path):
                    env=tracking_env(str(tmp_path), MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [line for line in proc.stderr.splitlines() if "warning" in line.lower()]
-    assert len(warnings) == 1 and warnings[0].startswith("warning: --track mlflow: the run was not sent"), proc.stderr
-    assert f"127.0.0.1:{port}" in warnings[0] and "Traceback" not in proc.stderr
+    assert len(warnings) == 2, proc.stderr
+    assert warnings[0].startswith(f"warning: --track mlflow: could not open the run at http://127.0.0.1:{port} ("), \
+        warnings
+    assert warnings[0].endswith("); the run goes on, and is sent to MLflow once it ends")
+    assert warnings[1].startswith("warning: --track mlflow: the run was not sent"), warnings
+    assert f"127.0.0.1:{port}" in warnings[1] and "Traceback" not in proc.stderr
     with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as handle:
         summary = json.load(handle)
     assert summary["solved_at_iteration"] is not None and summary["exit_status"] == 0
@@ -247,7 +324,7 @@ def test_a_sweep_of_two_seeds_shares_a_group(tmp_path):
                    "--jobs", "2", "--quiet", "--set", "video.enabled=false", cwd=str(tmp_path),
                    env=tracking_env(str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    client = MlflowClient(tracking_uri=f"file://{tmp_path}/outputs/mlruns")
+    client = MlflowClient(tracking_uri=store_uri(str(tmp_path)))
     experiment = client.get_experiment_by_name("dqn_cartpole")
     runs = client.search_runs([experiment.experiment_id], "tags.group = 'pair'")
     assert sorted(run.data.tags["seed"] for run in runs) == ["0", "1"]
@@ -257,15 +334,13 @@ def test_a_sweep_of_two_seeds_shares_a_group(tmp_path):
     assert all(run.info.status == "FINISHED" for run in runs)
 
 
-def start_one_run(store: str, barrier, index: int) -> None:
-    """A child's part of the next test: wait for the others, then start a run as a sweep's job does."""
-    from types import SimpleNamespace
+def start_one_run(uri: str, barrier, index: int) -> None:
+    """A child's part of the next test: wait for the others, then open the store and start a run as a sweep's job
+    does (the first one to open a new SQLite store creates its tables)."""
+    from dqn_cartpole.tracking import mlflow_run
 
-    from mlflow import MlflowClient
-
-    from dqn_cartpole.tracking.mlflow_run import start_run
-
-    client = MlflowClient(tracking_uri="file://" + store)
+    barrier.wait(timeout=60)
+    client = mlflow_run.connect(uri)
     look_up = client.get_experiment_by_name
 
     def slow_look_up(name):  # a loaded machine's pause between looking and making, made certain
@@ -274,22 +349,21 @@ def start_one_run(store: str, barrier, index: int) -> None:
         return found
 
     client.get_experiment_by_name = slow_look_up
-    barrier.wait(timeout=60)
-    start_run(client, SimpleNamespace(project="dqn_cartpole", run_name=f"run-{index}", tags={}), "file://" + store)
+    mlflow_run.start_run(client, "dqn_cartpole", f"run-{index}", {}, uri, mlflow_run.artifact_location(uri))
 
 
-def test_runs_that_start_at_once_share_one_experiment(tmp_path):
-    """Jobs of a sweep start their runs at the same moment in a store that does not exist yet: one experiment of the
-    project's name holds all of them (MLflow's file store alone makes one experiment per job that looked first)."""
+def test_runs_that_start_at_once_share_one_new_store_and_one_experiment(tmp_path):
+    """Jobs of a sweep start their runs at the same moment in a SQLite store that does not exist yet: its tables are
+    made once, and one experiment of the project's name holds all of them."""
     import multiprocessing
 
     from mlflow import MlflowClient
 
     context = multiprocessing.get_context("spawn")
     jobs = 3
-    store = str(tmp_path / "outputs" / "mlruns")
+    uri = store_uri(str(tmp_path))
     barrier = context.Barrier(jobs)
-    children = [context.Process(target=start_one_run, args=(store, barrier, index)) for index in range(jobs)]
+    children = [context.Process(target=start_one_run, args=(uri, barrier, index)) for index in range(jobs)]
     for child in children:
         child.start()
     for child in children:
@@ -297,10 +371,66 @@ def test_runs_that_start_at_once_share_one_experiment(tmp_path):
         if child.exitcode is None:
             child.kill()
     assert [child.exitcode for child in children] == [0] * jobs
-    client = MlflowClient(tracking_uri="file://" + store)
+    client = MlflowClient(tracking_uri=uri)
     named = [e for e in client.search_experiments() if e.name == "dqn_cartpole"]
     assert len(named) == 1, f"{len(named)} experiments named dqn_cartpole"
     assert len(client.search_runs([named[0].experiment_id])) == jobs
+    assert named[0].artifact_location == os.path.join(str(tmp_path), "outputs", "mlartifacts")
+
+
+def without(tmp_path, module: str) -> dict:
+    """A CLI's environment in which `module` is not installed, as far as Python can tell (a sitecustomize on the
+    path marks it missing: `import` raises ImportError and `find_spec` finds nothing)."""
+    shim = tmp_path / "shim"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(f"import sys\nsys.modules[{module!r}] = None\n")
+    return tracking_env(str(tmp_path), PYTHONPATH=f"{shim}{os.pathsep}{REPO}")
+
+
+def test_a_tracker_that_is_not_installed_is_refused_before_anything_trains(tmp_path):
+    """train (one process and --topology local), sweep and the Python API's track=: one line naming the extra,
+    exit status 2, no folder made."""
+    hint = 'is not installed: pip install "dqn_cartpole[{0}]" (or make install, which installs every extra)'
+    run_dir = str(tmp_path / "outputs" / "run")
+    for module, args, line in (
+            ("mlflow", ("train", "--config", SMOKE, "--track", "mlflow", "--output-dir", run_dir),
+             "error: --track mlflow: mlflow " + hint.format("mlflow")),
+            ("wandb", ("train", "--config", SMOKE, "--set", "tracking.backend=wandb", "--topology", "local"),
+             "error: --track wandb: wandb " + hint.format("wandb")),
+            ("mlflow", ("sweep", "--config", SMOKE, "--seeds", "0,1", "--track", "mlflow", "--name", "pair"),
+             "error: --track mlflow: mlflow " + hint.format("mlflow"))):
+        proc = run_cli(*args, cwd=str(tmp_path), env=without(tmp_path, module))
+        assert (proc.returncode, proc.stderr.splitlines()) == (2, [line]), proc.stderr[-3000:]
+        assert not os.path.exists(tmp_path / "outputs"), os.listdir(tmp_path / "outputs")
+    code = ("import dqn_cartpole as dq\ntry:\n    dq.train('smoke', 'run', track='mlflow')\nexcept dq.UserError as exc:\n"
+            "    print(exc)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=without(tmp_path, "mlflow"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "track='mlflow': mlflow " + hint.format("mlflow"), proc.stderr[-3000:]
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_ray_run_is_tracked_to_mlflow_from_the_same_environment(tmp_path):
+    """`train --topology ray --track mlflow` on a private Ray instance: Ray and MLflow in one environment, the run
+    and its metrics in the store, nothing left running."""
+    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
+    run_dir = str(tmp_path / "outputs" / "ray-run")
+    try:
+        proc = run_cli("train", "--topology", "ray", "--address", "local", "--collectors", "1", "--config", SMOKE,
+                       "-n", "100", "--track", "mlflow", "--output-dir", run_dir, "--quiet",
+                       "--set", "video.enabled=false", cwd=str(tmp_path),
+                       env=tracking_env(str(tmp_path), RAY_TMPDIR=ray_tmp), timeout=600)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    uri = store_uri(str(tmp_path))
+    assert f"Tracking to MLflow: experiment dqn_cartpole at {uri}" in proc.stdout and "warning" not in proc.stderr
+    client, run = mlflow_run(run_dir)
+    assert run.info.status == "FINISHED" and run.data.params["training.num_iterations"] == "100"
+    train = rows(os.path.join(run_dir, "train_metrics.csv"))
+    assert [step for step, _ in steps(client, run.info.run_id, "loss")] == [int(r["train_step"]) for r in train]
+    assert "outcome/iterations" in run.data.metrics
+    assert not processes_of(run_dir)
 
 
 def test_a_sweep_and_a_study_group_only_tracked_runs():
@@ -325,7 +455,7 @@ def test_nothing_is_imported_without_track(tmp_path):
 
 def test_a_resumed_run_continues_its_tracked_run(tracked):
     """Last (it trains the shared run on): the same MLflow run, only the new rows added."""
-    root, run_dir, _ = tracked
+    root, run_dir, _, _ = tracked
     first = ledger(run_dir, "mlflow")["run_id"]
     proc = run_cli("train", "--resume", run_dir, "-n", str(ITERATIONS + 100), "--quiet", cwd=root,
                    env=tracking_env(root))

@@ -38,23 +38,7 @@ def import_ray(what: str) -> Any:
         import ray  # pylint: disable=import-outside-toplevel
     except ImportError:
         raise UserError(f"{what} needs Ray, which is not installed: {INSTALL_HINT}") from None
-    check_pydantic(what)
     return ray
-
-
-def check_pydantic(what: str) -> None:
-    """A one-line UserError where pydantic 1 is installed (the mlflow and wandb extras bring it): Ray 2.60 refuses it,
-    and a local Ray instance would never start (its dashboard process exits on the import)."""
-    from importlib import metadata  # pylint: disable=import-outside-toplevel
-
-    try:
-        version = metadata.version("pydantic")
-    except metadata.PackageNotFoundError:
-        return
-    if version.split(".")[0] == "1":
-        raise UserError(f"{what}: Ray cannot start beside pydantic {version}, which the mlflow and wandb extras "
-                        f"install (Ray 2.60 needs pydantic 2, or none): use an environment without them for Ray runs "
-                        f"(docs/tracking.md)")
 
 
 LOCAL = "local"  # as an address: a private instance, even beside a `ray start` cluster (Ray's own word)

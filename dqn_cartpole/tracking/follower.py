@@ -96,8 +96,14 @@ def main() -> int:
     def say(line: str) -> None:
         print(line, flush=True)
 
-    import mlflow  # pylint: disable=import-outside-toplevel,unused-import  # first: it sets its loggers' levels
+    try:
+        import mlflow  # pylint: disable=import-outside-toplevel,unused-import  # first: it sets its loggers' levels
+    except Exception as exc:  # pylint: disable=broad-except  # a broken install: the run goes on, one line says so
+        from dqn_cartpole.tracking.send import one_line
 
+        say(f"warning: --track mlflow: cannot import mlflow ({one_line(exc)}); the run goes on, and is sent to "
+            f"MLflow once it ends")
+        return 1
     with quiet_libraries():
         return follow(run_dir, output_root, tracking, say)
 
