@@ -45,8 +45,9 @@ def train(config: ConfigLike = None, output_dir: "str | os.PathLike[str] | None"
         overwrite: replace an existing run at `output_dir` (as `--overwrite`).
         resume: a `Run` (or its folder) to continue from its newest good checkpoint, as `train --resume`.
         progress: show the progress bar (False: as `--quiet`, only the summary).
-        track: `"mlflow"` or `"wandb"`, as `--track`: the run is sent there once it ended (docs/tracking.md); a
-            resumed run that was tracked continues its tracked run without it.
+        track: `"mlflow"` or `"wandb"`, as `--track`: the run is tracked there (MLflow: its metrics as it trains)
+            and sent once it ended (docs/tracking.md); refused at once when its extra is not installed. A resumed
+            run that was tracked continues its tracked run without it.
 
     Raises:
         UserError: bad input (a `ValueError`): the CLI's one line; nothing was touched.

@@ -29,9 +29,9 @@ def add_track_arg(parser: Any) -> None:
     from dqn_cartpole.config.schema import TRACKERS
 
     parser.add_argument("--track", choices=TRACKERS,
-                        help="send the run (each run) to MLflow (a local store under outputs/ unless "
-                             "MLFLOW_TRACKING_URI) or W&B (offline unless tracking.online); needs the extra: pip "
-                             "install \"dqn_cartpole[mlflow]\" (docs/tracking.md)")
+                        help="track the run (each run) in MLflow (a local SQLite store under outputs/ unless "
+                             "MLFLOW_TRACKING_URI; metrics sent as it trains) or W&B (offline unless tracking.online); "
+                             "needs the extra: pip install \"dqn_cartpole[mlflow]\" (docs/tracking.md)")
 
 
 def shortcut_overrides(args: Any, seed: bool = True, flagged: bool = False) -> list:

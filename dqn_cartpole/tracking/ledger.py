@@ -52,5 +52,5 @@ def write_ledger(run_dir: str, ledger: Ledger) -> None:
 
 
 def local_store(output_root: str, name: str) -> str:
-    """The absolute folder of a local store under the config's output.root (`mlruns`, `wandb`)."""
+    """The absolute path of a local store under the config's output.root (`mlflow.db`, `wandb`)."""
     return os.path.abspath(os.path.join(output_root, name))
