@@ -388,8 +388,8 @@ def without(tmp_path, module: str) -> dict:
 
 
 def test_a_tracker_that_is_not_installed_is_refused_before_anything_trains(tmp_path):
-    """train (one process and --topology local), sweep and the Python API's track=: one line naming the extra,
-    exit status 2, no folder made."""
+    """train (one process and --topology local), sweep, tune and the Python API's track=: one line naming the
+    extra, exit status 2, no folder made."""
     hint = 'is not installed: pip install "dqn_cartpole[{0}]" (or make install, which installs every extra)'
     run_dir = str(tmp_path / "outputs" / "run")
     for module, args, line in (
@@ -398,7 +398,9 @@ def test_a_tracker_that_is_not_installed_is_refused_before_anything_trains(tmp_p
             ("wandb", ("train", "--config", SMOKE, "--set", "tracking.backend=wandb", "--topology", "local"),
              "error: --track wandb: wandb " + hint.format("wandb")),
             ("mlflow", ("sweep", "--config", SMOKE, "--seeds", "0,1", "--track", "mlflow", "--name", "pair"),
-             "error: --track mlflow: mlflow " + hint.format("mlflow"))):
+             "error: --track mlflow: mlflow " + hint.format("mlflow")),
+            ("wandb", ("tune", "--config", SMOKE, "--space", os.path.join(CONFIGS, "tune", "default-space.yaml"),
+                       "--trials", "2", "--track", "wandb"), "error: --track wandb: wandb " + hint.format("wandb"))):
         proc = run_cli(*args, cwd=str(tmp_path), env=without(tmp_path, module))
         assert (proc.returncode, proc.stderr.splitlines()) == (2, [line]), proc.stderr[-3000:]
         assert not os.path.exists(tmp_path / "outputs"), os.listdir(tmp_path / "outputs")

@@ -74,13 +74,13 @@ def follow(run_dir: str, output_root: str, tracking: dict, say: Callable[[str], 
         say(mlflow_run.run_line(client, ledger, continued))
         layout = RunLayout(run_dir)
         train, evaluations = CsvTail(layout.train_metrics), CsvTail(layout.eval_metrics)
-        step = "stream the metrics"
-        while True:
-            ended = stopped_within(tracking["interval_s"])
+        step, ended = "stream the metrics", False
+        while True:  # what is new at once, then every interval_s, and once more when the run ended
             ledger = mlflow_run.log_rows(client, run_dir, ledger, rows(train.new_rows(), ""),
                                          rows(evaluations.new_rows(), EVAL_PREFIX))
             if ended:
                 return 0
+            ended = stopped_within(tracking["interval_s"])
     except Exception as exc:  # pylint: disable=broad-except  # tracking never fails the run
         say(f"warning: --track mlflow: could not {step} at {uri} ({one_line(exc)}); the run goes on, and is sent "
             f"to MLflow once it ends")
