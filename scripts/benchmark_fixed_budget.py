@@ -96,7 +96,7 @@ def table(rows: list[dict]) -> list[str]:
                  else "never" if row["solve_checked"] else "not checked")
         best = f"{row['best']:.1f}" if row["best"] is not None else "-"
         lines.append(f"| {row['seed']} | {solve} | {best} | {row['final']:.1f} | {'yes' if row['holds'] else '**no**'} |")
-    finals = stats.estimate([row["final"] for row in rows], stats.iqm)
+    finals = stats.estimate([row["final"] for row in rows], "iqm")
     held = sum(row["holds"] for row in rows)
     lines += ["", f"policy/final over 100 fresh episodes: IQM {finals.format(1)} (95% bootstrap CI); "
                   f"{held}/{len(rows)} seeds' final policies solve (≥ {rows[0]['target']:g})."]

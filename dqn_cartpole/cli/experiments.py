@@ -143,8 +143,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     folder = compare.output_folder(args.output, args.name)
     found = compare.compare(runs, folder, args.statistic)
     print(compare_table.terminal_report(found.rows, found.groups, found.verdicts))
-    print(f"\nwrote {folder}/: {', '.join(compare.PLOTS)}, table.md, table.csv")
-    print(f"page: {found.page}")
+    print(f"\npage: {found.page}")
+    print(f"  beside it: {', '.join(compare.PLOTS)}, table.md, table.csv")
     return EXIT_OK
 
 

@@ -200,6 +200,8 @@ def terminal_report(rows: Sequence[dict], groups: Sequence, found: Sequence) -> 
     parts = [terminal(rows)]
     if found:
         parts.append("\n".join(wrapped(f"- {pair.line()}", "  ") for pair in found))
+    else:
+        parts.append(wrapped("One group: no verdict (the runs differ in no config key they read but the seed)."))
     header, key_rows = keys_table(groups)
     if key_rows and not groups[0].named_by_keys:
         parts.append("\n".join([f"The config keys that differ ({' | '.join(header[1:])}):"] +
