@@ -55,9 +55,10 @@ def config_of(name: str) -> dict:
     return to_dict(load_config(locate_config(name)))
 
 
-@pytest.fixture
-def sweeps(tmp_path):
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
     """default-5 and rainbow-5 as `sweep` lays them out, every run stopped on its solve."""
+    tmp_path = tmp_path_factory.mktemp("compare")
     folders = []
     for name, steps, scores in (("default", DEFAULT_STEPS, DEFAULT_SCORES), ("rainbow", RAINBOW_STEPS, RAINBOW_SCORES)):
         config = config_of(name)
@@ -69,10 +70,16 @@ def sweeps(tmp_path):
     return folders
 
 
-def test_rliables_iqm_interval_and_probability_of_improvement_and_the_verdict(sweeps, tmp_path):
+@pytest.fixture(scope="module")
+def compared(sweeps, tmp_path_factory):
+    """The two sweeps compared once, for the checks of its numbers and of its page."""
+    return compare.compare(compare.load_runs(sweeps), str(tmp_path_factory.mktemp("cmp")))
+
+
+def test_rliables_iqm_interval_and_probability_of_improvement_and_the_verdict(compared):
     from rliable import library as rly, metrics
 
-    found = compare.compare(compare.load_runs(sweeps), str(tmp_path / "cmp"))
+    found = compared
     default, rainbow = found.rows
     # IQM of 5: the mean of the middle 3 (a hand computation), its interval rliable's own bootstrap, seeded
     assert default["final policy score (IQM)"].value == pytest.approx((498.8 + 500.0 + 496.0) / 3)
@@ -190,9 +197,9 @@ def test_the_command_prints_a_table_within_100_columns_the_verdict_and_the_page(
 
 
 @pytest.mark.skipif(find_chromium() is None, reason="no chromium or chromium-browser on PATH")
-def test_the_compare_page_in_a_browser(sweeps, tmp_path):
+def test_the_compare_page_in_a_browser(compared, tmp_path):
     """No horizontal scroll at 1280 px, every run's link its own label and target, every plot loads, no errors."""
-    found = compare.compare(compare.load_runs(sweeps), str(tmp_path / "cmp"))
+    found = compared
     page = open(found.page, encoding="utf-8").read()
     links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', page)
     assert len(links) == 10 and len({label for _, label in links}) == 10 and len({href for href, _ in links}) == 10

@@ -98,7 +98,8 @@ class PairVerdict:
 def verdict(group, base, measure: Measure) -> Verdict:
     x, y = measure.values(group), measure.values(base)
     tie = bool(x) and bool(y) and len(set(x) | set(y)) == 1
-    return Verdict(group.label, base.label, measure, stats.improvement(x, y), (len(x), len(y)), tie)
+    probability = stats.Estimate(0.5, 0.5, 0.5, min(len(x), len(y))) if tie else stats.improvement(x, y)
+    return Verdict(group.label, base.label, measure, probability, (len(x), len(y)), tie)
 
 
 def against_first(groups: Sequence) -> list[PairVerdict]:
