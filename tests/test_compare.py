@@ -220,3 +220,14 @@ def test_the_compare_page_in_a_browser(compared, tmp_path):
                                     f"file://{probe}"], str(tmp_path / "profile2"))
     scroll_width, client_width = map(int, re.search(r'<pre id="width">(\d+) (\d+)</pre>', dom).groups())
     assert scroll_width <= client_width, f"the page is {scroll_width} px wide in a {client_width} px window"
+
+
+def test_the_python_apis_comparison_shows_the_formatted_table_in_jupyter(sweeps, tmp_path):
+    """`dq.compare(...)` in a notebook shows the table the page and the terminal show (numbers formatted, CIs
+    beside them), not table.csv's raw floats."""
+    import dqn_cartpole as dq
+
+    shown = dq.compare(sweeps, output_dir=tmp_path / "api")._repr_html_()
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", shown)
+    assert "default-5" in cells and "rainbow-5" in cells and "5,750 [5,250, 8,750]" in cells
+    assert not any(re.fullmatch(r"\d+\.\d{5,}", cell) for cell in cells), cells

@@ -41,7 +41,20 @@ class Comparison:
 
         image = data_uri(self.plot, "image/png")
         figure = f'<img src="{image}" alt="average return" style="max-width: 100%">' if image else ""
-        return figure + html.csv_table(os.path.join(self.folder, "table.csv"))
+        header, rows = markdown_rows(self.table)
+        return figure + html.table(header, rows, key_columns=1)
+
+
+def markdown_rows(text: str) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of the first markdown table in `text` (compare's, numbers already formatted)."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            lines.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif lines:
+            break
+    body = [row for row in lines[1:] if not all(set(cell) <= set("-: ") for cell in row)]
+    return (lines[0] if lines else []), body
 
 
 def compare(runs: Iterable[RunLike], output_dir: "str | os.PathLike[str] | None" = None, *,
