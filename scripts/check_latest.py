@@ -30,9 +30,9 @@ import sys
 import tempfile
 import time
 import tomllib
-from xml.etree import ElementTree
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
+from xml.etree import ElementTree
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -40,6 +40,7 @@ sys.path.insert(0, REPO)
 from dqn_cartpole.errors import UserError  # noqa: E402
 
 LATEST_VENV = os.path.join(REPO, ".venv-latest")
+LOGS = os.path.join(LATEST_VENV, "check-latest-logs")  # the re-runs' output, from the last run that made any
 JUNIT = "junit.xml"
 # What `uv lock` reads to lock the project: pyproject.toml, and what setuptools needs to build the project's metadata
 # (its version is dynamic, read from dqn_cartpole/version.py; the readme is part of the metadata).
@@ -356,10 +357,8 @@ class Runner:
 
 def bisect(uv: str, work: str, lock: str, changes: list, latest_failed: set, extras: list) -> Verdict:
     """The failed tests re-run on uv.lock, then on uv.lock with each changed package upgraded alone."""
-    logs = os.path.join(LATEST_VENV, "check-latest-logs")
-    shutil.rmtree(logs, ignore_errors=True)
-    os.makedirs(logs)
-    run = Runner(os.path.join(work, "venv-lock"), extras, work, logs)
+    os.makedirs(LOGS)
+    run = Runner(os.path.join(work, "venv-lock"), extras, work, LOGS)
     start = time.monotonic()
     folder = os.path.join(work, "lock")
     os.makedirs(folder)
@@ -374,12 +373,12 @@ def bisect(uv: str, work: str, lock: str, changes: list, latest_failed: set, ext
         trials.append(trial)
         result = f"not tried: {trial.error}" if trial.error else outcome(trial.rerun, set(drift))
         say(f"{change} alone: {result} ({seconds(start)})")
-    say(f"the re-runs' output: {relative(logs)}/")
+    say(f"the re-runs' output: {relative(LOGS)}/")
     return name_breakers(latest_failed, on_lock, trials)
 
 
 def outcome(rerun: Rerun, tried: set) -> str:
-    """`fails 1, skips 1, passes 0 of 2`, without the zero counts."""
+    """`fails 1, skips 1 of 2`: the counts that are not zero."""
     failed, skipped = len(rerun.failed & tried), len(rerun.skipped & tried)
     counts = {"fails": failed, "skips": skipped, "passes": len(tried) - failed - skipped}
     return ", ".join(f"{word} {n}" for word, n in counts.items() if n) + f" of {len(tried)}"
@@ -403,8 +402,8 @@ def check(lock: str, pytest_args: list, given: Optional[str] = None) -> int:
         locked_versions, latest_versions = lock_versions(read(lock)), lock_versions(read(latest))
         changes = diff_versions(locked_versions, latest_versions)
         if not changes:
-            say(f"nothing differs from {relative(lock)}: its {len(locked_versions)} packages are the newest "
-                f"pyproject.toml allows ({seconds(start)})")
+            newest = "" if given else f": its {len(locked_versions)} packages are the newest pyproject.toml allows"
+            say(f"nothing differs from {relative(lock)}{newest} ({seconds(start)})")
             return 0
         say(f"{len(changes)} of {len(latest_versions)} packages differ from {relative(lock)} ({seconds(start)}):")
         for change in changes:
@@ -421,6 +420,7 @@ def suite_on_latest(uv: str, work: str, lock: str, latest: str, changes: list, e
     say(f"installing it into {relative(LATEST_VENV)} (uv sync {' '.join(extras)} --compile-bytecode, "
         "the project editable)")
     install(uv, os.path.dirname(latest), LATEST_VENV, extras)
+    shutil.rmtree(LOGS, ignore_errors=True)  # an earlier run's, about another resolution
     shutil.copy2(latest, os.path.join(LATEST_VENV, "uv.lock"))  # the resolution tried, for a look after
     say(f"installed in {seconds(start)}; its lock: {relative(LATEST_VENV)}/uv.lock")
     start = time.monotonic()
