@@ -182,7 +182,7 @@ def tracking_comparison(seeds: list[int], workdir: str, overrides: list[str]) ->
         exit_ratio = median(r["exit_s"] / base[r["seed"]]["exit_s"] for r in runs)
         per_seed = ", ".join(f"s{r['seed']} {r['policy_s'] or float('nan'):.1f} / {r['exit_s']:.1f}" for r in runs)
         lines.append(f"| {mode} | {median(r['policy_s'] for r in runs):.1f} s | {median(r['exit_s'] for r in runs):.1f} "
-                     f"s | x{policy:.3f} | {verdict(policy, TRACKED_TARGET)} | x{exit_ratio:.3f} | {per_seed} |")
+                     f"s | x{policy:.3f} | {verdict(policy, TRACKED_TARGET) if mode != 'none' else '-'} | x{exit_ratio:.3f} | {per_seed} |")
     return lines
 
 

@@ -3,10 +3,10 @@ started by `stream.start_stream`): it opens (or, for a resumed run, continues) t
 the run goes in its first lines, then every few seconds sends the metrics CSVs' new rows, until its stdin closes (the
 run ended: one last send, then it exits; the run's end sends the rest, as `send.send_run`).
 
-A process of its own, not a thread: MLflow's import takes seconds of CPU, which a thread would spend holding the
-trainer's GIL; niced, this one gives way to the training. The run folder is its whole input
-(`tail`); a failure (a server that stops answering, a full disk) is one warning line, after which it sends nothing
-more and the run goes on.
+A process of its own, not a thread: MLflow's import takes 2 to 5 s of CPU, which a thread would spend holding the
+trainer's GIL; niced, and waiting for the run's first row, this one gives way to the training. The run folder is its
+whole input (`CsvTail`); a failure (a server that stops answering, a full disk) is one warning line, after which it
+sends nothing more and the run goes on.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.tracking.ledger import read_ledger
 from dqn_cartpole.tracking.sent import EVAL_PREFIX, rows
 
-# Below the training, so its seconds come mostly from what the trainer leaves; not lower: on a machine busy with
-# other work, a process at niceness 10 waited minutes for MLflow's import and its store's first migrations.
-NICENESS = 5
+# As the run's plotter and video renderer: below the training, whose time to its policy it then leaves as it was
+# (scripts/benchmark.py --tracking, 5 seeds interleaved: x1.003 at 10, x1.034 at 5). On a machine busy with other
+# work, its metrics come later; the run's end waits for its last send.
+NICENESS = 10
+START_POLL_S = 0.5  # how often it looks for the run's first metrics row
 
 
 class CsvTail:
@@ -58,6 +60,17 @@ def stopped_within(seconds: float) -> bool:
     return bool(readable) and not sys.stdin.buffer.read1(4096)
 
 
+def first_row_or_end(layout: RunLayout) -> bool:
+    """Waits for the run's first metrics row (its first evaluation), or its end (then True). MLflow's import, seconds
+    of CPU, then runs beside the training loop, not beside the trainer's own start-up (TensorFlow's import, its
+    helper processes'), which already keeps two cores busy (measured: x1.059 of the untracked time to the policy
+    without this wait, x1.034 with it, both at niceness 5)."""
+    while not (os.path.exists(layout.eval_metrics) or os.path.exists(layout.train_metrics)):
+        if stopped_within(START_POLL_S):
+            return True
+    return False
+
+
 def follow(run_dir: str, output_root: str, tracking: dict, say: Callable[[str], None]) -> int:
     """Opens the run, says where it goes, then streams the new rows until stdin closes; 0, or 1 after a failure
     (said in one line)."""
@@ -65,6 +78,8 @@ def follow(run_dir: str, output_root: str, tracking: dict, say: Callable[[str], 
     from dqn_cartpole.tracking.send import one_line
 
     uri = mlflow_run.tracking_uri(output_root)
+    layout = RunLayout(run_dir)
+    ended = first_row_or_end(layout)
     step = "open the run"
     try:
         client = mlflow_run.connect(uri)
@@ -72,9 +87,8 @@ def follow(run_dir: str, output_root: str, tracking: dict, say: Callable[[str], 
         ledger = mlflow_run.open_run(client, uri, run_dir, tracking["project"], tracking["run_name"],
                                      tracking["tags"], mlflow_run.artifact_location(uri))
         say(mlflow_run.run_line(client, ledger, continued))
-        layout = RunLayout(run_dir)
         train, evaluations = CsvTail(layout.train_metrics), CsvTail(layout.eval_metrics)
-        step, ended = "stream the metrics", False
+        step = "stream the metrics"
         while True:  # what is new at once, then every interval_s, and once more when the run ended
             ledger = mlflow_run.log_rows(client, run_dir, ledger, rows(train.new_rows(), ""),
                                          rows(evaluations.new_rows(), EVAL_PREFIX))
