@@ -2,9 +2,9 @@
 run whose metrics are read from MLflow's store while it is held at an evaluation, then read back with MLflow's own
 client once it ended; the same run folder written to W&B offline and read back from its offline run file; a resumed
 run that continues its tracked run; a sweep of two seeds in one group (and runs that start at once in one new SQLite
-store); a `--topology ray` run tracked from the same environment; a server that does not answer and a store on a
-full disk (one warning line each, a normal run); a missing extra refused before anything trains; and no import of
-either library without --track.
+store); a `--topology ray` run tracked from the same environment; a server that does not answer, a store that
+fills up while the run goes and a store on a full disk (a warning line each, a normal run); a missing extra refused
+before anything trains; and no import of either library without --track.
 
 One tracked run (configs/smoke.yaml, 150 iterations, in a folder of its own) serves every read-back; the resume test
 continues it last. Every store is under the test's own folder (W&B's cache and config folders too, not HOME)."""
@@ -290,6 +290,47 @@ def test_a_full_disk_in_the_store_is_one_warning(tracked, tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr[-2000:]
     assert len(warnings) == 1 and warnings[0].startswith("warning: --track mlflow: the run was not sent"), warnings
     assert "No space left on device" in warnings[0]
+
+
+def test_a_store_that_fails_while_the_run_goes_is_one_line_and_its_end_tries_again(tmp_path):
+    """The store (SQLite on a 3 MB tmpfs, in a private mount namespace) fills up once the run is open: the run is
+    held (SIGSTOP) at its first evaluation, the follower opens the MLflow run, the disk is filled, the run goes on.
+    One line says the metrics stopped streaming, the run ends with exit status 0, and its end's send, tried again,
+    fails in one more line."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs util-linux unshare")
+    store, run_dir = tmp_path / "store", tmp_path / "run"
+    store.mkdir()
+    command = " ".join(cli_command("train", "--config", SMOKE, "-n", "2000", "--track", "mlflow", "--quiet",
+                                   "--output-dir", str(run_dir), "--set", "video.enabled=false"))
+    script = f"""set -e
+mount -t tmpfs -o size=3m tmpfs {store}
+{command} &
+pid=$!
+n=0; while [ ! -f {run_dir}/eval_metrics.csv ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done
+kill -STOP $pid
+n=0; while [ ! -f {run_dir}/tracking.json ] && [ $n -lt 3000 ]; do sleep 0.1; n=$((n+1)); done
+dd if=/dev/zero of={store}/filler bs=64k 2>/dev/null || true
+kill -CONT $pid
+wait $pid
+"""
+    env = tracking_env(str(tmp_path), MLFLOW_TRACKING_URI=f"sqlite:///{store}/mlflow.db")
+    proc = subprocess.run(["unshare", "-Urm", "sh", "-c", script], cwd=str(tmp_path), env=env, capture_output=True,
+                          text=True, timeout=600)
+    if "mount" in proc.stderr and proc.returncode != 0 and "warning" not in proc.stderr:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ledger(str(run_dir), "mlflow")["run_id"]  # the run was open when the disk filled
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert warnings[0].startswith(f"warning: --track mlflow: could not stream the metrics at sqlite:///{store}/"
+                                  f"mlflow.db (MlflowException: (sqlite3.OperationalError) database or disk is "
+                                  f"full); the run goes on"), warnings
+    assert warnings[1].startswith("warning: --track mlflow: the run was not sent (MlflowException: "
+                                  "(sqlite3.OperationalError) database or disk is full)"), warnings
+    with open(run_dir / "summary.json", encoding="utf-8") as handle:
+        summary = json.load(handle)
+    assert summary["exit_status"] == 0 and summary["iterations"] == 2000
 
 
 def test_an_unreachable_server_is_a_warning_while_it_runs_one_at_its_end_and_a_normal_solved_run(tmp_path):

@@ -16,6 +16,7 @@ from dqn_cartpole.config import Config
 from dqn_cartpole.errors import UserError
 
 EXTRAS = {"mlflow": "mlflow", "wandb": "wandb"}  # backend -> the module its extra installs
+SQLALCHEMY_PREAMBLE = "(raised as a result of"  # a line before the error itself (a full SQLite store's, say)
 
 
 def install_hint(backend: str) -> str:
@@ -33,7 +34,8 @@ def check_installed(backend: Optional[str], named: Optional[str] = None) -> None
 
 def one_line(exc: BaseException) -> str:
     """An exception as one short line: its type and the first line of its message."""
-    problem = (str(exc).strip().splitlines() or [""])[0]
+    lines = [line for line in str(exc).strip().splitlines() if not line.startswith(SQLALCHEMY_PREAMBLE)]
+    problem = (lines or [""])[0]
     problem = problem if len(problem) <= 300 else problem[:300] + "..."
     return f"{type(exc).__name__}: {problem}" if problem else type(exc).__name__
 
