@@ -83,7 +83,8 @@ def load_config(name_or_path: Union[str, "os.PathLike[str]", None] = None, overr
         overrides: `{"agent.learning_rate": 5e-4, ...}` (Python values), or `["agent.learning_rate=5e-4", ...]`
             (as after `--set`); applied after the shortcuts, in order.
         env, seed, iterations: the CLI's shortcuts for `env.id`, `training.seed` and `training.num_iterations`.
-        track: `"mlflow"` or `"wandb"`, as `--track`: the run is sent there once it ended (tracking.backend).
+        track: `"mlflow"` or `"wandb"`, as `--track`: the run's metrics go there as it trains (MLflow), the rest
+            once it ended (tracking.backend).
 
     Raises:
         ConfigError: (a `UserError`, a `ValueError`) the file, a key or a value is bad; the message is the CLI's line.

@@ -252,8 +252,9 @@ TRACKING = When("backend", TRACKERS)
 @dataclass(frozen=True)
 @_section_defaults("tracking")
 class TrackingConfig:
-    """Where the finished run is sent (train/sweep/tune --track, docs/tracking.md): MLflow to a local store under
-    output.root unless MLFLOW_TRACKING_URI names a server; W&B offline unless online is asked for."""
+    """Where the run is tracked (train/sweep/tune --track, docs/tracking.md): MLflow to a local SQLite store under
+    output.root unless MLFLOW_TRACKING_URI names another, its metrics as the run trains; W&B offline unless online
+    is asked for, once the run ended."""
 
     backend: Optional[str] = _f("the tracking service: mlflow or wandb (null = none: nothing is imported or sent; "
                                 "--track NAME sets it)", choices=TRACKERS)

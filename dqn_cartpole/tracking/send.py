@@ -20,7 +20,9 @@ SQLALCHEMY_PREAMBLE = "(raised as a result of"  # a line before the error itself
 
 
 def install_hint(backend: str) -> str:
-    return f"pip install \"dqn_cartpole[{backend}]\" (or make install, which installs every extra)"
+    # Not `pip install "dqn_cartpole[mlflow]"` alone: beside TF-Agents' typing-extensions pin, pip cannot resolve the
+    # tracking extras (they need pydantic 2); the lock overrides that pin (docs/install.md).
+    return f"it is the {backend} extra, which make install puts in .venv with every other extra (docs/install.md)"
 
 
 def check_installed(backend: Optional[str], named: Optional[str] = None) -> None:
