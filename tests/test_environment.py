@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
 from importlib import metadata
 
@@ -67,8 +68,11 @@ def exported(*extra_args: str) -> str:
 
 
 def installed() -> dict:
+    """name -> version of what the venv's site-packages hold (not what is on sys.path: setuptools puts its vendored
+    packages' own dist-info there once it is imported)."""
     found = {}
-    for dist in metadata.distributions():
+    folders = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    for dist in metadata.distributions(path=folders):
         found[normalized(dist.metadata["Name"])] = dist.version
     return found
 
