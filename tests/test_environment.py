@@ -140,7 +140,9 @@ def test_what_imports_numpy_optionally_runs_beside_numpy_1():
 def test_the_install_page_lists_the_locked_versions():
     """docs/install.md's table of the main packages says what the lock installs."""
     with open(os.path.join(REPO, "docs", "install.md"), encoding="utf-8") as handle:
-        cells = [cell.strip() for line in handle if line.startswith("| ") for cell in line.strip().strip("|").split("|")]
+        text = handle.read()
+    table = text[text.index("| package | version |"):].split("\n\n")[0]  # that table, to its blank line
+    cells = [cell.strip() for line in table.splitlines() for cell in line.strip().strip("|").split("|")]
     listed = {normalized(name): version.split()[0] for name, version in zip(cells[::2], cells[1::2])
               if re.match(r"^\d+\.\d+", version)}
     locked = pins(exported())
