@@ -61,13 +61,9 @@ def verdicts_intro(found: Sequence, groups: Sequence) -> str:
 
 
 def raw_table(header: Sequence[str], rows: Sequence[Sequence[str]], key_columns: int = 1) -> str:
-    """`html.table`'s table from cells that are HTML already (links, an interval on a line of its own)."""
-    def cls(i: int) -> str:
-        return ' class="key"' if i < key_columns else ""
-
-    head = "".join(f"<th{cls(i)}>{html.esc(h)}</th>" for i, h in enumerate(header))
-    body = "".join("<tr>" + "".join(f"<td{cls(i)}>{c}</td>" for i, c in enumerate(row)) + "</tr>" for row in rows)
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    """`html.table`'s table from cells that are HTML already (links, an interval on a line of its own), in a box
+    that scrolls rather than widen the page."""
+    return f'<div class="scroll">{html.table(header, rows, key_columns=key_columns, html_cells=True)}</div>'
 
 
 def cell(text: str) -> str:

@@ -91,8 +91,9 @@ def _video_type(path: str) -> str:
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]], highlight: Optional[Sequence[bool]] = None,
-          key_columns: int = 1) -> str:
-    """A table; the first `key_columns` columns are left-aligned; rows flagged in `highlight` are marked."""
+          key_columns: int = 1, html_cells: bool = False) -> str:
+    """A table; the first `key_columns` columns are left-aligned; rows flagged in `highlight` are marked;
+    `html_cells`: the cells are HTML already (links, a line break), not text to escape."""
     def cls(i: int) -> str:
         return ' class="key"' if i < key_columns else ""
 
@@ -100,7 +101,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]], highlight: Op
     body = []
     for n, row in enumerate(rows):
         marked = ' class="changed"' if highlight and highlight[n] else ""
-        cells = "".join(f"<td{cls(i)}>{esc(c)}</td>" for i, c in enumerate(row))
+        cells = "".join(f"<td{cls(i)}>{c if html_cells else esc(c)}</td>" for i, c in enumerate(row))
         body.append(f"<tr{marked}>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
