@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from dqn_cartpole.api.configs import Overrides, override_items, shortcut_items
@@ -23,10 +23,11 @@ RunLike = Union[Run, str, "os.PathLike[str]"]
 @dataclass(frozen=True)
 class Comparison:
     """What `compare` wrote: `folder` holds returns.png, table.md, table.csv and report.html; `table` is the
-    markdown table. In Jupyter it shows the plot and the table."""
+    markdown table; `cells`, its rows as printed. In Jupyter it shows the plot and the table."""
 
     folder: str
     table: str
+    cells: tuple = field(default=(), repr=False)  # compare_table.cells of each group's row
 
     @property
     def plot(self) -> str:
@@ -37,24 +38,12 @@ class Comparison:
 
     def _repr_html_(self) -> str:
         from dqn_cartpole.api.display import data_uri
+        from dqn_cartpole.experiments.compare_table import TABLE_COLUMNS
         from dqn_cartpole.report import html
 
         image = data_uri(self.plot, "image/png")
         figure = f'<img src="{image}" alt="average return" style="max-width: 100%">' if image else ""
-        header, rows = markdown_rows(self.table)
-        return figure + html.table(header, rows, key_columns=1)
-
-
-def markdown_rows(text: str) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of the first markdown table in `text` (compare's, numbers already formatted)."""
-    lines = []
-    for line in text.splitlines():
-        if line.startswith("|"):
-            lines.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-        elif lines:
-            break
-    body = [row for row in lines[1:] if not all(set(cell) <= set("-: ") for cell in row)]
-    return (lines[0] if lines else []), body
+        return figure + html.table(TABLE_COLUMNS, self.cells, key_columns=1)
 
 
 def compare(runs: Iterable[RunLike], output_dir: "str | os.PathLike[str] | None" = None, *,
@@ -71,7 +60,10 @@ def compare(runs: Iterable[RunLike], output_dir: "str | os.PathLike[str] | None"
         raise UserError("compare: give at least one run or sweep folder")
     records = compare_module.load_runs(paths)
     folder = compare_module.output_folder(None if output_dir is None else os.fspath(output_dir), name)
-    return Comparison(folder, compare_module.run_compare(records, folder, statistic))
+    from dqn_cartpole.experiments.compare_table import cells
+
+    found = compare_module.compare(records, folder, statistic)
+    return Comparison(folder, found.markdown, tuple(tuple(cells(row)) for row in found.rows))
 
 
 def grid_texts(grid: Optional[Mapping[str, Sequence[Any]]]) -> list[str]:
