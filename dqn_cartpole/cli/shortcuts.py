@@ -31,7 +31,7 @@ def add_track_arg(parser: Any) -> None:
     parser.add_argument("--track", choices=TRACKERS,
                         help="track the run (each run) in MLflow (a local SQLite store under outputs/ unless "
                              "MLFLOW_TRACKING_URI; metrics sent as it trains) or W&B (offline unless tracking.online); "
-                             "needs the extra: pip install \"dqn_cartpole[mlflow]\" (docs/tracking.md)")
+                             "needs its extra, which make install puts in .venv (docs/tracking.md)")
 
 
 def shortcut_overrides(args: Any, seed: bool = True, flagged: bool = False) -> list:
