@@ -40,3 +40,30 @@ class EpisodeReturns:
         self.total.assign(0.0)
         self.count.assign(0)
         return mean, count
+
+
+class EpisodeReturnsPerEnv(EpisodeReturns):
+    """`EpisodeReturns` kept per env copy: a population's copy k is seed k's env, and `take_env(k)` its mean."""
+
+    def __init__(self, num_envs: int):
+        super().__init__(num_envs)
+        self.total = tf.Variable(tf.zeros([num_envs], tf.float64), trainable=False)
+        self.count = tf.Variable(tf.zeros([num_envs], tf.int64), trainable=False)
+        self._observe = tf.function(self._update_per_env, autograph=False)
+
+    def _update_per_env(self, is_first: tf.Tensor, is_last: tf.Tensor, reward: tf.Tensor) -> None:
+        running = tf.where(is_first, tf.zeros_like(self.running), self.running) + tf.cast(reward, tf.float64)
+        self.running.assign(running)
+        self.total.assign_add(tf.where(is_last, running, tf.zeros_like(running)))
+        self.count.assign_add(tf.cast(is_last, tf.int64))
+
+    def take(self) -> tuple[Optional[float], int]:
+        raise TypeError("a population's collect returns are taken per env: take_env(k)")
+
+    def take_env(self, index: int) -> tuple[Optional[float], int]:
+        """(mean return, episodes) of env `index`'s episodes that ended since its last call; (None, 0) if none did."""
+        count = int(self.count[index].numpy())
+        mean = float(self.total[index].numpy()) / count if count else None
+        self.total.scatter_nd_update([[index]], [0.0])
+        self.count.scatter_nd_update([[index]], [0])
+        return mean, count

@@ -1,0 +1,124 @@
+"""K independent DQN (or Double DQN) runs as one TF-Agents agent: the same `DqnAgent`/`DdqnAgent` classes as a single
+run (`dqn`), over the population's ensemble Q-network (`core.ensemble`), with the seeds in the batch dimension.
+
+What keeps the seeds independent, in the train step the project already overrides (`_train`):
+
+* each seed's gradient is its own loss's: TF-Agents averages the loss over all K * B rows, so the loss is scaled
+  back by K (d(K * mean over K*B rows)/dW_k = d(mean over seed k's B rows)/dW_k);
+* `gradient_clipping` clips each seed's global norm on its own (`clip_per_seed`): one norm across the seeds would
+  let one seed's large gradients shrink every other seed's step;
+* Adam is elementwise, so one optimizer over the stacked variables keeps each seed's moments apart;
+* `seed_rates` scales each seed's update: 1 trains it as a single run would (its new values exactly), 0 holds its
+  weights (a seed past its solve: `agent.solved_learning_rate` 0, or one that stopped); its train-step count then
+  stays put (`seed_train_steps`).
+
+The train step returns each seed's loss ([K]), the mean over its B rows: a single run's loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from dqn_cartpole.config import AgentConfig, NetworkConfig
+from dqn_cartpole.core import ensemble
+from dqn_cartpole.core.agents.common import TfAgentAdapter, agent_args
+from dqn_cartpole.core.agents.dqn import TD_LOSSES, DdqnAgent, DqnAgent, DqnFamilyAgent
+
+KINDS = ("dqn", "double_dqn")  # the agent kinds a population can batch
+
+
+def clip_per_seed(grads: Sequence[tf.Tensor], clip_norm: float) -> list:
+    """Each seed's gradients ([K, ...] each) scaled as `tf.clip_by_global_norm` scales a single run's: by
+    clip_norm / max(norm_k, clip_norm), norm_k the global norm of seed k's slices."""
+    squares = tf.add_n([tf.reduce_sum(tf.square(g), axis=list(range(1, g.shape.rank))) for g in grads])
+    norms = tf.sqrt(squares)  # [K]
+    scale = clip_norm * tf.minimum(1.0 / norms, 1.0 / clip_norm)
+    scale = tf.where(tf.math.is_finite(scale), scale, tf.zeros_like(scale))  # a zero norm: nothing to scale
+    return [g * tf.reshape(scale, [-1] + [1] * (g.shape.rank - 1)) for g in grads]
+
+
+class PopulationTrainMixin:
+    """The train step of K seeds in one agent (see the module docstring). Set `seeds` before the agent's __init__."""
+
+    seeds: int = 1
+
+    def make_seed_variables(self) -> None:
+        """The per-seed rate of each update and train-step count (checkpointed with the agent)."""
+        self.seed_rates = tf.Variable(tf.ones([self.seeds]), trainable=False, name="seed_rates")
+        self.seed_train_steps = tf.Variable(tf.zeros([self.seeds], tf.int64), trainable=False,
+                                            name="seed_train_steps")
+
+    def _train(self, experience, weights):
+        variables = self._q_network.trainable_weights
+        before = [v.read_value() for v in variables]  # (automatic control dependencies: read before the update)
+        with tf.GradientTape() as tape:
+            loss_info = self.train_loss(experience, weights, training=True)
+            scaled = loss_info.loss * float(self.seeds)  # each seed's gradient: its own loss's
+        grads = tape.gradient(scaled, variables)
+        if self._gradient_clipping is not None:
+            grads = clip_per_seed(grads, self._gradient_clipping)
+        self._optimizer.apply_gradients(list(zip(grads, variables)))
+        for variable, old in zip(variables, before):
+            rate = tf.reshape(self.seed_rates, [-1] + [1] * (variable.shape.rank - 1))
+            variable.assign(tf.where(tf.equal(rate, 1.0), variable, old + (variable - old) * rate))
+        self.seed_train_steps.assign_add(tf.cast(self.seed_rates > 0, tf.int64))
+        self.train_step_counter.assign_add(1)
+        self._update_target()
+        per_seed = tf.reduce_mean(tf.reshape(loss_info.extra.td_loss, [self.seeds, -1]), axis=1)
+        return loss_info._replace(loss=per_seed)
+
+
+class PopulationDqnAgent(PopulationTrainMixin, DqnAgent):
+    """`dqn.DqnAgent` over K seeds."""
+
+
+class PopulationDdqnAgent(PopulationTrainMixin, DdqnAgent):
+    """`dqn.DdqnAgent` over K seeds."""
+
+
+class PopulationAgent(TfAgentAdapter):
+    """The `ValueAgent` of a population: its train step's loss is [K] (one per seed); it has no NumPy twin (each
+    seed's greedy policy is evaluated through a single-seed agent holding its weights: `training.population`)."""
+
+    def __init__(self, agent: PopulationTrainMixin):
+        super().__init__(agent, agent._q_network, None)  # pylint: disable=protected-access
+        self.seeds = agent.seeds
+
+    item_priorities = staticmethod(DqnFamilyAgent.item_priorities)
+
+    def seed_train_steps(self) -> list[int]:
+        return [int(n) for n in self.tf_agent.seed_train_steps.numpy()]
+
+    def set_seed_rate(self, seed_index: int, rate: float) -> None:
+        """Seed `seed_index`'s updates from now on: 1 as a single run's, 0 held."""
+        self.tf_agent.seed_rates.scatter_nd_update([[seed_index]], [float(rate)])
+
+    def seed_rates(self) -> list[float]:
+        return [float(r) for r in self.tf_agent.seed_rates.numpy()]
+
+    def online_variables(self) -> list:
+        """The online network's variables, [K, ...] each, in a single-seed network's order."""
+        return list(self.q_network.variables)
+
+
+def build_population_agent(agent_config: AgentConfig, network_config: NetworkConfig, time_step_spec: ts.TimeStep,
+                           action_spec: tensor_spec.BoundedTensorSpec, seeds: int) -> PopulationAgent:
+    """`seeds` independent agents of `agent_config` (`kind` dqn or double_dqn, a plain network) as one."""
+    if agent_config.kind not in KINDS or not ensemble.supports(network_config):
+        raise ValueError(f"a population batches dqn and double_dqn over plain networks, not {agent_config.kind}")
+    num_actions = int(action_spec.maximum - action_spec.minimum + 1)
+    base = PopulationDdqnAgent if agent_config.kind == "double_dqn" else PopulationDqnAgent
+    agent_class = type(base.__name__, (base,), {"seeds": seeds})
+    agent = agent_class(
+        time_step_spec, action_spec,
+        q_network=ensemble.build_population_q_network(network_config.fc_layer_params, num_actions, seeds),
+        td_errors_loss_fn=TD_LOSSES[agent_config.td_loss],
+        **agent_args(agent_config, network_config),
+    )
+    agent.make_seed_variables()
+    agent.initialize()
+    return PopulationAgent(agent)
