@@ -23,6 +23,7 @@ from dqn_cartpole.config.files import (CONFIGS_PREFIX, DEFAULT_CONFIG, NOT_PRESE
 from dqn_cartpole.config.load import (Flagged, Loaded, Override, apply_override, load, load_config, migrate_double_dqn,
                                       override_source, override_values, parse_override, read_resolved)
 from dqn_cartpole.config.output import dump_written, dump_yaml, nested, to_dict, value_of
+from dqn_cartpole.config.population import population_problem
 from dqn_cartpole.config.resolve import c51_values, resolve_auto, sampling_mode
 from dqn_cartpole.config.schema import (AGENT_KINDS, C51_DEFAULTS, MAX_SEED, ROLES_ONLY_SECTIONS, SECTIONS,
                                         AgentConfig, CollectionConfig, Config, DistributedConfig, EnvConfig,
@@ -39,6 +40,6 @@ __all__ = [
     "default_config_path", "dump_written",
     "dump_yaml", "fields", "load", "load_config", "locate_config", "locate_space", "migrate_double_dqn", "nested",
     "override_source", "override_values", "parse_override", "plain", "preset_for", "read_resolved", "read_yaml", "register_agent_kind",
-    "resolve_auto", "sampling_mode", "shipped_config_names", "shipped_configs_dir", "to_dict", "validate",
+    "population_problem", "resolve_auto", "sampling_mode", "shipped_config_names", "shipped_configs_dir", "to_dict", "validate",
     "validate_env_id", "value_of",
 ]
