@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Any, Callable, Optional
 
+from dqn_cartpole.cli import population
 from dqn_cartpole.cli.shortcuts import add_track_arg
 from dqn_cartpole.cli.args import add_config_args, check_positive, check_seed, config_overrides, print_preset_note
 from dqn_cartpole.config import (Config, dump_written, load, load_config, locate_config, override_values, to_dict,
@@ -22,7 +23,7 @@ from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.distributed import launcher
 from dqn_cartpole.errors import UserError
 from dqn_cartpole.report.command import redraw_run
-from dqn_cartpole.run_folder import checkpointing, layout
+from dqn_cartpole.run_folder import checkpointing, layout, population as population_folder
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.record import read_written
@@ -52,6 +53,7 @@ def add_parsers(sub: Any) -> None:
                             "--collectors collectors as separate processes on this machine, supervised; ray: the "
                             "same roles as Ray actors, the collectors spread over a Ray cluster's nodes, every "
                             "failure of one role survived (needs the ray extra)")
+    population.add_population_args(train)
     train.add_argument("--collectors", type=int, default=None,
                        help="collectors of --topology local or ray (default 2)")
     train.add_argument("--address", metavar="HOST:PORT",
@@ -108,7 +110,12 @@ def add_parsers(sub: Any) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     """`train`: checks everything (in ~0.1 s, before TensorFlow), creates and locks the run folder, trains."""
     check_topology_args(args)
+    population.check_population_args(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if args.population is not None:
+        return population.cmd_train_population(args)
+    if args.resume and population_folder.is_population(args.resume):
+        return population.cmd_resume_population(args)
     if args.topology == "local":
         return cmd_train_local(args)
     if args.topology == "ray":

@@ -20,7 +20,7 @@ from dqn_cartpole.config.coerce import plain
 from dqn_cartpole.config.files import (CONFIGS_PREFIX, DEFAULT_CONFIG, NOT_PRESETS, default_config_path,
                                        locate_config, locate_space, preset_for, read_yaml, shipped_config_names,
                                        shipped_configs_dir)
-from dqn_cartpole.config.load import (Flagged, Loaded, Override, apply_override, load, load_config, migrate_double_dqn,
+from dqn_cartpole.config.load import (Flagged, config_from_dict, Loaded, Override, apply_override, load, load_config, migrate_double_dqn,
                                       override_source, override_values, parse_override, read_resolved)
 from dqn_cartpole.config.output import dump_written, dump_yaml, nested, to_dict, value_of
 from dqn_cartpole.config.population import population_problem
@@ -33,6 +33,7 @@ from dqn_cartpole.config.validate import (blame, check_prioritized_across_proces
                                          validate_env_id)
 
 __all__ = [
+    "config_from_dict",
     "AGENT_KINDS", "C51_DEFAULTS", "CONFIGS_PREFIX", "DEFAULT_CONFIG", "MAX_SEED", "NOT_PRESETS",
     "ROLES_ONLY_SECTIONS", "SECTIONS", "AgentConfig", "CollectionConfig", "Config", "DistributedConfig", "EnvConfig",
     "EvaluationConfig", "Flagged", "Loaded", "NetworkConfig", "Override", "OutputConfig", "ReplayConfig", "TrainingConfig",

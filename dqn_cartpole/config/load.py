@@ -125,6 +125,14 @@ def _note_once(note: str) -> None:
         print(note, file=sys.__stderr__ or sys.stderr, flush=True)
 
 
+def config_from_dict(raw: dict, source: str) -> Config:
+    """A config held as data (a population's manifest keeps its whole config), checked as `load_config` checks a
+    file's."""
+    config, _ = migrate_double_dqn(build(raw, source), {})
+    validate(config, source)
+    return resolve_auto(config)
+
+
 def read_resolved(path: str) -> dict:
     """A config file with every default filled in and its types checked, as plain data.
 

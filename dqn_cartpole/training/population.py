@@ -1,0 +1,325 @@
+"""A population: K seeds of one config trained in one process, as one batched graph, each into an ordinary run folder.
+
+The story is the single run's (`session`): build, fill replay (or resume), iterate in compiled chunks, finish. What
+differs is that one compiled chunk trains every seed (`population_pipeline`), and after it each seed does its own
+periodic work (`population_seed.SeedRun`: logs, evaluations, solve check, policies). A seed that solves is held (its
+rows no longer change its weights) and, when its run stops on its solve, finished at once: its summary.json is
+written and its plots drawn while the others train on. One checkpoint (POP/checkpoints) holds the whole population;
+the members' metrics are kept in it as a single run's are, so a resumed population loses at most one interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from dqn_cartpole.config import Config, config_from_dict
+from dqn_cartpole.console import signals
+from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
+from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.core import build
+from dqn_cartpole.core.policies import greedy_policy
+from dqn_cartpole.core.seeding import seed_everything
+from dqn_cartpole.report import plotter
+from dqn_cartpole.report.run_page import write_run_report
+from dqn_cartpole.run_folder import checkpointing, read_run
+from dqn_cartpole.run_folder import population as population_folder
+from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.training import checkpoints as run_checkpoints
+from dqn_cartpole.training.artifacts import ArtifactWorkers
+from dqn_cartpole.training.host import Host, own_process
+from dqn_cartpole.training.loop import ChunkedLoop, run_ops_on_one_thread
+from dqn_cartpole.training.outcome import write_run_summary
+from dqn_cartpole.training.phases import Phases
+from dqn_cartpole.training.population_pipeline import PopulationPipeline, build_population_pipeline
+from dqn_cartpole.training.population_seed import SeedRun
+from dqn_cartpole.training.triggers import Clock, every
+
+DONE_STATUSES = (EXIT_OK, EXIT_FAILED)  # a member whose summary says so is finished (a stopped one resumes)
+
+
+def chunk_losses(chunk: Any, seeds: int) -> np.ndarray:
+    """A chunk's losses per iteration and seed, [size, K] (the loop splits a vector output into loss and extras)."""
+    if chunk.extras is None:
+        return chunk.losses[:, np.newaxis]
+    return np.column_stack([chunk.losses, chunk.extras])[:, :seeds]
+
+
+def finished_before(run_dir: str) -> bool:
+    """Whether a member's run folder holds a finished run (its summary's exit status 0 or 1)."""
+    if not os.path.isfile(RunLayout(run_dir).summary):
+        return False
+    return read_run(run_dir).get("exit_status") in DONE_STATUSES
+
+
+class PopulationRun:
+    """The population of `manifest` (a `run_folder.population.Manifest`), from `plan`'s checkpoint or the start."""
+
+    def __init__(self, manifest: population_folder.Manifest, progress: Progress,
+                 plan: Optional[checkpointing.ResumePlan] = None, host: Optional[Host] = None):
+        self.manifest, self.progress, self.plan = manifest, progress, plan
+        self.host = host or own_process()
+        self.clock = Clock(self.host.started, self.host.cpu_started)
+        source = population_folder.manifest_path(manifest.folder)
+        self.config: Config = config_from_dict(manifest.config, source)
+        self.member_configs = [config_from_dict(manifest.member_config(i), source) for i in range(len(manifest.seeds))]
+        self.stop_request = signals.StopRequest()
+        self.stack = contextlib.ExitStack()
+        self.pipeline: Optional[PopulationPipeline] = None
+        self.runs: list[SeedRun] = []
+        self.writer: Optional[checkpointing.CheckpointWriter] = None
+        self.last: Optional[checkpointing.Saved] = None
+        self.restored: Optional[checkpointing.Found] = None
+        self.iteration = 0
+        self.plots_written: list[str] = []
+        self.plotter: Any = None  # draws the members' plots, as each finishes (a child process)
+        self.videos: dict[int, ArtifactWorkers] = {}  # index -> the video seeds' renderer (and plotter)
+        self.summaries: dict[int, dict] = {}  # index -> the summary of a member finished by this process
+
+    # -- the story
+    def run(self) -> int:
+        """Trains every unfinished member; returns the population's exit status (0, 1 if a member failed, 128 + the
+        signal after a stop)."""
+        with self.stop_request, self.stack:
+            try:
+                time_step, policy_state = self.build()
+                if any(run.active for run in self.runs):
+                    self.run_loop(time_step, policy_state)
+                self.finish()
+            finally:
+                for child in [self.plotter, *self.videos.values()]:
+                    if child is not None:
+                        child.close()
+        return self.exit_status()
+
+    def build(self) -> tuple[Any, Any]:
+        cfg, manifest = self.config, self.manifest
+        if self.host.owns_process:
+            run_ops_on_one_thread()
+        seed_everything(manifest.seeds[0])
+        pipeline = self.pipeline = build_population_pipeline(cfg, manifest.seeds, self.stack)
+        self.writer = checkpointing.CheckpointWriter(population_folder.checkpoints_dir(manifest.folder),
+                                                     pipeline.agent, pipeline.env_steps, pipeline.replay,
+                                                     cfg.training.keep_checkpoints)
+        self.make_runs()
+        self.plotter = plotter.start_plotter(on_wrote=self.plots_written.append)
+        found = self.prepare_folder()
+        if found is not None:
+            time_step, policy_state = self.restore(found)
+        else:
+            time_step, policy_state = self.fill()
+        for run in self.runs:
+            if not run.finished:
+                run.open(self.iteration)
+        return time_step, policy_state
+
+    def make_runs(self) -> None:
+        """Each member's `SeedRun`, sharing one SavedModel exporter; a member finished before is held."""
+        pipeline, manifest = self.pipeline, self.manifest
+        saver = None
+        for index, run_dir in enumerate(manifest.members):
+            os.makedirs(run_dir, exist_ok=True)
+            run = SeedRun(pipeline, index, self.member_configs[index], RunLayout(run_dir), self.progress, self.clock,
+                          saver)
+            if saver is None:
+                run.exporter.prepare()  # traced once, ahead of the first evaluation's export
+                saver = run.exporter.saver
+            if finished_before(run_dir):
+                run.finished = True
+                run.hold()
+            elif manifest.seeds[index] in manifest.video_seeds and self.member_configs[index].video.enabled:
+                self.videos[index] = ArtifactWorkers(self.member_configs[index], run.layout, self.progress, Phases())
+            self.runs.append(run)
+
+    def prepare_folder(self) -> Optional[checkpointing.Found]:
+        """The checkpoint to resume (the plan's), after interrupted policy swaps are finished in every member."""
+        for run in self.runs:
+            run_checkpoints.prepare_folder(run.layout, None)
+        if self.plan is None:
+            return None
+        checkpointing.set_aside(list(self.plan.bad))
+        return self.plan.found
+
+    def fill(self) -> tuple[Any, Any]:
+        """Fills every seed's replay with the random policy's steps."""
+        pipeline = self.pipeline
+        tf.function(pipeline.initial_driver.run, autograph=False)(pipeline.tf_env.reset(), ())
+        for index in range(len(self.runs)):
+            pipeline.returns.take_env(index)  # the random policy's episodes are not the collect policy's
+        return pipeline.tf_env.current_time_step(), pipeline.agent.collect_policy.get_initial_state(len(self.runs))
+
+    def run_loop(self, time_step: Any, policy_state: Any) -> None:
+        cfg, pipeline = self.config, self.pipeline
+        total = cfg.training.num_iterations
+        intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval, cfg.training.checkpoint_interval]
+        loop = ChunkedLoop(pipeline.make_iterations(cfg), intervals)
+        checkpoint = every(cfg.training.checkpoint_interval, self.periodic_checkpoint, self.iteration)
+        if self.restored is None:
+            for run in self.runs:
+                if run.active:
+                    run.first_evaluation()
+                    self.finish_if_stopped(run)
+        while self.iteration < total and not self.stop_request.requested and any(run.active for run in self.runs):
+            chunk = loop.run(self.iteration, total, time_step, policy_state)
+            time_step, policy_state = chunk.time_step, chunk.policy_state
+            self.time_step = time_step
+            self.iteration += chunk.size
+            losses = chunk_losses(chunk, len(self.runs))
+            for run in self.runs:
+                if run.active:
+                    run.after_chunk(self.iteration, losses[:, run.index])
+                    self.finish_if_stopped(run)
+            checkpoint(self.iteration)
+            self.show_progress()
+        self.time_step = time_step
+        self.loop_speed = (loop.loop_iterations, loop.loop_s)
+
+    def periodic_checkpoint(self) -> None:
+        if self.iteration < self.config.training.num_iterations and any(run.active for run in self.runs):
+            self.save()
+
+    def show_progress(self) -> None:
+        active = [run for run in self.runs if run.active]
+        losses = [run.state.loss for run in active if run.state.loss is not None]
+        returns = [run.state.last_return for run in active if run.state.last_return is not None]
+        self.progress.update(self.iteration, float(np.mean(losses)) if losses else None,
+                             float(np.mean(returns)) if returns else None)
+
+    def finish_if_stopped(self, run: SeedRun) -> None:
+        """A seed that stopped (on its solve, or diverged) is finished now: the others are not waited for."""
+        if run.state.stop and not run.finished:
+            self.finish_member(run, None)
+
+    def finish_member(self, run: SeedRun, signum: Optional[int]) -> None:
+        """policy/final and summary.json now; its plots (and, for a video seed, its videos) start beside."""
+        newest = self.last.path if self.last is not None else (self.restored.path if self.restored else None)
+        summary = run.finish(signum, newest)
+        summary["population"] = {"folder": self.manifest.folder, "seeds": list(self.manifest.seeds),
+                                 "index": run.index}
+        if self.loop_speed_known():
+            iterations, seconds = self.loop_speed
+            summary["iterations_per_s"] = iterations / seconds if seconds else None
+        self.summaries[run.index] = summary
+        write_run_summary(summary, run.layout.summary)
+        workers = self.videos.get(run.index)
+        if workers is not None:
+            workers.start_final(greedy_policy(self.pipeline.view))  # (run.finish selected this seed)
+        else:
+            self.plotter.send(run.layout.root)
+        line = (f"solved at iteration {run.state.solved_at_iteration}" if run.state.solved_at_iteration is not None
+                else f"ended at iteration {run.state.iteration}")
+        self.progress.message(f"seed {run.seed}: {line} -> {run.layout.root}")
+
+    def loop_speed_known(self) -> bool:
+        return hasattr(self, "loop_speed")
+
+    # -- checkpoints
+    def save(self) -> None:
+        """One checkpoint of the whole population (and each unfinished member's metrics so far)."""
+        pipeline = self.pipeline
+        seeds = {str(run.seed): {"run_state": run.state.resumed_fields(), "held": run.held, "stop": run.state.stop,
+                                 "finished": run.finished} for run in self.runs}
+        record = {"finished": self.iteration >= self.config.training.num_iterations or
+                  not any(run.active for run in self.runs),
+                  "train_step": int(pipeline.agent.train_step_counter.numpy()),
+                  "env_steps": int(pipeline.env_steps.result().numpy()),
+                  "replay_size": pipeline.replay.size(), "replay_inserts": pipeline.replay.inserts(),
+                  "seeds": seeds,
+                  "stream": {"observation": np.asarray(self.time_step.observation).tolist(),
+                             "held": pipeline.replay.held_steps()},
+                  "wall_s": self.clock.wall(), "rng": run_checkpoints.rng_state(), "config": self.manifest.config,
+                  "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        self.last = self.writer.save(self.iteration, record, self.metrics_files())
+
+    def metrics_files(self) -> dict[str, str]:
+        """The unfinished members' CSVs, by a name unique in the checkpoint."""
+        return {f"m{run.index}__{name}": path for run in self.runs if not run.finished
+                for name, path in run_checkpoints.metrics_files(run.layout).items()}
+
+    def restore(self, found: checkpointing.Found) -> tuple[Any, Any]:
+        """Loads `found` into the pipeline and every unfinished member; returns a fresh time step."""
+        pipeline, saved = self.pipeline, found.state
+        self.writer.restore(found)
+        self.restored, self.iteration = found, found.iteration
+        self.clock.continue_from(float(saved["wall_s"]))
+        for run in self.runs:
+            if run.finished:
+                run.hold()
+                continue
+            seed_saved = saved["seeds"][str(run.seed)]
+            run.state.resume_from(seed_saved, found.iteration)
+            run.state.resumed_from = found.path
+            run.state.stop = bool(seed_saved.get("stop"))
+            run.held = bool(seed_saved.get("held"))
+            run_checkpoints.adopt_best_on_disk(run.layout.best_policy, run.state)
+        run_checkpoints.restore_rng_state(saved["rng"])
+        self.reseed(found.iteration)
+        time_step = pipeline.tf_env.reset()
+        self.time_step = time_step
+        pipeline.replay.write_seam(np.asarray(saved["stream"]["observation"]), saved["stream"]["held"])
+        checkpointing.restore_metrics(found, self.metrics_files())
+        self.progress.message(f"Resumed from {found.name}: iteration {found.iteration} of "
+                              f"{self.config.training.num_iterations}, "
+                              f"{sum(not run.finished for run in self.runs)} of {len(self.runs)} seeds to go.")
+        return time_step, pipeline.agent.collect_policy.get_initial_state(len(self.runs))
+
+    def reseed(self, iteration: int) -> None:
+        """TF ops' streams and the envs' episodes restart from seeds derived from (seed, iteration), as a single
+        run's do (`checkpoints.resume_seed`)."""
+        seeds = [run_checkpoints.resume_seed(seed, iteration) for seed in self.manifest.seeds]
+        tf.random.set_seed(seeds[0])
+        collect = self.pipeline.collect
+        collect.reset()
+        collect.gym_env.reset(seed=seeds)
+        for run, seed in zip(self.runs, seeds):
+            evaluate = run.pipeline.envs.evaluate
+            evaluate.reset()
+            evaluate.gym_env.reset(seed=seed + build.EVAL_SEED_OFFSET)
+
+    # -- the end
+    def finish(self) -> None:
+        """The final evaluations and checkpoint, then every member still open finished; plots, videos, reports."""
+        stopped = self.stop_request.requested
+        signum = self.stop_request.signum if stopped else None
+        open_runs = [run for run in self.runs if not run.finished]
+        for run in open_runs:
+            run.end_of_training(stopped)
+        if open_runs and self.pipeline is not None and hasattr(self, "time_step"):
+            self.save()
+        for run in open_runs:
+            if stopped and run.state.iteration < self.config.training.num_iterations:
+                run.state.stopped_by = signals.signal_name(signum)
+            self.finish_member(run, signum if stopped else None)
+        self.write_artifacts()
+
+    def write_artifacts(self) -> None:
+        """Waits for the plots and videos of the members finished here, then rewrites their summaries with them and
+        writes their report.html."""
+        self.plotter.end_input()
+        problem = self.plotter.wait()
+        if problem is not None:
+            self.progress.message(f"warning: the plots were not drawn: {problem}")
+        for index, summary in self.summaries.items():
+            run = self.runs[index]
+            workers = self.videos.get(index)
+            if workers is not None:
+                summary["artifacts"].update(workers.make(greedy_policy(self.pipeline.view), True, lambda: None))
+            root = os.path.abspath(run.layout.root) + os.sep
+            summary["artifacts"].update({os.path.basename(path): path for path in self.plots_written
+                                         if os.path.abspath(path).startswith(root)})
+            summary["artifacts"]["report"] = run.layout.report
+            write_run_summary(summary, run.layout.summary)
+            write_run_report(run.layout.root)
+
+    def exit_status(self) -> int:
+        statuses = [read_run(run.layout.root).get("exit_status") if os.path.isfile(run.layout.summary) else None
+                    for run in self.runs]
+        stopped = [s for s in statuses if s not in DONE_STATUSES and s is not None]
+        if stopped:
+            return stopped[0]
+        return EXIT_FAILED if any(s != EXIT_OK for s in statuses) else EXIT_OK

@@ -1,0 +1,162 @@
+"""One seed of a population, as an ordinary run: its run folder, run state, logs, evaluations, solve check, policies
+and summary, made by the single run's own triggers (`triggers.LogTrain`, `local.make_evaluation`'s `Evaluate` and
+`SolveCheck`, `PolicyExport`, `final_policy`) on the seed's view of the population (`SeedPipeline`).
+
+Every call here comes between two compiled chunks, after `PopulationPipeline.select` gave the view agent this seed's
+weights: the triggers read and export them as a single run's read its live weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from dqn_cartpole.config import Config, dump_yaml
+from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.core.q_probe import QProbe
+from dqn_cartpole.run_folder import policy_files
+from dqn_cartpole.run_folder.atomic import write_text_atomic
+from dqn_cartpole.run_folder.csv_files import CsvLog
+from dqn_cartpole.run_folder.layout import RunLayout
+from dqn_cartpole.run_folder.metrics import TRAIN_COLUMNS
+from dqn_cartpole.run_folder.tensorboard import Scalars
+from dqn_cartpole.training import final_policy, local, triggers
+from dqn_cartpole.training.population_pipeline import PopulationPipeline, SeedPipeline
+from dqn_cartpole.training.state import RunState
+
+
+class SeedConsole:
+    """A seed's messages on the population's console, each line naming the seed; its evaluations stay off the
+    progress line (the population's shows all seeds)."""
+
+    def __init__(self, progress: Progress, seed: int):
+        self.progress, self.seed = progress, seed
+
+    def message(self, text: str) -> None:
+        self.progress.message(f"seed {self.seed}: {text}")
+
+    def evaluated(self, *args: Any) -> None:
+        pass
+
+    def stage(self, text: str) -> None:
+        pass
+
+    def artifact_progress(self, done: int, total: int) -> None:
+        pass
+
+
+class SeedRun:
+    """Seed `index` of `population`: its run folder `layout`, its config (its own seed), its state."""
+
+    def __init__(self, population: PopulationPipeline, index: int, config: Config, layout: RunLayout,
+                 progress: Progress, clock: triggers.Clock, saver: Any):
+        self.population, self.index, self.seed = population, index, population.seeds[index]
+        self.config, self.layout, self.clock = config, layout, clock
+        self.progress = SeedConsole(progress, self.seed)
+        self.stack = contextlib.ExitStack()  # its logs (closed when it finishes)
+        self.pipeline = SeedPipeline(population, index, config, population.stack)
+        self.state = RunState()
+        self.exporter = triggers.PolicyExport(self.pipeline, config, self.state)
+        self.exporter.saver = saver  # one SavedModel graph for every seed (the view agent's policy)
+        self.evaluate: Optional[triggers.Evaluate] = None
+        self.due: list = []
+        self.finished = False  # its summary is written: it trains no more
+        self.held = False  # its weights no longer change (solved, or stopped)
+
+    # -- start
+    def open(self, iteration: int) -> None:
+        """Writes config.yaml and opens the logs and triggers (a resumed seed's CSVs are already put back)."""
+        cfg, layout, state = self.config, self.layout, self.state
+        write_text_atomic(layout.config, dump_yaml(cfg))
+        train_log = self.stack.enter_context(contextlib.closing(CsvLog(layout.train_metrics, TRAIN_COLUMNS)))
+        scalars = self.stack.enter_context(contextlib.closing(
+            Scalars(layout.tensorboard if cfg.output.tensorboard else None)))
+        q_probe = QProbe.for_agent(self.pipeline.agent, cfg.env.id, self.seed, cfg.env.max_episode_steps)
+        self.evaluate = local.make_evaluation(self.pipeline, cfg, state, self.exporter, layout, scalars, self.clock,
+                                              self.progress, self.stack)
+        log_train = triggers.LogTrain(self.pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
+        self.due = [triggers.every(cfg.training.log_interval, log_train, iteration),
+                    triggers.every(cfg.evaluation.eval_interval, self.evaluate, iteration)]
+        state.iteration = iteration
+
+    def first_evaluation(self) -> None:
+        """Iteration 0: the untrained policy, as in the tutorial (and a single run)."""
+        self.population.select(self.index)
+        self.evaluate()
+        if self.state.solved_at_iteration is not None and not self.held:
+            self.hold()
+
+    # -- after each chunk
+    def after_chunk(self, iteration: int, losses: np.ndarray) -> None:
+        """This seed's part of a chunk that ended at `iteration`: its losses, its triggers, its solve."""
+        state = self.state
+        state.iteration = iteration
+        if not self.held:
+            finite = np.isfinite(losses)
+            if not finite.all():
+                state.diverged_at_iteration = iteration - len(losses) + int(np.argmin(finite)) + 1
+                self.progress.message(f"training diverged (loss {losses[np.argmin(finite)]}) at iteration "
+                                      f"{state.diverged_at_iteration}; this seed stops, the others go on")
+                self.hold()
+                state.stop = True
+                return
+            state.add_losses(losses)
+        self.population.select(self.index)
+        for trigger in self.due:
+            trigger(iteration)
+        if state.solved_at_iteration is not None and not self.held:
+            self.hold()  # stopped on its solve, or (agent.solved_learning_rate 0) held from it to the last step
+
+    def hold(self) -> None:
+        """Its weights change no more, and it stops counting train steps (it costs no update)."""
+        self.population.agent.set_seed_rate(self.index, 0.0)
+        self.held = True
+
+    @property
+    def active(self) -> bool:
+        return not self.finished and not self.state.stop
+
+    # -- the end
+    def end_of_training(self, stopped: bool) -> None:
+        """After the last iteration (not after a stop): the final evaluation and, with a fixed budget, policy/final's
+        score over fresh episodes."""
+        cfg, state = self.config, self.state
+        if stopped or state.stop:
+            return
+        self.population.select(self.index)
+        if state.iteration % cfg.evaluation.eval_interval != 0:
+            self.evaluate()
+        if not state.failed and state.iteration >= cfg.training.num_iterations:
+            final_policy.score_final(self)
+
+    def finish(self, signum: Optional[int], checkpoint: Optional[str]) -> dict:
+        """Exports policy/final (unless its solve already did), writes summary.json; returns the summary."""
+        layout, state = self.layout, self.state
+        self.population.select(self.index)
+        solved_and_stopped = state.solved_at_iteration is not None and state.stop
+        if state.diverged_at_iteration is None and not solved_and_stopped:
+            scored = state.final_policy_return is not None
+            self.exporter.save(layout.final_policy, state.final_policy_return if scored else state.last_return,
+                               episodes=state.final_policy_episodes, **final_policy.held_since(self.config, state))
+        self.stack.close()
+        state.end(signum)
+        summary = state.summary(layout.root, self.pipeline.train_step_count(), self.pipeline.env_step_count(),
+                                self.clock.wall(), None, self.clock.cpu())
+        target = local.solve_return(self.config)
+        summary["solve_return_target"] = target if target != float("inf") else None
+        summary["solve_checked"] = summary["solve_return_target"] is not None and \
+            final_policy.checks_for_solve(self.config)
+        summary["policies"] = {name: policy_files.describe_policy(path, name) for name, path in
+                               (("final", layout.final_policy), ("best", layout.best_policy))}
+        summary["artifacts"].update({"config": layout.config, "train metrics": layout.train_metrics,
+                                     "eval metrics": layout.eval_metrics})
+        for name, path in (("best policy", layout.best_policy), ("final policy", layout.final_policy)):
+            if os.path.exists(path):
+                summary["artifacts"][name] = path
+        if checkpoint is not None:
+            summary["artifacts"]["checkpoint"] = checkpoint
+        self.finished = True
+        return summary
