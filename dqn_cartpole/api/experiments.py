@@ -79,13 +79,14 @@ def grid_texts(grid: Optional[Mapping[str, Sequence[Any]]]) -> list[str]:
 def sweep(config: "str | os.PathLike[str] | None" = None, *, seeds: Union[str, Iterable[int]] = "0",
           grid: Optional[Mapping[str, Sequence[Any]]] = None, overrides: Overrides = None,
           jobs: Optional[int] = None, name: Optional[str] = None, progress: bool = True, ray: bool = False,
-          address: Optional[str] = None, track: Optional[str] = None) -> list[Run]:
+          address: Optional[str] = None, track: Optional[str] = None, population: bool = False) -> list[Run]:
     """`python -m dqn_cartpole sweep`: every (grid point, seed) pair as its own run folder under
     <output.root>/sweeps/NAME/, `jobs` runs at a time (reused train processes, as the command's); calling it again
     with the same name continues it. With `ray=True`, as `sweep --ray`: the runs on the Ray cluster at `address`
     (else RAY_ADDRESS, else a local Ray instance started for the call), their folders gathered into the same sweep
-    folder. With `track` ("mlflow" or "wandb", as `--track`), every run is sent there in the sweep's group.
-    Returns the members' Runs; raises RunFailed (with every member) when one failed."""
+    folder. With `track` ("mlflow" or "wandb", as `--track`), every run is sent there in the sweep's group. With
+    `population=True`, as `sweep --population`: each grid point's seeds train as one population (one process, one
+    batched graph; `jobs` populations at a time), into the same run folders. Returns the members' Runs; raises RunFailed (with every member) when one failed."""
     import argparse
 
     from dqn_cartpole.cli import experiments as commands
@@ -93,12 +94,13 @@ def sweep(config: "str | os.PathLike[str] | None" = None, *, seeds: Union[str, I
 
     if address is not None and not ray:
         raise UserError("sweep(address=...): only with ray=True")
+    commands.check_population_runner(population, ray, "sweep(population=True)")
     args = argparse.Namespace(ray=ray, address=address, quiet=not progress, jobs=jobs)
     runner = commands.ray_runner(args, "sweep")  # Ray's checks (the extra installed, the address) before any folder
     seeds_text = seeds if isinstance(seeds, str) else ",".join(str(seed) for seed in seeds)
     config_path = locate_config(None if config is None else os.fspath(config))
     items = [item.item for item in shortcut_items(None, None, None, track)] + override_items(overrides)
-    plan = sweep_module.plan_sweep(config_path, seeds_text, grid_texts(grid), items, jobs, name)
+    plan = sweep_module.plan_sweep(config_path, seeds_text, grid_texts(grid), items, jobs, name, population)
     outcome = commands.run_planned_sweep(plan, args, runner)
     runs = [Run(member.run_dir) for member in plan.members if os.path.isdir(member.run_dir)]
     if outcome.failed:

@@ -25,6 +25,9 @@ def add_parsers(sub) -> None:
     sweep.add_argument("--config", metavar="PATH", required=True,
                        help="YAML config every run starts from (or a shipped config's name)")
     sweep.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2,7 (default 0)")
+    sweep.add_argument("--population", action="store_true",
+                       help="train each grid point's seeds as one population: one process, one batched graph, "
+                            "the same run folders (dqn and double_dqn on tf_uniform replay; not with --ray)")
     sweep.add_argument("--grid", metavar="SECTION.KEY=[V1,V2]", action="append", default=[],
                        help="a key and the values to try, e.g. agent.learning_rate=[1e-3,2e-3] (repeatable; "
                             "every combination is run)")
@@ -32,8 +35,9 @@ def add_parsers(sub) -> None:
                        help="override one config key for every run (repeatable)")
     add_shortcut_args(sweep, seed=False)  # --seeds says the seeds
     add_track_arg(sweep)
-    sweep.add_argument("--jobs", type=int, help="runs at a time (default: cores, capped at ~700 MB of free "
-                                                "memory per run; with --ray, one per CPU of the cluster)")
+    sweep.add_argument("--jobs", type=int, help="runs at a time, or populations with --population (default: cores, "
+                                                "capped at ~700 MB of free memory per run, 1400 MB per population; "
+                                                "with --ray, one per CPU of the cluster)")
     add_ray_args(sweep, "run")
     sweep.add_argument("--name", help="sweep folder name (default: <config>-<time>); reuse it to continue")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -123,14 +127,25 @@ def ray_runner(args: argparse.Namespace, command: str) -> tuple:
 RAY_CONNECT_TIMEOUT_S = 10.0
 
 
+def check_population_runner(population: bool, ray: bool, where: str = "--population") -> None:
+    """A population on Ray is refused: an actor sends back the one folder it trained (the population's), and a
+    sweep's population writes its members beside it. `where`: the argument as the caller wrote it."""
+    from dqn_cartpole.errors import UserError
+
+    if population and ray:
+        raise UserError(f"{where}: not with Ray (a Ray worker sends back one run folder, and a population writes "
+                        f"one per seed); run the population sweep on this machine")
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from dqn_cartpole.experiments import sweep
 
+    check_population_runner(args.population, args.ray)
     runner = ray_runner(args, "sweep")
     args.config = locate_config(args.config)  # a shipped config's name works from any folder, as with train
     overrides = shortcut_overrides(args) + args.overrides
-    outcome = run_planned_sweep(sweep.plan_sweep(args.config, args.seeds, args.grid, overrides, args.jobs, args.name),
-                                args, runner)
+    plan = sweep.plan_sweep(args.config, args.seeds, args.grid, overrides, args.jobs, args.name, args.population)
+    outcome = run_planned_sweep(plan, args, runner)
     if outcome.stopped_by is not None:
         return for_signal(outcome.stopped_by)
     return EXIT_FAILED if outcome.failed else EXIT_OK

@@ -101,9 +101,10 @@ def _yaml_value(value) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
-def check_configs(config_path: str, override_lists: Sequence[Sequence[str]]) -> list:
+def check_configs(config_path: str, override_lists: Sequence[Sequence[str]], population: bool = False) -> list:
     """Loads and checks the config once per list of overrides; returns, for each, the config as plain
-    data (`to_dict`) or the UserError that `train` would have refused it with.
+    data (`to_dict`) or the UserError that `train` would have refused it with (`population`: or that a population
+    cannot run, `config.population_problem`).
 
     Checking a config looks its env id up, which imports TF-Agents and TensorFlow (~3 s, ~400 MB).
     That happens in one short-lived spawned process, so the long-lived parent of a sweep or a study
@@ -115,7 +116,7 @@ def check_configs(config_path: str, override_lists: Sequence[Sequence[str]]) -> 
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_load_all, config_path, [list(o) for o in override_lists]).result()
+        return pool.submit(_load_all, config_path, [list(o) for o in override_lists], population).result()
 
 
 def first_error(checked: list) -> None:
@@ -125,17 +126,20 @@ def first_error(checked: list) -> None:
             raise item
 
 
-def _load_all(config_path: str, override_lists: list) -> list:
+def _load_all(config_path: str, override_lists: list, population: bool = False) -> list:
     import contextlib
     import io
 
-    from dqn_cartpole.config import load_config, to_dict
+    from dqn_cartpole.config import load_config, population_problem, to_dict
 
     results: list = []
     with contextlib.redirect_stderr(io.StringIO()):  # import-time notices of gymnasium / TF-Agents
         for overrides in override_lists:
             try:
-                results.append(to_dict(load_config(config_path, overrides)))
+                config = load_config(config_path, overrides)
             except UserError as exc:
                 results.append(UserError(str(exc)))
+                continue
+            problem = population_problem(config) if population else None
+            results.append(UserError(problem) if problem else to_dict(config))
     return results

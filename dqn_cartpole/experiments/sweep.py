@@ -1,6 +1,11 @@
 """`sweep`: every (grid point, seed) pair is an ordinary run folder under <output.root>/sweeps/NAME/, trained N at a
 time on an executor (`executor.LocalSlots` here, `executor.RayActors` with --ray); the same command continues it, and
-one with the same name but another grid is refused (docs/experiments.md, 'sweep: a grid x seeds')."""
+one with the same name but another grid is refused (docs/experiments.md, 'sweep: a grid x seeds').
+
+With --population each grid point's seeds train as one population (`run_folder.population`: K seeds in one process,
+one batched graph): the sweep writes the point's population folder, population__<point>/, whose manifest names the
+point's member folders, and submits `train --resume` of it as one request; the members stay the ordinary folders
+<point>__s<seed> (docs/experiments.md, 'Many seeds: a population sweep')."""
 
 from __future__ import annotations
 
@@ -24,13 +29,15 @@ from dqn_cartpole.experiments.sweep_progress import SweepProgress
 from dqn_cartpole.experiments.tracking_group import group_overrides
 from dqn_cartpole.tracking.send import check_installed
 from dqn_cartpole.processes.commands import continue_command, set_flags
-from dqn_cartpole.run_folder import layout, read_run
+from dqn_cartpole.run_folder import layout, population as population_folder, read_run
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 from dqn_cartpole.run_folder.csv_files import dict_rows, read_csv, write_csv_atomic
 
 MANIFEST_FILE = "sweep.yaml"
 MEMBERS_FILE = "members.csv"  # one row per member, shown on the sweep's report.html
 LOGS_DIR = "logs"
+POPULATION_PREFIX = "population__"  # a point's population folder: population__<point label>, beside its members
+POPULATION_MEMORY_MB = 2 * MEMORY_PER_RUN_MB  # issue 51's bound on a population's peak memory, as one seed's x2
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,17 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Population:
+    """One grid point's seeds trained as one population (`sweep --population`)."""
+
+    name: str  # its folder's and its request's name, e.g. "population__learning_rate=0.002"
+    folder: str
+    config: dict  # the point's resolved config, `training.seed` its first seed's
+    seeds: tuple
+    members: tuple  # its Members, in the seeds' order
+
+
+@dataclass(frozen=True)
 class SweepPlan:
     """Everything a sweep will do, checked before any process starts."""
 
@@ -55,6 +73,11 @@ class SweepPlan:
     members: tuple
     jobs: Optional[int]  # runs at a time (on Ray, None: one per CPU of the cluster)
     runner: tuple = ()  # where the runs go, as the continue command says it: () here, ("--ray", ...) on Ray
+    populations: tuple = ()  # with --population: one Population per grid point (jobs: populations at a time)
+
+    @property
+    def population(self) -> bool:
+        return bool(self.manifest.get("population"))
 
     @property
     def logs(self) -> str:
@@ -62,7 +85,8 @@ class SweepPlan:
 
     def continue_command(self) -> str:
         m = self.manifest
-        argv = ["sweep", "--config", m["config"], "--seeds", ",".join(str(s) for s in m["seeds"]), "--name", self.name,
+        argv = ["sweep", "--config", m["config"], "--seeds", ",".join(str(s) for s in m["seeds"]),
+                *(["--population"] if self.population else []), "--name", self.name,
                 *(["--jobs", str(self.jobs)] if self.jobs is not None else []), *self.runner]
         for axis in m["grid"]:
             argv += ["--grid", axis]
@@ -83,9 +107,10 @@ class Outcome:
 
 
 def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], overrides: Sequence[Override],
-               jobs: Optional[int], name: Optional[str]) -> SweepPlan:
+               jobs: Optional[int], name: Optional[str], population: bool = False) -> SweepPlan:
     """Parses and checks the whole sweep; raises UserError (one line) on any bad input. An override is a `--set`
-    item or a `Flagged` one (the Python API's, whose errors name the argument as it was written)."""
+    item or a `Flagged` one (the Python API's, whose errors name the argument as it was written). `population`: each
+    grid point's seeds as one population (a config a population cannot run is refused, naming its key)."""
     seeds = grid.parse_seeds(seeds_text)
     points = grid.expand([grid.parse_axis(text) for text in grid_texts])
     for item, where in map(override_source, overrides):
@@ -95,7 +120,7 @@ def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], ove
         raise UserError("the sweep is empty: give at least one seed and one value per --grid key")
     if jobs is not None and jobs <= 0:
         raise UserError(f"--jobs: must be positive, got {jobs}")
-    configs = grid.check_configs(config_path, [[*overrides, *point.overrides] for point in points])
+    configs = grid.check_configs(config_path, [[*overrides, *point.overrides] for point in points], population)
     grid.first_error(configs)
     check_installed((configs[0].get("tracking") or {}).get("backend"))  # each run would refuse it: refused here
     name = name or f"{os.path.splitext(os.path.basename(config_path))[0]}-{dt.datetime.now():%Y%m%d-%H%M%S}"
@@ -112,17 +137,34 @@ def plan_sweep(config_path: str, seeds_text: str, grid_texts: Sequence[str], ove
                                   config["training"]["num_iterations"],
                                   config["training"]["train_steps_per_iteration"]))
     manifest = {"config": os.path.abspath(config_path), "seeds": seeds, "grid": list(grid_texts),
-                "set": [override_source(o)[0] for o in overrides], "members": [m.name for m in members]}
+                "set": [override_source(o)[0] for o in overrides], "members": [m.name for m in members],
+                **({"population": True} if population else {})}  # absent without: earlier sweeps' manifests match
     _check_manifest(folder, manifest)
+    populations = plan_populations(folder, points, configs, seeds, members) if population else ()
     return SweepPlan(name, folder, os.path.abspath(config_path), manifest, tuple(members),
-                     jobs or default_jobs(len(members)))
+                     jobs or (default_jobs(len(populations), POPULATION_MEMORY_MB) if population
+                              else default_jobs(len(members))), populations=populations)
 
 
-def default_jobs(members: int) -> int:
-    """What the machine can take: one run per core, capped by available memory at ~700 MB a run."""
+def plan_populations(folder: str, points: Sequence[grid.Point], configs: Sequence[dict], seeds: Sequence[int],
+                     members: Sequence[Member]) -> tuple:
+    """One Population per grid point (`members` are the points' seeds in order, as `plan_sweep` makes them)."""
+    populations = []
+    for index, (point, config) in enumerate(zip(points, configs)):
+        own = tuple(members[index * len(seeds):(index + 1) * len(seeds)])
+        name = f"{POPULATION_PREFIX}{point.label}"
+        populations.append(Population(name, os.path.join(folder, name),
+                                      {**config, "training": {**config["training"], "seed": seeds[0]}},
+                                      tuple(seeds), own))
+    return tuple(populations)
+
+
+def default_jobs(members: int, memory_mb: int = MEMORY_PER_RUN_MB) -> int:
+    """What the machine can take: one run (or population) per core, capped by available memory at `memory_mb`
+    each."""
     import psutil
 
-    by_memory = int(psutil.virtual_memory().available // (MEMORY_PER_RUN_MB * 2**20))
+    by_memory = int(psutil.virtual_memory().available // (memory_mb * 2**20))
     return max(1, min(os.cpu_count() or 1, by_memory, members))
 
 
@@ -131,9 +173,9 @@ def _check_manifest(folder: str, manifest: dict) -> None:
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as handle:
             earlier = yaml.safe_load(handle) or {}
-        asked = {k: earlier.get(k) for k in manifest}
-        if asked != manifest:
-            changed = ", ".join(k for k in manifest if earlier.get(k) != manifest[k])
+        keys = list(dict.fromkeys([*manifest, "population"]))  # a sweep without --population writes no such key
+        changed = ", ".join(k for k in keys if earlier.get(k) != manifest.get(k))
+        if changed:
             raise UserError(f"{folder}: holds a sweep that asked for something else ({changed} differ); "
                             f"continue it with its own arguments (see {path}) or choose another --name")
     elif os.path.isdir(folder) and os.listdir(folder):
@@ -147,6 +189,15 @@ def write_manifest(plan: SweepPlan) -> None:
     data = {"name": plan.name, **plan.manifest, "created": dt.datetime.now().isoformat(timespec="seconds"),
             "command": plan.continue_command()}
     write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def write_populations(plan: SweepPlan) -> None:
+    """Each point's population folder with its manifest (`train --resume` of it starts the population from
+    iteration 0); one that has its manifest already keeps it, with whatever the population wrote beside it."""
+    for pop in plan.populations:
+        if not population_folder.is_population(pop.folder):
+            population_folder.write_manifest(pop.folder, pop.config, pop.seeds, [m.run_dir for m in pop.members],
+                                             video_seeds=pop.seeds[:1], command=plan.continue_command())
 
 
 def member_state(member: Member) -> str:
@@ -167,6 +218,7 @@ def run_sweep(plan: SweepPlan, show_progress: bool = True, executor=None) -> Out
     SIGINT/SIGTERM."""
     os.makedirs(plan.folder, exist_ok=True)
     write_manifest(plan)
+    write_populations(plan)
     ray_transfer.clear_staging(plan.folder)  # what an interrupted `sweep --ray` left half-received
     return SweepDriver(plan, executor or LocalSlots(plan.jobs, plan.logs), show_progress).run()
 
@@ -179,6 +231,7 @@ class SweepDriver:
     def __init__(self, plan: SweepPlan, executor, show_progress: bool) -> None:
         self.plan, self.executor, self.outcome = plan, executor, Outcome()
         self.members = {m.name: m for m in plan.members}
+        self.populations = {p.name: p for p in plan.populations}
         self.on_ray = isinstance(executor, RayActors)
         self.where: dict = {}  # member name -> node it runs on (on Ray)
         if self.on_ray:
@@ -192,11 +245,7 @@ class SweepDriver:
             try:
                 while (queue or executor.busy()) and not stop.requested:
                     while queue and executor.room() > 0 and not stop.requested:
-                        member, state = queue.pop(0)
-                        log = os.path.join(self.plan.logs, f"{member.name}.log")
-                        executor.submit(RunRequest(member.name, member.run_dir, log, self.plan.config_path,
-                                                   (*self.plan.manifest["set"], *member.overrides),
-                                                   resume=state == "resume"))
+                        executor.submit(queue.pop(0))
                     self._handle(executor.step(POLL_S))
             finally:  # a signal, or an error in this loop: no run outlives the sweep
                 self.outcome.stopped_by = stop.signum
@@ -209,18 +258,29 @@ class SweepDriver:
         return self.outcome
 
     def _queue(self) -> list:
-        queue = []
+        """The requests to submit: each unfinished member's run, or (--population) each point's population that has
+        an unfinished member (it skips its finished members itself)."""
+        states = {}
         for member in self.plan.members:
-            state = member_state(member)
+            state = states[member.name] = member_state(member)
             if state == "done":
                 self.outcome.done.append(member.name)
             elif state == "broken":
                 self.outcome.failed.append((member.name, None, "holds files but no config.yaml; move it away",
                                             member.run_dir))
-            else:
-                queue.append((member, state))
         self._update()
-        return queue
+        if self.plan.population:
+            return [RunRequest(pop.name, pop.folder, self._log(pop.name), self.plan.config_path, resume=True,
+                               reuse=False)
+                    for pop in self.plan.populations
+                    if {states[m.name] for m in pop.members} & {"new", "resume"}
+                    and "broken" not in {states[m.name] for m in pop.members}]
+        return [RunRequest(member.name, member.run_dir, self._log(member.name), self.plan.config_path,
+                           (*self.plan.manifest["set"], *member.overrides), resume=states[member.name] == "resume")
+                for member in self.plan.members if states[member.name] in ("new", "resume")]
+
+    def _log(self, key: str) -> str:
+        return os.path.join(self.plan.logs, f"{key}.log")
 
     # -- events
     def _handle(self, events: list) -> None:
@@ -237,7 +297,10 @@ class SweepDriver:
                 self._event(f"{key}: lost with {describe_node(event[2])} ({event[3]}){again}", always=True)
             elif kind == "landed":
                 self.where.pop(key, None)
-                self._landed(self.members[key], event[2])
+                if key in self.populations:
+                    self._landed_population(self.populations[key], event[2])
+                else:
+                    self._landed(self.members[key], event[2])
         self._update()
 
     def _landed(self, member: Member, ended: Ended) -> None:
@@ -255,6 +318,27 @@ class SweepDriver:
             self.outcome.failed.append((member.name, status, ended.error, ended.log_path))
             self._event(f"{member.name}: failed (exit {status}): {ended.error or '?'}  [log: {ended.log_path}]",
                         always=True)
+
+    def _landed_population(self, pop: Population, ended: Ended) -> None:
+        """Each member of a population that ended, as its own summary.json says: finished, failed (diverged, or the
+        population's own error when the member has no final summary), or stopped with the population."""
+        for member in pop.members:
+            if member.name in self.outcome.done:
+                continue  # finished before this command: the population skipped it
+            summary = read_summary(member.run_dir)
+            status = summary.get("exit_status")
+            if status == exit_status.EXIT_OK:
+                self.outcome.ok.append(member.name)
+            elif (self.outcome.stopped_by is not None and status is not None and exit_status.is_stop(status)
+                  and ended.status is not None and exit_status.is_stop(ended.status)):
+                continue  # stopped with the sweep, its checkpoint in the population's: it resumes next time
+            elif status == exit_status.EXIT_FAILED and summary.get("diverged_at_iteration") is not None:
+                self.outcome.failed.append((member.name, status, f"diverged at iteration "
+                                            f"{summary['diverged_at_iteration']}", ended.log_path))
+            else:
+                self.outcome.failed.append((member.name, ended.status if status is None else status,
+                                            ended.error or f"{pop.name} ended (exit {ended.status}) without "
+                                                           f"finishing it", ended.log_path))
 
     def _event(self, text: str, always: bool = False) -> None:
         """A line above the progress (on Ray; here the summary says what failed)."""
@@ -325,9 +409,10 @@ def _update_bar(bar, plan: SweepPlan, outcome: Outcome) -> None:
 def summary_lines(plan: SweepPlan, outcome: Outcome, wall_s: float, where: Optional[str] = None) -> list[str]:
     """The final report: counts, failures with their log, and how to continue or compare (`where` the runs ran,
     default: here, --jobs at a time)."""
-    lines = [f"sweep {plan.name}: {len(plan.members)} runs ({len(outcome.done)} already done, {len(outcome.ok)} "
-             f"finished now, {len(outcome.failed)} failed) in {wall_s:.1f} s {where or f'with --jobs {plan.jobs}'}; "
-             f"folder {plan.folder}"]
+    jobs = f"with --jobs {plan.jobs}" + (" (populations at a time)" if plan.population else "")
+    runs = f"{len(plan.members)} runs" + (f" in {len(plan.populations)} populations" if plan.population else "")
+    lines = [f"sweep {plan.name}: {runs} ({len(outcome.done)} already done, {len(outcome.ok)} finished now, "
+             f"{len(outcome.failed)} failed) in {wall_s:.1f} s {where or jobs}; folder {plan.folder}"]
     for name, status, error, log in outcome.failed:
         lines.append(f"  failed {name} (exit {status}): {error or '?'}  [log: {log}]")
     if outcome.stopped_by is not None or outcome.failed:
