@@ -15,13 +15,11 @@ import io
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from helpers import SMOKE, cli_env
+from helpers import SMOKE, run_cli
 
 from dqn_cartpole.cli.main import main
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
@@ -168,7 +166,7 @@ def test_each_member_is_marked_from_its_own_summary(tmp_path):
     assert outcome.failed == [("base__s1", EXIT_FAILED, "diverged at iteration 120", log),
                               ("base__s2", EXIT_FAILED, "population__base ended (exit 1) without finishing it", log)]
     lines = sweep.summary_lines(found, outcome, 1.0)
-    assert "3 runs in 1 populations (0 already done, 1 finished now, 2 failed)" in lines[0]
+    assert "3 runs in 1 population (0 already done, 1 finished now, 2 failed)" in lines[0]
     assert any("--population" in line for line in lines)  # how to continue it
 
 
@@ -238,8 +236,9 @@ def _cli(*argv):
 
 
 @pytest.mark.parametrize("extra, needle", [
-    (("--set", "replay.sampling=dataset"), "error: replay.sampling: dataset: a population samples directly"),
-    (("--grid", "network.dueling=[false,true]"), "error: network.dueling:"),  # its second point
+    (("--set", "replay.sampling=dataset"), "error: --population: replay.sampling: dataset: a population samples "
+                                           "directly"),
+    (("--grid", "network.dueling=[false,true]"), "error: --population: network.dueling:"),  # its second point
     (("--ray",), "error: --population: not with Ray"),
 ])
 def test_what_a_population_cannot_run_is_one_line_and_exit_2(tmp_path, extra, needle):
@@ -249,10 +248,47 @@ def test_what_a_population_cannot_run_is_one_line_and_exit_2(tmp_path, extra, ne
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_the_python_apis_population_sweep_is_refused_on_ray_naming_its_argument(tmp_path):
+    import dqn_cartpole as dq
+
+    with pytest.raises(dq.UserError, match=r"^sweep\(population=True\): not with Ray"):
+        dq.sweep(SMOKE, seeds="0-2", population=True, ray=True, overrides={"output.root": str(tmp_path)})
+    assert not os.listdir(tmp_path)
+
+
 def test_the_spawned_check_refuses_what_a_population_cannot_run():
     checked = SPAWNED_CHECK(SMOKE, [["network.noisy=true"], ["replay.backend=py_uniform"],
                                     ["env.num_envs=2", "training.collect_steps_per_iteration=2"],
                                     ["collection.driver=py"], ["agent.kind=double_dqn"]], population=True)
-    assert [str(c).split(":")[0] if isinstance(c, UserError) else c["agent"]["kind"] for c in checked] == [
+    assert [str(c).split(": ")[1] if isinstance(c, UserError) else c["agent"]["kind"] for c in checked] == [
         "network.noisy", "replay.backend", "env.num_envs", "collection.driver", "double_dqn"]
     assert not isinstance(SPAWNED_CHECK(SMOKE, [["network.noisy=true"]])[0], UserError)  # without it: fine
+
+
+# ---------------------------------------------------------------------------- end to end
+
+
+def test_a_population_sweep_of_the_smoke_config_trains_its_members_and_compare_reads_them(tmp_path):
+    """Through the CLI: seeds 0-2 as one population, three finished member folders, compare reads the sweep folder
+    (not the population folder beside them), and the same command again has nothing left to run."""
+    from dqn_cartpole.experiments import compare
+
+    argv = ("sweep", "--config", SMOKE, "--seeds", "0-2", "--population", "--name", "e2e", "--quiet",
+            "--set", f"output.root={tmp_path}")
+    first = run_cli(*argv, timeout=120)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "3 runs in 1 population (0 already done, 3 finished now, 0 failed)" in first.stdout
+    folder = os.path.join(str(tmp_path), "sweeps", "e2e")
+    members = [os.path.join(folder, f"base__s{seed}") for seed in (0, 1, 2)]
+    assert population.read_manifest(os.path.join(folder, "population__base")).members == tuple(members)
+    assert [sweep.read_summary(m).get("exit_status") for m in members] == [EXIT_OK] * 3
+    runs = compare.load_runs([folder])
+    assert sorted(r.root for r in runs) == members
+    assert sorted(r.config["training"]["seed"] for r in runs) == [0, 1, 2]
+    status, lines = _cli("compare", folder, "--output", str(tmp_path / "compare"))
+    assert status == 0 and os.path.isfile(tmp_path / "compare" / "table.md"), lines
+    log = os.path.join(folder, "logs", "population__base.log")
+    size = os.path.getsize(log)
+    again = run_cli(*argv, timeout=60)
+    assert again.returncode == 0 and "(3 already done, 0 finished now, 0 failed)" in again.stdout, again.stderr
+    assert os.path.getsize(log) == size  # no population started

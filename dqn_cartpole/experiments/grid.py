@@ -141,5 +141,5 @@ def _load_all(config_path: str, override_lists: list, population: bool = False) 
                 results.append(UserError(str(exc)))
                 continue
             problem = population_problem(config) if population else None
-            results.append(UserError(problem) if problem else to_dict(config))
+            results.append(UserError(f"--population: {problem}") if problem else to_dict(config))
     return results

@@ -410,7 +410,8 @@ def summary_lines(plan: SweepPlan, outcome: Outcome, wall_s: float, where: Optio
     """The final report: counts, failures with their log, and how to continue or compare (`where` the runs ran,
     default: here, --jobs at a time)."""
     jobs = f"with --jobs {plan.jobs}" + (" (populations at a time)" if plan.population else "")
-    runs = f"{len(plan.members)} runs" + (f" in {len(plan.populations)} populations" if plan.population else "")
+    count = len(plan.populations)
+    runs = f"{len(plan.members)} runs" + (f" in {count} population{'s' if count != 1 else ''}" if plan.population else "")
     lines = [f"sweep {plan.name}: {runs} ({len(outcome.done)} already done, {len(outcome.ok)} finished now, "
              f"{len(outcome.failed)} failed) in {wall_s:.1f} s {where or jobs}; folder {plan.folder}"]
     for name, status, error, log in outcome.failed:
