@@ -47,9 +47,10 @@ def adam_slots(agent, variables):
     return [optimizer.get_slot(v, name).numpy() for v in variables for name in ("m", "v")]
 
 
-def train_both(config, seed_index: int):
+def train_both(config, seed_index: int, only=None):
     """A population of SEEDS and a single agent holding seed `seed_index`'s initial weights, each trained STEPS
-    steps on the same batches (seed 3's rewards 1000x larger: its gradients are clipped hard)."""
+    steps on the same batches (seed 3's rewards 1000x larger: its gradients are clipped hard); `only`: the
+    population trains only those seeds (`ensemble.only_seeds`), on their batches alone."""
     time_step_spec, action_spec = specs()
     population = build_population_agent(config.agent, config.network, time_step_spec, action_spec, SEEDS)
     single = build_agent(config.agent, config.network, time_step_spec, action_spec)
@@ -57,12 +58,18 @@ def train_both(config, seed_index: int):
     target_pop = population.tf_agent._target_q_network.variables  # pylint: disable=protected-access
     ensemble.assign_seed(single.tf_agent._target_q_network.variables, target_pop, seed_index)  # pylint: disable=protected-access
     window = population.window_length
-    pop_step = tf.function(lambda x: population.train(x).loss, autograph=False)
+    def pop_train(x):
+        if only is None:
+            return population.train(x).loss
+        with ensemble.only_seeds(tf.constant(only, tf.int32)):
+            return population.train(x).loss
+
+    pop_step = tf.function(pop_train, autograph=False)
     single_step = tf.function(lambda x: single.train(x).loss, autograph=False)
     pop_losses, single_losses = [], []
     for step in range(STEPS):
         per_seed = [batch(1000 * step + k, 1000.0 if k == 3 else 1.0, window) for k in range(SEEDS)]
-        pop_losses.append(pop_step(concat(per_seed)).numpy())
+        pop_losses.append(pop_step(concat([per_seed[k] for k in (only or range(SEEDS))])).numpy())
         single_losses.append(single_step(per_seed[seed_index]).numpy())
     return population, single, np.array(pop_losses), np.array(single_losses)
 
@@ -72,9 +79,10 @@ def config():
     return load_config(None)
 
 
-@pytest.mark.parametrize("seed_index", [0, 2])
-def test_seed_k_of_a_population_trains_as_its_single_run(config, seed_index):
-    population, single, pop_losses, single_losses = train_both(config, seed_index)
+@pytest.mark.parametrize("seed_index, only", [(0, None), (2, None), (2, [0, 2, 3])])
+def test_seed_k_of_a_population_trains_as_its_single_run(config, seed_index, only):
+    """Also when the train step computes only some seeds (a held seed's share of the batch dropped)."""
+    population, single, pop_losses, single_losses = train_both(config, seed_index, only)
     np.testing.assert_allclose(pop_losses[:, seed_index], single_losses, rtol=1e-5, atol=1e-6)
     for got, want in zip(ensemble.seed_values(population.online_variables(), seed_index),
                          [v.numpy() for v in single.q_network.variables]):
@@ -83,6 +91,8 @@ def test_seed_k_of_a_population_trains_as_its_single_run(config, seed_index):
     for got, want in zip([s[seed_index] for s in pop_slots], adam_slots(single.tf_agent, single.q_network.variables)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-9)
     assert population.seed_train_steps() == [STEPS] * SEEDS
+    if only is not None:
+        assert (pop_losses[:, 1] == 0).all()  # seed 1 was not in the batch
 
 
 def test_one_norm_across_seeds_couples_them(config, monkeypatch):

@@ -11,12 +11,34 @@ single-seed network holds (`assign_seed`).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import contextvars
+from typing import Any, Iterator, Optional, Sequence
 
 import tensorflow as tf
 from tf_agents.networks import sequential
 
 from dqn_cartpole.core import networks
+
+
+_ONLY_SEEDS: contextvars.ContextVar = contextvars.ContextVar("only_seeds", default=None)
+
+
+@contextlib.contextmanager
+def only_seeds(indices: tf.Tensor) -> Iterator[None]:
+    """Inside, the ensemble layers compute only the seeds `indices` ([K'] int, ascending), whose rows (seed-major,
+    in that order) are the whole batch: a seed that no longer trains costs nothing in a train step. Read when the
+    layers' ops are built (traced), as `networks.mean_weights` is."""
+    token = _ONLY_SEEDS.set(indices)
+    try:
+        yield
+    finally:
+        _ONLY_SEEDS.reset(token)
+
+
+def current_seeds() -> Optional[tf.Tensor]:
+    """The seeds `only_seeds` restricts the layers to (None: all of them)."""
+    return _ONLY_SEEDS.get()
 
 
 class PerSeedInitializer(tf.keras.initializers.Initializer):
@@ -52,13 +74,17 @@ class EnsembleDense(tf.keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
-        if inputs.shape[0] == 1 and self.seeds > 1:
-            # TF-Agents builds a network's variables with a probe batch of one row (`Network.create_variables`):
-            # every seed sees that row, and the probe gets seed 0's output (only its shape is used).
-            inputs = tf.tile(inputs, [self.seeds, 1])
-            return self.call(inputs)[:1]
-        per_seed = tf.reshape(inputs, [self.seeds, -1, inputs.shape[-1]])  # [K, N/K, in]
-        outputs = tf.einsum("kni,kio->kno", per_seed, self.kernel) + self.bias[:, tf.newaxis, :]
+        only = current_seeds()
+        if only is not None:
+            kernel, bias, seeds = tf.gather(self.kernel, only), tf.gather(self.bias, only), tf.size(only)
+        else:
+            kernel, bias, seeds = self.kernel, self.bias, self.seeds
+            if inputs.shape[0] == 1 and self.seeds > 1:
+                # TF-Agents builds a network's variables with a probe batch of one row (`Network.create_variables`):
+                # every seed sees that row, and the probe gets seed 0's output (only its shape is used).
+                return self.call(tf.tile(inputs, [self.seeds, 1]))[:1]
+        per_seed = tf.reshape(inputs, [seeds, -1, inputs.shape[-1]])  # [K, N/K, in]
+        outputs = tf.einsum("kni,kio->kno", per_seed, kernel) + bias[:, tf.newaxis, :]
         return self.activation(tf.reshape(outputs, [-1, self.units]))
 
     def get_config(self) -> dict:

@@ -22,14 +22,17 @@ BACKENDS = ("tf_uniform",)  # the replay backends a population runs on
 
 
 def sample_per_seed(buffer: tf_uniform_replay_buffer.TFUniformReplayBuffer, sample_batch_size: int,
-                    num_steps: int) -> Any:
-    """`sample_batch_size` windows of `num_steps` steps from each column, seed-major: each window starts at a
-    uniformly drawn valid id of its own seed's column (every column holds the same ids: the seeds step together)."""
+                    num_steps: int, seeds: Optional[tf.Tensor] = None) -> Any:
+    """`sample_batch_size` windows of `num_steps` steps from each column (or from columns `seeds`, [K'] ascending),
+    seed-major: each window starts at a uniformly drawn valid id of its own seed's column (every column holds the
+    same ids: the seeds step together)."""
     # pylint: disable=protected-access
-    seeds, max_length = buffer._batch_size, buffer._max_length
+    max_length = buffer._max_length
+    if seeds is None:
+        seeds = tf.range(buffer._batch_size)
     min_id, max_id = tf_uniform_replay_buffer._valid_range_ids(buffer._last_id.read_value(), max_length, num_steps)
-    ids = tf.random.uniform([seeds * sample_batch_size], minval=min_id, maxval=max_id, dtype=tf.int64)
-    columns = tf.repeat(tf.range(seeds, dtype=tf.int64), sample_batch_size)
+    ids = tf.random.uniform([tf.size(seeds) * sample_batch_size], minval=min_id, maxval=max_id, dtype=tf.int64)
+    columns = tf.repeat(tf.cast(seeds, tf.int64), sample_batch_size)
     rows = tf.math.mod(ids[:, tf.newaxis] + tf.range(num_steps, dtype=tf.int64), max_length)
     return buffer._data_table.read(rows + columns[:, tf.newaxis] * max_length)
 
@@ -44,6 +47,10 @@ class PopulationReplay(TFUniformReplay):
     def sampler(self, sample_batch_size: int, num_steps: int, with_tags: bool = False) -> Any:
         """Per seed `sample_batch_size` windows, seed-major (`sample_per_seed`)."""
         return lambda: sample_per_seed(self.buffer, sample_batch_size, num_steps)
+
+    def seeds_sampler(self, sample_batch_size: int, num_steps: int) -> Any:
+        """f(seeds) -> `sample_batch_size` windows of each of `seeds` ([K'] ascending), seed-major."""
+        return lambda seeds: sample_per_seed(self.buffer, sample_batch_size, num_steps, seeds)
 
     def seed_size(self) -> int:
         """Steps each seed's replay holds."""

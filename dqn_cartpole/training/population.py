@@ -80,6 +80,7 @@ class PopulationRun:
         self.plotter: Any = None  # draws the members' plots, as each finishes (a child process)
         self.videos: dict[int, ArtifactWorkers] = {}  # index -> the video seeds' renderer (and plotter)
         self.summaries: dict[int, dict] = {}  # index -> the summary of a member finished by this process
+        self.phases = Phases(started_s_ago=self.clock.wall())  # the population's seconds, in every member's summary
 
     # -- the story
     def run(self) -> int:
@@ -87,7 +88,8 @@ class PopulationRun:
         signal after a stop)."""
         with self.stop_request, self.stack:
             try:
-                time_step, policy_state = self.build()
+                with self.phases("build"):
+                    time_step, policy_state = self.build()
                 if any(run.active for run in self.runs):
                     self.run_loop(time_step, policy_state)
                 self.finish()
@@ -125,7 +127,7 @@ class PopulationRun:
         for index, run_dir in enumerate(manifest.members):
             os.makedirs(run_dir, exist_ok=True)
             run = SeedRun(pipeline, index, self.member_configs[index], RunLayout(run_dir), self.progress, self.clock,
-                          saver)
+                          saver, self.phases)
             if saver is None:
                 run.exporter.prepare()  # traced once, ahead of the first evaluation's export
                 saver = run.exporter.saver
@@ -165,16 +167,20 @@ class PopulationRun:
                     run.first_evaluation()
                     self.finish_if_stopped(run)
         while self.iteration < total and not self.stop_request.requested and any(run.active for run in self.runs):
-            chunk = loop.run(self.iteration, total, time_step, policy_state)
+            with self.phases("loop"):
+                chunk = loop.run(self.iteration, total, time_step, policy_state)
             time_step, policy_state = chunk.time_step, chunk.policy_state
             self.time_step = time_step
             self.iteration += chunk.size
             losses = chunk_losses(chunk, len(self.runs))
             for run in self.runs:
                 if run.active:
-                    run.after_chunk(self.iteration, losses[:, run.index])
-                    self.finish_if_stopped(run)
-            checkpoint(self.iteration)
+                    with self.phases("seeds"):
+                        run.after_chunk(self.iteration, losses[:, run.index])
+                    with self.phases("finishing seeds"):
+                        self.finish_if_stopped(run)
+            with self.phases("checkpoints"):
+                checkpoint(self.iteration)
             self.show_progress()
         self.time_step = time_step
         self.loop_speed = (loop.loop_iterations, loop.loop_s)
@@ -200,7 +206,7 @@ class PopulationRun:
         newest = self.last.path if self.last is not None else (self.restored.path if self.restored else None)
         summary = run.finish(signum, newest)
         summary["population"] = {"folder": self.manifest.folder, "seeds": list(self.manifest.seeds),
-                                 "index": run.index}
+                                 "index": run.index, "phases": self.phases.as_dict()}
         if self.loop_speed_known():
             iterations, seconds = self.loop_speed
             summary["iterations_per_s"] = iterations / seconds if seconds else None
@@ -227,7 +233,7 @@ class PopulationRun:
         record = {"finished": self.iteration >= self.config.training.num_iterations or
                   not any(run.active for run in self.runs),
                   "train_step": int(pipeline.agent.train_step_counter.numpy()),
-                  "env_steps": int(pipeline.env_steps.result().numpy()),
+                  "env_steps": int(pipeline.env_steps.result().numpy()),  # all seeds' (each: in the checkpoint)
                   "replay_size": pipeline.replay.size(), "replay_inserts": pipeline.replay.inserts(),
                   "seeds": seeds,
                   "stream": {"observation": np.asarray(self.time_step.observation).tolist(),

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import tensorflow as tf
+from tf_agents.drivers import dynamic_step_driver
 from tf_agents.environments import tf_py_environment
-from tf_agents.metrics import tf_metrics
+from tf_agents.policies import random_tf_policy
 
 from dqn_cartpole.config import Config
 from dqn_cartpole.core import build, ensemble, envs
@@ -24,8 +25,44 @@ from dqn_cartpole.core.episode_returns import EpisodeReturnsPerEnv
 from dqn_cartpole.core.evaluation import make_episode_runner
 from dqn_cartpole.core.policies import greedy_policy
 from dqn_cartpole.replay.population import PopulationReplay, SeedReplay
-from dqn_cartpole.training.loop import compile_iterations, gradient_step, repeat_steps
+from dqn_cartpole.training.loop import compile_iterations, repeat_steps
 from dqn_cartpole.training.pipeline import Pipeline
+
+
+class LockstepDriver(dynamic_step_driver.DynamicStepDriver):
+    """TF-Agents' `DynamicStepDriver`, stepping K env copies together until one of them has taken `steps` counted
+    steps (not `steps` * K counted steps over all copies, the library's rule).
+
+    The library counts a batch's steps without its boundary steps (an episode's LAST -> the next FIRST): with one
+    copy, a single run's iteration that crosses an episode's end steps twice. With K copies its rule would step
+    every seed again whenever any seed crosses an end, which early on (episodes of ~20 steps, 16 seeds) is almost
+    every iteration, and would halve each seed's train steps per env step. Here an iteration steps every copy
+    once (more only if every copy crossed an end): with one copy, exactly the single run's driver."""
+
+    def __init__(self, env: Any, policy: Any, observers: Sequence[Any], steps: int):
+        super().__init__(env, policy, list(observers), num_steps=steps)
+
+    def _loop_condition_fn(self):
+        return lambda counter, *_: tf.less(tf.reduce_max(counter), self._num_steps)
+
+
+class EnvStepsPerEnv(tf.Module):
+    """A driver observer counting each env copy's steps as `tf_metrics.EnvironmentSteps` counts a run's (boundary
+    steps excluded); checkpointed with the population."""
+
+    def __init__(self, copies: int):
+        super().__init__(name="env_steps_per_env")
+        self.steps = tf.Variable(tf.zeros([copies], tf.int64), trainable=False, name="steps")
+
+    def __call__(self, trajectory: Any) -> Any:
+        self.steps.assign_add(tf.cast(~trajectory.is_boundary(), tf.int64))
+        return trajectory
+
+    def result(self) -> tf.Tensor:
+        return tf.reduce_sum(self.steps)
+
+    def of(self, index: int) -> int:
+        return int(self.steps[index].numpy())
 
 
 @dataclass
@@ -38,27 +75,52 @@ class PopulationPipeline:
     agent: PopulationAgent
     view: ValueAgent  # a single-seed agent: holds one seed's weights at a time (`select`)
     replay: PopulationReplay
-    env_steps: tf_metrics.EnvironmentSteps  # all seeds' steps together
+    env_steps: EnvStepsPerEnv
     returns: EpisodeReturnsPerEnv
     initial_driver: Any
     collect_driver: Any
     stack: contextlib.ExitStack
 
-    def env_steps_per_seed(self) -> int:
-        """Env steps of each seed (the seeds step together)."""
-        return int(self.env_steps.result().numpy()) // len(self.seeds)
+    def env_steps_of(self, index: int) -> int:
+        """Seed `index`'s env steps, counted as a single run counts its own."""
+        return self.env_steps.of(index)
+
+    def __post_init__(self):
+        self.selected: Any = None  # (seed index, train step) the view agent holds
+
+        @tf.function(autograph=False, input_signature=[tf.TensorSpec([], tf.int32)])
+        def select_seed(index):
+            ensemble.assign_seed(self.view.q_network.variables, self.agent.online_variables(), index)
+            self.view.train_step_counter.assign(self.agent.tf_agent.seed_train_steps[index])
+            return self.view.train_step_counter.read_value()
+
+        self._select = select_seed
 
     def select(self, index: int) -> None:
-        """The view agent holds seed `index`'s online weights and train-step count (between compiled chunks)."""
-        ensemble.assign_seed(self.view.q_network.variables, self.agent.online_variables(), index)
-        self.view.train_step_counter.assign(self.agent.tf_agent.seed_train_steps[index])
+        """The view agent holds seed `index`'s online weights and train-step count (between compiled chunks: one
+        compiled call, skipped when it holds them already)."""
+        step = int(self.agent.train_step_counter.numpy())
+        if self.selected != (index, step):
+            self._select(tf.constant(index, tf.int32))
+            self.selected = (index, step)
 
     def make_train(self, config: Config) -> Any:
-        """One iteration's gradient step(s): per seed, a batch from its own replay; returns the seeds' losses [K]."""
-        sample = self.replay.sampler(config.training.batch_size, self.agent.window_length)
-        step = gradient_step(self.agent, config.training.jit_compile)
-        return repeat_steps(lambda: step(sample()), config.training.train_steps_per_iteration,
-                            tf.zeros([len(self.seeds)]))
+        """One iteration's gradient step(s): per seed that still trains, a batch from its own replay, through the
+        ensemble's layers restricted to those seeds (`ensemble.only_seeds`), so a held seed costs no compute; returns
+        the seeds' losses [K] (0 for a held one). With none left to train, no step at all."""
+        sample = self.replay.seeds_sampler(config.training.batch_size, self.agent.window_length)
+        agent, held = self.agent, tf.zeros([len(self.seeds)])
+
+        def step() -> tf.Tensor:
+            seeds = agent.tf_agent.active_seeds()
+
+            def train() -> tf.Tensor:
+                with ensemble.only_seeds(seeds):
+                    return agent.train(sample(seeds)).loss
+
+            return tf.cond(tf.size(seeds) > 0, train, lambda: held)
+
+        return repeat_steps(step, config.training.train_steps_per_iteration, held)
 
     def make_iterations(self, config: Config) -> Any:
         """`loop.compile_iterations` of the population's collect driver and train step."""
@@ -76,12 +138,12 @@ def build_population_pipeline(config: Config, seeds: Sequence[int], stack: conte
     view = build.make_agent(config, tf_env)
     replay = PopulationReplay(agent.collect_data_spec, k, config.replay)
     stack.callback(replay.close)
-    env_steps, returns = tf_metrics.EnvironmentSteps(), EpisodeReturnsPerEnv(k)
+    env_steps, returns = EnvStepsPerEnv(k), EpisodeReturnsPerEnv(k)
     observers = [replay.add_batch, env_steps, returns]
-    # A TF driver's num_steps counts the steps of all its env copies together: each seed's steps times K.
-    initial_driver = build.make_random_driver(tf_env, observers, config.training.initial_collect_steps * k)
-    collect_driver = build.make_collect_driver(tf_env, agent.collect_policy, observers,
-                                               config.training.collect_steps_per_iteration * k)
+    random_policy = random_tf_policy.RandomTFPolicy(tf_env.time_step_spec(), tf_env.action_spec())
+    initial_driver = LockstepDriver(tf_env, random_policy, observers, config.training.initial_collect_steps)
+    collect_driver = LockstepDriver(tf_env, agent.collect_policy, observers,
+                                    config.training.collect_steps_per_iteration)
     return PopulationPipeline(tuple(seeds), collect, tf_env, agent, view, replay, env_steps, returns, initial_driver,
                               collect_driver, stack)
 
@@ -102,7 +164,7 @@ class SeedPipeline(Pipeline):
         self.population, self.index = population, index
 
     def env_step_count(self) -> int:
-        return self.population.env_steps_per_seed()
+        return self.population.env_steps_of(self.index)
 
     def train_step_count(self) -> int:
         return int(self.population.agent.tf_agent.seed_train_steps[self.index].numpy())

@@ -23,7 +23,8 @@ from dqn_cartpole.run_folder.csv_files import CsvLog
 from dqn_cartpole.run_folder.layout import RunLayout
 from dqn_cartpole.run_folder.metrics import TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
-from dqn_cartpole.training import final_policy, local, triggers
+from dqn_cartpole.training import final_policy, local, phases as phase, triggers
+from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.population_pipeline import PopulationPipeline, SeedPipeline
 from dqn_cartpole.training.state import RunState
 
@@ -52,14 +53,14 @@ class SeedRun:
     """Seed `index` of `population`: its run folder `layout`, its config (its own seed), its state."""
 
     def __init__(self, population: PopulationPipeline, index: int, config: Config, layout: RunLayout,
-                 progress: Progress, clock: triggers.Clock, saver: Any):
+                 progress: Progress, clock: triggers.Clock, saver: Any, phases: Phases):
         self.population, self.index, self.seed = population, index, population.seeds[index]
-        self.config, self.layout, self.clock = config, layout, clock
+        self.config, self.layout, self.clock, self.phases = config, layout, clock, phases
         self.progress = SeedConsole(progress, self.seed)
         self.stack = contextlib.ExitStack()  # its logs (closed when it finishes)
         self.pipeline = SeedPipeline(population, index, config, population.stack)
         self.state = RunState()
-        self.exporter = triggers.PolicyExport(self.pipeline, config, self.state)
+        self.exporter = triggers.PolicyExport(self.pipeline, config, self.state, phases)
         self.exporter.saver = saver  # one SavedModel graph for every seed (the view agent's policy)
         self.evaluate: Optional[triggers.Evaluate] = None
         self.due: list = []
@@ -76,10 +77,11 @@ class SeedRun:
             Scalars(layout.tensorboard if cfg.output.tensorboard else None)))
         q_probe = QProbe.for_agent(self.pipeline.agent, cfg.env.id, self.seed, cfg.env.max_episode_steps)
         self.evaluate = local.make_evaluation(self.pipeline, cfg, state, self.exporter, layout, scalars, self.clock,
-                                              self.progress, self.stack)
+                                              self.progress, self.stack, self.phases)
         log_train = triggers.LogTrain(self.pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
-        self.due = [triggers.every(cfg.training.log_interval, log_train, iteration),
-                    triggers.every(cfg.evaluation.eval_interval, self.evaluate, iteration)]
+        self.due = [triggers.every(cfg.training.log_interval, self.phases.timed(phase.TRAIN_ROWS, log_train), iteration),
+                    triggers.every(cfg.evaluation.eval_interval, self.phases.timed(phase.EVALUATIONS, self.evaluate),
+                                   iteration)]
         state.iteration = iteration
 
     def first_evaluation(self) -> None:
@@ -104,9 +106,11 @@ class SeedRun:
                 state.stop = True
                 return
             state.add_losses(losses)
-        self.population.select(self.index)
-        for trigger in self.due:
-            trigger(iteration)
+        cfg = self.config
+        if iteration % cfg.training.log_interval == 0 or iteration % cfg.evaluation.eval_interval == 0:
+            self.population.select(self.index)  # (the chunks end on every multiple: only then is a trigger due)
+            for trigger in self.due:
+                trigger(iteration)
         if state.solved_at_iteration is not None and not self.held:
             self.hold()  # stopped on its solve, or (agent.solved_learning_rate 0) held from it to the last step
 

@@ -52,13 +52,19 @@ class PopulationTrainMixin:
         self.seed_train_steps = tf.Variable(tf.zeros([self.seeds], tf.int64), trainable=False,
                                             name="seed_train_steps")
 
+    def active_seeds(self) -> tf.Tensor:
+        """[K'] the seeds that still train (rate above 0), ascending."""
+        return tf.cast(tf.where(self.seed_rates > 0)[:, 0], tf.int32)
+
     def _train(self, experience, weights):
         variables = self._q_network.trainable_weights
+        only = ensemble.current_seeds()  # the batch holds only these seeds' rows (None: every seed's)
         before = [v.read_value() for v in variables]  # (automatic control dependencies: read before the update)
         with tf.GradientTape() as tape:
             loss_info = self.train_loss(experience, weights, training=True)
-            scaled = loss_info.loss * float(self.seeds)  # each seed's gradient: its own loss's
-        grads = tape.gradient(scaled, variables)
+            seeds = float(self.seeds) if only is None else tf.cast(tf.size(only), tf.float32)
+            scaled = loss_info.loss * seeds  # each seed's gradient: its own loss's
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]  # (gathered: IndexedSlices)
         if self._gradient_clipping is not None:
             grads = clip_per_seed(grads, self._gradient_clipping)
         self._optimizer.apply_gradients(list(zip(grads, variables)))
@@ -68,7 +74,10 @@ class PopulationTrainMixin:
         self.seed_train_steps.assign_add(tf.cast(self.seed_rates > 0, tf.int64))
         self.train_step_counter.assign_add(1)
         self._update_target()
-        per_seed = tf.reduce_mean(tf.reshape(loss_info.extra.td_loss, [self.seeds, -1]), axis=1)
+        rows = self.seeds if only is None else tf.size(only)
+        per_seed = tf.reduce_mean(tf.reshape(loss_info.extra.td_loss, [rows, -1]), axis=1)
+        if only is not None:  # a held seed's loss: 0 (it trained on nothing)
+            per_seed = tf.scatter_nd(only[:, tf.newaxis], per_seed, [self.seeds])
         return loss_info._replace(loss=per_seed)
 
 
