@@ -110,7 +110,7 @@ def test_one_norm_across_seeds_couples_them(config, monkeypatch):
 def test_a_held_seed_keeps_its_weights_and_its_step_count(config):
     time_step_spec, action_spec = specs()
     population = build_population_agent(config.agent, config.network, time_step_spec, action_spec, SEEDS)
-    population.set_seed_rate(1, 0.0)
+    population.hold_seed(1)
     held = ensemble.seed_values(population.online_variables(), 1)
     moving = ensemble.seed_values(population.online_variables(), 2)
     step = tf.function(lambda x: population.train(x).loss, autograph=False)

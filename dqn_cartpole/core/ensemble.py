@@ -29,7 +29,7 @@ def only_seeds(indices: tf.Tensor) -> Iterator[None]:
     """Inside, the ensemble layers compute only the seeds `indices` ([K'] int, ascending), whose rows (seed-major,
     in that order) are the whole batch: a seed that no longer trains costs nothing in a train step. Read when the
     layers' ops are built (traced), as `networks.mean_weights` is."""
-    token = _ONLY_SEEDS.set(indices)
+    token = _ONLY_SEEDS.set((indices, {}))  # (the seeds, each variable's gathered slices: one gather per step)
     try:
         yield
     finally:
@@ -38,7 +38,18 @@ def only_seeds(indices: tf.Tensor) -> Iterator[None]:
 
 def current_seeds() -> Optional[tf.Tensor]:
     """The seeds `only_seeds` restricts the layers to (None: all of them)."""
-    return _ONLY_SEEDS.get()
+    only = _ONLY_SEEDS.get()
+    return None if only is None else only[0]
+
+
+def _only(variable: tf.Variable) -> tf.Tensor:
+    """`variable`'s slices of the `only_seeds` seeds, gathered once per train step (a network runs two or three
+    times in one: the online network on the first and the bootstrap steps, the target network)."""
+    indices, gathered = _ONLY_SEEDS.get()
+    key = id(variable)
+    if key not in gathered:
+        gathered[key] = tf.gather(variable, indices)
+    return gathered[key]
 
 
 class PerSeedInitializer(tf.keras.initializers.Initializer):
@@ -76,7 +87,7 @@ class EnsembleDense(tf.keras.layers.Layer):
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         only = current_seeds()
         if only is not None:
-            kernel, bias, seeds = tf.gather(self.kernel, only), tf.gather(self.bias, only), tf.size(only)
+            kernel, bias, seeds = _only(self.kernel), _only(self.bias), tf.size(only)
         else:
             kernel, bias, seeds = self.kernel, self.bias, self.seeds
             if inputs.shape[0] == 1 and self.seeds > 1:

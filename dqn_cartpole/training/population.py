@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from typing import Any, Optional
 
@@ -36,6 +37,8 @@ from dqn_cartpole.training.host import Host, own_process
 from dqn_cartpole.training.loop import ChunkedLoop, run_ops_on_one_thread
 from dqn_cartpole.training.outcome import write_run_summary
 from dqn_cartpole.training.phases import Phases
+from dqn_cartpole.training import phases as phase
+from dqn_cartpole.training.population_evaluation import PopulationEvaluation
 from dqn_cartpole.training.population_pipeline import PopulationPipeline, build_population_pipeline
 from dqn_cartpole.training.population_seed import SeedRun
 from dqn_cartpole.training.triggers import Clock, every
@@ -71,6 +74,7 @@ class PopulationRun:
         self.stop_request = signals.StopRequest()
         self.stack = contextlib.ExitStack()
         self.pipeline: Optional[PopulationPipeline] = None
+        self.evaluation: Optional[PopulationEvaluation] = None
         self.runs: list[SeedRun] = []
         self.writer: Optional[checkpointing.CheckpointWriter] = None
         self.last: Optional[checkpointing.Saved] = None
@@ -105,6 +109,7 @@ class PopulationRun:
             run_ops_on_one_thread()
         seed_everything(manifest.seeds[0])
         pipeline = self.pipeline = build_population_pipeline(cfg, manifest.seeds, self.stack)
+        self.evaluation = PopulationEvaluation(pipeline, cfg, self.stack)
         self.writer = checkpointing.CheckpointWriter(population_folder.checkpoints_dir(manifest.folder),
                                                      pipeline.agent, pipeline.env_steps, pipeline.replay,
                                                      cfg.training.keep_checkpoints)
@@ -161,14 +166,16 @@ class PopulationRun:
         intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval, cfg.training.checkpoint_interval]
         loop = ChunkedLoop(pipeline.make_iterations(cfg), intervals)
         checkpoint = every(cfg.training.checkpoint_interval, self.periodic_checkpoint, self.iteration)
+        evaluate = every(cfg.evaluation.eval_interval, self.evaluate_active, self.iteration)
         if self.restored is None:
+            self.evaluate_active()  # iteration 0: the untrained policies, as in the tutorial
             for run in self.runs:
-                if run.active:
-                    run.first_evaluation()
-                    self.finish_if_stopped(run)
+                self.finish_if_stopped(run)
         while self.iteration < total and not self.stop_request.requested and any(run.active for run in self.runs):
-            with self.phases("loop"):
+            with self.phases(phase.LOOP if loop.traced else phase.FIRST_CHUNK):
                 chunk = loop.run(self.iteration, total, time_step, policy_state)
+            if os.environ.get("DQN_POP_DEBUG"):
+                print("CHUNK", chunk.size, round(loop.loop_s, 3), sum(r.active for r in self.runs), file=sys.stderr)
             time_step, policy_state = chunk.time_step, chunk.policy_state
             self.time_step = time_step
             self.iteration += chunk.size
@@ -177,13 +184,25 @@ class PopulationRun:
                 if run.active:
                     with self.phases("seeds"):
                         run.after_chunk(self.iteration, losses[:, run.index])
-                    with self.phases("finishing seeds"):
-                        self.finish_if_stopped(run)
+            evaluate(self.iteration)
+            for run in self.runs:
+                with self.phases("finishing seeds"):
+                    self.finish_if_stopped(run)
             with self.phases("checkpoints"):
                 checkpoint(self.iteration)
             self.show_progress()
         self.time_step = time_step
         self.loop_speed = (loop.loop_iterations, loop.loop_s)
+
+    def evaluate_active(self, runs: Optional[list] = None) -> None:
+        """Every seed still training (or `runs`) evaluated at once, each result taken in by its own run."""
+        runs = [run for run in self.runs if run.active] if runs is None else runs
+        if not runs:
+            return
+        with self.phases(phase.EVALUATIONS):
+            results, seconds = self.evaluation.play([run.index for run in runs])
+            for run, result in zip(runs, results):
+                run.take_evaluation(result, seconds)
 
     def periodic_checkpoint(self) -> None:
         if self.iteration < self.config.training.num_iterations and any(run.active for run in self.runs):
@@ -293,8 +312,9 @@ class PopulationRun:
         stopped = self.stop_request.requested
         signum = self.stop_request.signum if stopped else None
         open_runs = [run for run in self.runs if not run.finished]
+        self.evaluate_active([run for run in open_runs if run.wants_final_evaluation(stopped)])
         for run in open_runs:
-            run.end_of_training(stopped)
+            run.score_final(stopped)
         if open_runs and self.pipeline is not None and hasattr(self, "time_step"):
             self.save()
         for run in open_runs:

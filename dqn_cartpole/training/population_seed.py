@@ -16,6 +16,7 @@ import numpy as np
 
 from dqn_cartpole.config import Config, dump_yaml
 from dqn_cartpole.console.progress import Progress
+from dqn_cartpole.core.numpy_episodes import EvalResult
 from dqn_cartpole.core.q_probe import QProbe
 from dqn_cartpole.run_folder import policy_files
 from dqn_cartpole.run_folder.atomic import write_text_atomic
@@ -79,21 +80,27 @@ class SeedRun:
         self.evaluate = local.make_evaluation(self.pipeline, cfg, state, self.exporter, layout, scalars, self.clock,
                                               self.progress, self.stack, self.phases)
         log_train = triggers.LogTrain(self.pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
-        self.due = [triggers.every(cfg.training.log_interval, self.phases.timed(phase.TRAIN_ROWS, log_train), iteration),
-                    triggers.every(cfg.evaluation.eval_interval, self.phases.timed(phase.EVALUATIONS, self.evaluate),
-                                   iteration)]
+        # (its evaluations are the population's, every seed's episodes at once: `take_evaluation`)
+        self.due = [triggers.every(cfg.training.log_interval, self.phases.timed(phase.TRAIN_ROWS, log_train), iteration)]
         state.iteration = iteration
 
-    def first_evaluation(self) -> None:
-        """Iteration 0: the untrained policy, as in the tutorial (and a single run)."""
+    def take_evaluation(self, result: EvalResult, seconds: float) -> None:
+        """This seed's greedy episodes, played with the others' (`PopulationEvaluation`), through its `Evaluate`
+        trigger as a single run's own: the eval row, policy/best, and past the solve return its solve check."""
+        cfg, state, evaluate = self.config, self.state, self.evaluate
         self.population.select(self.index)
-        self.evaluate()
-        if self.state.solved_at_iteration is not None and not self.held:
-            self.hold()
+        state.eval_s += seconds
+        evaluate.record(result, triggers.Snapshot.now(self.pipeline, state, self.clock))
+        if triggers.checks_solves(cfg, state, self.pipeline.train_step_count()) and \
+                result.average_return >= evaluate.solve_check.solve_return:
+            evaluate.solve_check()
+        if state.solved_at_iteration is not None and not self.held:
+            self.hold()  # stopped on its solve, or (agent.solved_learning_rate 0) held from it to the last step
 
     # -- after each chunk
     def after_chunk(self, iteration: int, losses: np.ndarray) -> None:
-        """This seed's part of a chunk that ended at `iteration`: its losses, its triggers, its solve."""
+        """This seed's part of a chunk that ended at `iteration`: its losses and its train row when one is due (its
+        evaluation is the population's: `take_evaluation`)."""
         state = self.state
         state.iteration = iteration
         if not self.held:
@@ -106,17 +113,14 @@ class SeedRun:
                 state.stop = True
                 return
             state.add_losses(losses)
-        cfg = self.config
-        if iteration % cfg.training.log_interval == 0 or iteration % cfg.evaluation.eval_interval == 0:
-            self.population.select(self.index)  # (the chunks end on every multiple: only then is a trigger due)
+        if iteration % self.config.training.log_interval == 0:  # (chunks end on every multiple: only then is it due)
+            self.population.select(self.index)
             for trigger in self.due:
                 trigger(iteration)
-        if state.solved_at_iteration is not None and not self.held:
-            self.hold()  # stopped on its solve, or (agent.solved_learning_rate 0) held from it to the last step
 
     def hold(self) -> None:
         """Its weights change no more, and it stops counting train steps (it costs no update)."""
-        self.population.agent.set_seed_rate(self.index, 0.0)
+        self.population.agent.hold_seed(self.index)
         self.held = True
 
     @property
@@ -124,16 +128,17 @@ class SeedRun:
         return not self.finished and not self.state.stop
 
     # -- the end
-    def end_of_training(self, stopped: bool) -> None:
-        """After the last iteration (not after a stop): the final evaluation and, with a fixed budget, policy/final's
-        score over fresh episodes."""
-        cfg, state = self.config, self.state
-        if stopped or state.stop:
-            return
-        self.population.select(self.index)
-        if state.iteration % cfg.evaluation.eval_interval != 0:
-            self.evaluate()
-        if not state.failed and state.iteration >= cfg.training.num_iterations:
+    def wants_final_evaluation(self, stopped: bool) -> bool:
+        """After the last iteration (not after a stop), the final weights get a measured return, unless their
+        iteration was just evaluated."""
+        return not stopped and not self.state.stop and self.state.iteration % self.config.evaluation.eval_interval != 0
+
+    def score_final(self, stopped: bool) -> None:
+        """With a fixed budget run to its end: policy/final's score over fresh episodes."""
+        state = self.state
+        if not stopped and not state.stop and not state.failed and \
+                state.iteration >= self.config.training.num_iterations:
+            self.population.select(self.index)
             final_policy.score_final(self)
 
     def finish(self, signum: Optional[int], checkpoint: Optional[str]) -> dict:

@@ -8,9 +8,9 @@ What keeps the seeds independent, in the train step the project already override
 * `gradient_clipping` clips each seed's global norm on its own (`clip_per_seed`): one norm across the seeds would
   let one seed's large gradients shrink every other seed's step;
 * Adam is elementwise, so one optimizer over the stacked variables keeps each seed's moments apart;
-* `seed_rates` scales each seed's update: 1 trains it as a single run would (its new values exactly), 0 holds its
-  weights (a seed past its solve: `agent.solved_learning_rate` 0, or one that stopped); its train-step count then
-  stays put (`seed_train_steps`).
+* `seed_rates` says which seeds train (1) and which are held (0: a seed past its solve, `agent.solved_learning_rate`
+  0, or one that stopped): a held seed leaves the batch (`ensemble.only_seeds`), so it costs no compute, and its
+  weights and train-step count (`seed_train_steps`) stay put (`PopulationAgent.hold_seed`).
 
 The train step returns each seed's loss ([K]), the mean over its B rows: a single run's loss.
 """
@@ -59,18 +59,18 @@ class PopulationTrainMixin:
     def _train(self, experience, weights):
         variables = self._q_network.trainable_weights
         only = ensemble.current_seeds()  # the batch holds only these seeds' rows (None: every seed's)
-        before = [v.read_value() for v in variables]  # (automatic control dependencies: read before the update)
         with tf.GradientTape() as tape:
             loss_info = self.train_loss(experience, weights, training=True)
             seeds = float(self.seeds) if only is None else tf.cast(tf.size(only), tf.float32)
             scaled = loss_info.loss * seeds  # each seed's gradient: its own loss's
         grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]  # (gathered: IndexedSlices)
+        if only is None:  # a held seed's rows are in the batch: its gradient is dropped here
+            grads = [g * tf.reshape(self.seed_rates, [-1] + [1] * (g.shape.rank - 1)) for g in grads]
         if self._gradient_clipping is not None:
             grads = clip_per_seed(grads, self._gradient_clipping)
+        # A held seed's gradient is 0, and its Adam first moment was zeroed when it was held (`hold_seed`): Adam's
+        # step, lr * m / (sqrt(v) + eps), is then exactly 0, with no masking op per step.
         self._optimizer.apply_gradients(list(zip(grads, variables)))
-        for variable, old in zip(variables, before):
-            rate = tf.reshape(self.seed_rates, [-1] + [1] * (variable.shape.rank - 1))
-            variable.assign(tf.where(tf.equal(rate, 1.0), variable, old + (variable - old) * rate))
         self.seed_train_steps.assign_add(tf.cast(self.seed_rates > 0, tf.int64))
         self.train_step_counter.assign_add(1)
         self._update_target()
@@ -102,9 +102,14 @@ class PopulationAgent(TfAgentAdapter):
     def seed_train_steps(self) -> list[int]:
         return [int(n) for n in self.tf_agent.seed_train_steps.numpy()]
 
-    def set_seed_rate(self, seed_index: int, rate: float) -> None:
-        """Seed `seed_index`'s updates from now on: 1 as a single run's, 0 held."""
-        self.tf_agent.seed_rates.scatter_nd_update([[seed_index]], [float(rate)])
+    def hold_seed(self, seed_index: int) -> None:
+        """Seed `seed_index`'s weights change no more: it leaves the train step's batch, its gradient is 0 from now
+        on, and its Adam first moments are zeroed (Adam's step is then exactly 0)."""
+        agent = self.tf_agent
+        agent.seed_rates.scatter_nd_update([[seed_index]], [0.0])
+        for variable in self.q_network.trainable_variables:
+            first_moment = agent._optimizer.get_slot(variable, "m")  # pylint: disable=protected-access
+            first_moment.scatter_nd_update([[seed_index]], tf.zeros([1, *variable.shape[1:]]))
 
     def seed_rates(self) -> list[float]:
         return [float(r) for r in self.tf_agent.seed_rates.numpy()]
