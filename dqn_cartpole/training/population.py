@@ -248,7 +248,8 @@ class PopulationRun:
         """One checkpoint of the whole population (and each unfinished member's metrics so far)."""
         pipeline = self.pipeline
         seeds = {str(run.seed): {"run_state": run.state.resumed_fields(), "held": run.held, "stop": run.state.stop,
-                                 "finished": run.finished} for run in self.runs}
+                                 "finished": run.finished, "train_steps": run.pipeline.train_step_count(),
+                                 "env_steps": run.pipeline.env_step_count()} for run in self.runs}
         record = {"finished": self.iteration >= self.config.training.num_iterations or
                   not any(run.active for run in self.runs),
                   "train_step": int(pipeline.agent.train_step_counter.numpy()),
