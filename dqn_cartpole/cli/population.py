@@ -86,8 +86,11 @@ def cmd_train_population(args: argparse.Namespace) -> int:
 def cmd_resume_population(args: argparse.Namespace) -> int:
     """`train --resume POP`: the population from its newest good checkpoint (or from the start)."""
     folder = args.resume
-    if config_overrides(args):
-        raise UserError(f"--resume {folder}: a population continues with its own config; drop --set")
+    for flag, given in (("--config", args.config), ("--output-dir", args.output_dir), ("--overwrite", args.overwrite),
+                        ("--set", config_overrides(args))):
+        if given:
+            raise UserError(f"--resume {folder}: a population continues in its folder with its own config; "
+                            f"drop {flag}")
     lock = lock_run(folder)
     with contextlib.closing(lock):
         manifest = population_folder.read_manifest(folder)
@@ -126,8 +129,9 @@ def population_lines(manifest: population_folder.Manifest) -> list[str]:
         final = ((summary.get("policies") or {}).get("final") or {}).get("average_return")
         lines.append(f"{seed:>6}  {'-' if at is None else at:>10}  {summary.get('solved_env_steps') or '-':>10}  "
                      f"{'-' if final is None else f'{final:.1f}':>12}  {member}")
-    lines.append(f"{solved}/{len(manifest.seeds)} seeds solved. Compare them: python -m dqn_cartpole compare "
-                 f"{manifest.folder}")
+    parents = {os.path.dirname(member) for member in manifest.members}
+    where = parents.pop() if len(parents) == 1 else manifest.folder  # POP itself, or a sweep's folder
+    lines.append(f"{solved}/{len(manifest.seeds)} seeds solved. Compare them: python -m dqn_cartpole compare {where}")
     return lines
 
 

@@ -283,6 +283,10 @@ def check_resume_folder(run_dir: str, args: argparse.Namespace) -> None:
                         f"'train' wrote, e.g. outputs/<run-name>")
     if not os.access(run_dir, os.W_OK):
         raise UserError(f"--resume {run_dir}: cannot write there (no permission)")
+    population = population_folder.member_of(run_dir)
+    if population is not None:
+        raise UserError(f"--resume {run_dir}: is one seed of the population {population}, which trains its seeds "
+                        f"together; continue it with: train --resume {population}")
 
 
 def resume_config(run_dir: str, args: argparse.Namespace) -> Any:

@@ -9,7 +9,7 @@ from dqn_cartpole.config.resolve import sampling_mode
 from dqn_cartpole.config.schema import Config
 
 KINDS = ("dqn", "double_dqn")
-BACKENDS = ("tf_uniform",)
+BACKENDS = ("tf_uniform", "py_uniform")
 
 
 def population_problem(config: Config) -> Optional[str]:
@@ -21,7 +21,7 @@ def population_problem(config: Config) -> Optional[str]:
         (network.noisy, "network.noisy: a population batches plain networks only (no noisy layers)"),
         (replay.prioritized, "replay.prioritized: a population samples uniformly only"),
         (replay.backend not in BACKENDS, f"replay.backend: {replay.backend}: a population keeps its seeds' replay in "
-                                         f"one tf_uniform buffer; use tf_uniform"),
+                                         f"its own process; use tf_uniform or py_uniform"),
         (sampling_mode(replay) != "direct", "replay.sampling: dataset: a population samples directly (direct)"),
         (config.env.num_envs != 1, f"env.num_envs: {config.env.num_envs}: a population steps one env per seed"),
         (config.collection.driver != "compiled", "collection.driver: py: a population collects in the compiled loop"),

@@ -1,5 +1,6 @@
-"""The population's replay: K seeds' uniform buffers in one `TFUniformReplayBuffer`, column k seed k's (its env is
-copy k of the population's envs), `replay.capacity` steps each, sampled per seed.
+"""The population's replay: K seeds' uniform buffers, `replay.capacity` steps each, sampled per seed. On `tf_uniform`
+(`PopulationReplay`) they are one `TFUniformReplayBuffer`, column k seed k's (its env is copy k of the population's
+envs); on `py_uniform` (`PopulationPyReplay`) K of the project's numpy `PyUniformReplayBuffer`s.
 
 The library's buffer keeps its columns in one flat table (`[K * capacity, ...]` rows), and `sample_per_seed` draws
 each seed's windows from its own column, gathered with per-seed row offsets: `TFUniformReplayBuffer.get_next` would
@@ -12,13 +13,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+import numpy as np
 import tensorflow as tf
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
 
 from dqn_cartpole.config import ReplayConfig
-from dqn_cartpole.replay.uniform import TFUniformReplay
+from dqn_cartpole.replay.base import Replay, to_numpy
+from dqn_cartpole.replay.uniform import PyUniformReplay, TFUniformReplay, VectorizedPyUniformReplayBuffer
 
-BACKENDS = ("tf_uniform",)  # the replay backends a population runs on
+BACKENDS = ("tf_uniform", "py_uniform")  # the replay backends a population runs on
 
 
 def sample_per_seed(buffer: tf_uniform_replay_buffer.TFUniformReplayBuffer, sample_batch_size: int,
@@ -59,6 +62,78 @@ class PopulationReplay(TFUniformReplay):
     def seed_inserts(self) -> int:
         """Steps each seed has added."""
         return self.inserts() // self.seeds
+
+
+class SeedBuffers(tf.Module):
+    """The K numpy buffers, as one trackable (a checkpoint holds each one's storage and counters)."""
+
+    def __init__(self, buffers: list):
+        super().__init__(name="seed_buffers")
+        self.buffers = buffers
+
+
+class PopulationPyReplay(Replay):
+    """K seeds' `PyUniformReplayBuffer`s (numpy, in this process), written and sampled from the compiled loop through
+    `tf.numpy_function`s: row k of a batch goes to seed k's buffer, and each seed's windows come from its own."""
+
+    backend = "py_uniform"
+
+    def __init__(self, data_spec: Any, seeds: int, config: ReplayConfig):
+        self.array_spec = PyUniformReplay.array_spec_of(data_spec)
+        buffers = [VectorizedPyUniformReplayBuffer(data_spec=self.array_spec, capacity=config.capacity)
+                   for _ in range(seeds)]
+        super().__init__(SeedBuffers(buffers), data_spec, seeds, config)
+        self.seeds, self.buffers = seeds, buffers
+        self.specs = tf.nest.flatten(data_spec)
+
+    def add_batch(self, items: Any) -> Any:
+        if tf.executing_eagerly():
+            return self._add_flat(*[np.asarray(x) for x in tf.nest.flatten(to_numpy(items))])
+        return tf.numpy_function(self._add_flat, tf.nest.flatten(items), [], stateful=True, name="population_add")
+
+    def _add_flat(self, *flat: np.ndarray) -> None:
+        for k, buffer in enumerate(self.buffers):
+            buffer.add_batch(tf.nest.pack_sequence_as(self.array_spec, [x[k:k + 1] for x in flat]))
+
+    def seeds_sampler(self, sample_batch_size: int, num_steps: int) -> Any:
+        """f(seeds) -> `sample_batch_size` windows of each of `seeds` ([K'] ascending), seed-major."""
+        def sample(seeds: np.ndarray) -> list:
+            per_seed = [tf.nest.flatten(self.buffers[k]._get_next(sample_batch_size, num_steps))  # pylint: disable=protected-access
+                        for k in seeds]
+            return [np.concatenate(parts) for parts in zip(*per_seed)]
+
+        def sampled(seeds: tf.Tensor) -> Any:
+            flat = tf.numpy_function(sample, [seeds], [spec.dtype for spec in self.specs], stateful=True,
+                                     name="population_sample")
+            for tensor, spec in zip(flat, self.specs):
+                tensor.set_shape([None, num_steps, *spec.shape])
+            return tf.nest.pack_sequence_as(self.data_spec, flat)
+
+        return sampled
+
+    def sampler(self, sample_batch_size: int, num_steps: int, with_tags: bool = False) -> Any:
+        sample = self.seeds_sampler(sample_batch_size, num_steps)
+        return lambda: sample(tf.range(self.seeds))
+
+    def size(self) -> int:
+        return sum(int(buffer.size) for buffer in self.buffers)
+
+    def inserts(self) -> int:
+        return sum(int(buffer._np_state.item_count) for buffer in self.buffers)  # pylint: disable=protected-access
+
+    def seed_size(self) -> int:
+        return int(self.buffers[0].size)
+
+    def seed_inserts(self) -> int:
+        return int(self.buffers[0]._np_state.item_count)  # pylint: disable=protected-access
+
+
+def make_population_replay(data_spec: Any, seeds: int, config: ReplayConfig) -> Replay:
+    """The population's replay on the configured backend (`BACKENDS`)."""
+    if config.backend not in BACKENDS:
+        raise ValueError(f"a population's replay is one of {BACKENDS}, not {config.backend}")
+    replay_class = PopulationReplay if config.backend == "tf_uniform" else PopulationPyReplay
+    return replay_class(data_spec, seeds, config)
 
 
 class SeedReplay:

@@ -184,8 +184,13 @@ class PyUniformReplay(Replay):
             raise UserError(
                 f"replay.backend: py_uniform stores a single stream of steps; set env.num_envs: 1 (got {num_envs})"
             )
-        self.array_spec = tensor_spec.to_nest_array_spec(data_spec)
+        self.array_spec = self.array_spec_of(data_spec)
         super().__init__(self._make_buffer(config), data_spec, num_envs, config)
+
+    @staticmethod
+    def array_spec_of(data_spec: Any) -> Any:
+        """The numpy buffer's spec of items of `data_spec`."""
+        return tensor_spec.to_nest_array_spec(data_spec)
 
     def _make_buffer(self, config: ReplayConfig) -> VectorizedPyUniformReplayBuffer:
         return VectorizedPyUniformReplayBuffer(data_spec=self.array_spec, capacity=config.capacity)

@@ -24,7 +24,7 @@ from dqn_cartpole.core.agents.population import PopulationAgent, build_populatio
 from dqn_cartpole.core.episode_returns import EpisodeReturnsPerEnv
 from dqn_cartpole.core.evaluation import make_episode_runner
 from dqn_cartpole.core.policies import greedy_policy
-from dqn_cartpole.replay.population import PopulationReplay, SeedReplay
+from dqn_cartpole.replay.population import SeedReplay, make_population_replay
 from dqn_cartpole.training.loop import compile_iterations, repeat_steps
 from dqn_cartpole.training.pipeline import Pipeline
 
@@ -74,7 +74,7 @@ class PopulationPipeline:
     tf_env: tf_py_environment.TFPyEnvironment
     agent: PopulationAgent
     view: ValueAgent  # a single-seed agent: holds one seed's weights at a time (`select`)
-    replay: PopulationReplay
+    replay: Any  # replay.population's PopulationReplay (tf_uniform) or PopulationPyReplay (py_uniform)
     env_steps: EnvStepsPerEnv
     returns: EpisodeReturnsPerEnv
     initial_driver: Any
@@ -136,7 +136,7 @@ def build_population_pipeline(config: Config, seeds: Sequence[int], stack: conte
     tf_env = tf_py_environment.TFPyEnvironment(collect)
     agent = build_population_agent(config.agent, config.network, tf_env.time_step_spec(), tf_env.action_spec(), k)
     view = build.make_agent(config, tf_env)
-    replay = PopulationReplay(agent.collect_data_spec, k, config.replay)
+    replay = make_population_replay(agent.collect_data_spec, k, config.replay)
     stack.callback(replay.close)
     env_steps, returns = EnvStepsPerEnv(k), EpisodeReturnsPerEnv(k)
     observers = [replay.add_batch, env_steps, returns]

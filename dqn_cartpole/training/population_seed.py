@@ -151,6 +151,8 @@ class SeedRun:
             self.exporter.save(layout.final_policy, state.final_policy_return if scored else state.last_return,
                                episodes=state.final_policy_episodes, **final_policy.held_since(self.config, state))
         self.stack.close()
+        with contextlib.suppress(OSError):  # (made by the run folder's preparation: the checkpoints are POP's)
+            os.rmdir(layout.checkpoints)
         state.end(signum)
         summary = state.summary(layout.root, self.pipeline.train_step_count(), self.pipeline.env_step_count(),
                                 self.clock.wall(), None, self.clock.cpu())
