@@ -94,6 +94,10 @@ def cmd_resume_population(args: argparse.Namespace) -> int:
     lock = lock_run(folder)
     with contextlib.closing(lock):
         manifest = population_folder.read_manifest(folder)
+        if all(population_folder.member_finished(member) for member in manifest.members):
+            print(f"The population {folder} has finished: every seed's run has ended; nothing to do.")
+            print("\n".join(population_lines(manifest)))
+            return 0
         plan = checkpointing.plan_resume(folder)
         for bad in plan.bad:
             print(f"warning: checkpoint {bad.path} is {bad.reason}", file=sys.stderr)

@@ -77,6 +77,16 @@ def read_manifest(folder: str) -> Manifest:
                     tuple(data.get("video_seeds") or ()))
 
 
+def member_finished(run_dir: str) -> bool:
+    """Whether a member's run folder holds a finished run: its summary's exit status 0 (ended) or 1 (diverged or
+    failed); a stopped one (130, 143) resumes."""
+    from dqn_cartpole.run_folder.record import read_run
+
+    if not os.path.isfile(os.path.join(run_dir, layout.SUMMARY_FILE)):
+        return False
+    return read_run(run_dir).get("exit_status") in (0, 1)
+
+
 def member_of(run_dir: str) -> Optional[str]:
     """The population folder a member run folder belongs to (its summary or config says so), else None."""
     parent = os.path.dirname(os.path.abspath(run_dir))

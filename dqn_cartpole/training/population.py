@@ -53,13 +53,6 @@ def chunk_losses(chunk: Any, seeds: int) -> np.ndarray:
     return np.column_stack([chunk.losses, chunk.extras])[:, :seeds]
 
 
-def finished_before(run_dir: str) -> bool:
-    """Whether a member's run folder holds a finished run (its summary's exit status 0 or 1)."""
-    if not os.path.isfile(RunLayout(run_dir).summary):
-        return False
-    return read_run(run_dir).get("exit_status") in DONE_STATUSES
-
-
 class PopulationRun:
     """The population of `manifest` (a `run_folder.population.Manifest`), from `plan`'s checkpoint or the start."""
 
@@ -136,7 +129,7 @@ class PopulationRun:
             if saver is None:
                 run.exporter.prepare()  # traced once, ahead of the first evaluation's export
                 saver = run.exporter.saver
-            if finished_before(run_dir):
+            if population_folder.member_finished(run_dir):
                 run.finished = True
                 run.hold()
             elif manifest.seeds[index] in manifest.video_seeds and self.member_configs[index].video.enabled:
