@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
-import time
 from typing import Any, Optional
 
 import numpy as np
@@ -23,7 +21,6 @@ from dqn_cartpole.config import Config, config_from_dict
 from dqn_cartpole.console import signals
 from dqn_cartpole.console.exit_status import EXIT_FAILED, EXIT_OK
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core import build
 from dqn_cartpole.core.policies import greedy_policy
 from dqn_cartpole.core.seeding import seed_everything
 from dqn_cartpole.report import plotter
@@ -36,8 +33,9 @@ from dqn_cartpole.training.artifacts import ArtifactWorkers
 from dqn_cartpole.training.host import Host, own_process
 from dqn_cartpole.training.loop import ChunkedLoop, run_ops_on_one_thread
 from dqn_cartpole.training.outcome import write_run_summary
-from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training import phases as phase
+from dqn_cartpole.training.phases import Phases
+from dqn_cartpole.training.population_checkpoints import PopulationCheckpoints
 from dqn_cartpole.training.population_evaluation import PopulationEvaluation
 from dqn_cartpole.training.population_pipeline import PopulationPipeline, build_population_pipeline
 from dqn_cartpole.training.population_seed import SeedRun
@@ -69,9 +67,9 @@ class PopulationRun:
         self.pipeline: Optional[PopulationPipeline] = None
         self.evaluation: Optional[PopulationEvaluation] = None
         self.runs: list[SeedRun] = []
-        self.writer: Optional[checkpointing.CheckpointWriter] = None
-        self.last: Optional[checkpointing.Saved] = None
-        self.restored: Optional[checkpointing.Found] = None
+        self.checkpoints: Optional[PopulationCheckpoints] = None
+        self.loop: Optional[ChunkedLoop] = None
+        self.time_step: Any = None  # the envs' current time step (a checkpoint's resume seam)
         self.iteration = 0
         self.plots_written: list[str] = []
         self.plotter: Any = None  # draws the members' plots, as each finishes (a child process)
@@ -85,7 +83,7 @@ class PopulationRun:
         signal after a stop)."""
         with self.stop_request, self.stack:
             try:
-                with self.phases("build"):
+                with self.phases(phase.BUILD):
                     time_step, policy_state = self.build()
                 if any(run.active for run in self.runs):
                     self.run_loop(time_step, policy_state)
@@ -103,10 +101,9 @@ class PopulationRun:
         seed_everything(manifest.seeds[0])
         pipeline = self.pipeline = build_population_pipeline(cfg, manifest.seeds, self.stack)
         self.evaluation = PopulationEvaluation(pipeline, cfg, self.stack)
-        self.writer = checkpointing.CheckpointWriter(population_folder.checkpoints_dir(manifest.folder),
-                                                     pipeline.agent, pipeline.env_steps, pipeline.replay,
-                                                     cfg.training.keep_checkpoints)
         self.make_runs()
+        self.checkpoints = PopulationCheckpoints(manifest, pipeline, self.runs, self.clock,
+                                                 cfg.training.keep_checkpoints)
         self.plotter = plotter.start_plotter(on_wrote=self.plots_written.append)
         found = self.prepare_folder()
         if found is not None:
@@ -157,18 +154,16 @@ class PopulationRun:
         cfg, pipeline = self.config, self.pipeline
         total = cfg.training.num_iterations
         intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval, cfg.training.checkpoint_interval]
-        loop = ChunkedLoop(pipeline.make_iterations(cfg), intervals)
+        loop = self.loop = ChunkedLoop(pipeline.make_iterations(cfg), intervals)
         checkpoint = every(cfg.training.checkpoint_interval, self.periodic_checkpoint, self.iteration)
         evaluate = every(cfg.evaluation.eval_interval, self.evaluate_active, self.iteration)
-        if self.restored is None:
+        if self.checkpoints.restored is None:
             self.evaluate_active()  # iteration 0: the untrained policies, as in the tutorial
             for run in self.runs:
                 self.finish_if_stopped(run)
         while self.iteration < total and not self.stop_request.requested and any(run.active for run in self.runs):
             with self.phases(phase.LOOP if loop.traced else phase.FIRST_CHUNK):
                 chunk = loop.run(self.iteration, total, time_step, policy_state)
-            if os.environ.get("DQN_POP_DEBUG"):
-                print("CHUNK", chunk.size, round(loop.loop_s, 3), sum(r.active for r in self.runs), file=sys.stderr)
             time_step, policy_state = chunk.time_step, chunk.policy_state
             self.time_step = time_step
             self.iteration += chunk.size
@@ -185,7 +180,6 @@ class PopulationRun:
                 checkpoint(self.iteration)
             self.show_progress()
         self.time_step = time_step
-        self.loop_speed = (loop.loop_iterations, loop.loop_s)
 
     def evaluate_active(self, runs: Optional[list] = None) -> None:
         """Every seed still training (or `runs`) evaluated at once, each result taken in by its own run."""
@@ -215,13 +209,11 @@ class PopulationRun:
 
     def finish_member(self, run: SeedRun, signum: Optional[int]) -> None:
         """policy/final and summary.json now; its plots (and, for a video seed, its videos) start beside."""
-        newest = self.last.path if self.last is not None else (self.restored.path if self.restored else None)
-        summary = run.finish(signum, newest)
+        summary = run.finish(signum, self.checkpoints.newest())
         summary["population"] = {"folder": self.manifest.folder, "seeds": list(self.manifest.seeds),
                                  "index": run.index, "phases": self.phases.as_dict()}
-        if self.loop_speed_known():
-            iterations, seconds = self.loop_speed
-            summary["iterations_per_s"] = iterations / seconds if seconds else None
+        if self.loop is not None and self.loop.loop_s:  # the population's iterations per second (all its seeds)
+            summary["iterations_per_s"] = self.loop.loop_iterations / self.loop.loop_s
         self.summaries[run.index] = summary
         write_run_summary(summary, run.layout.summary)
         workers = self.videos.get(run.index)
@@ -233,72 +225,20 @@ class PopulationRun:
                 else f"ended at iteration {run.state.iteration}")
         self.progress.message(f"seed {run.seed}: {line} -> {run.layout.root}")
 
-    def loop_speed_known(self) -> bool:
-        return hasattr(self, "loop_speed")
-
     # -- checkpoints
     def save(self) -> None:
-        """One checkpoint of the whole population (and each unfinished member's metrics so far)."""
-        pipeline = self.pipeline
-        seeds = {str(run.seed): {"run_state": run.state.resumed_fields(), "held": run.held, "stop": run.state.stop,
-                                 "finished": run.finished, "train_steps": run.pipeline.train_step_count(),
-                                 "env_steps": run.pipeline.env_step_count()} for run in self.runs}
-        record = {"finished": self.iteration >= self.config.training.num_iterations or
-                  not any(run.active for run in self.runs),
-                  "train_step": int(pipeline.agent.train_step_counter.numpy()),
-                  "env_steps": int(pipeline.env_steps.result().numpy()),  # all seeds' (each: in the checkpoint)
-                  "replay_size": pipeline.replay.size(), "replay_inserts": pipeline.replay.inserts(),
-                  "seeds": seeds,
-                  "stream": {"observation": np.asarray(self.time_step.observation).tolist(),
-                             "held": pipeline.replay.held_steps()},
-                  "wall_s": self.clock.wall(), "rng": run_checkpoints.rng_state(), "config": self.manifest.config,
-                  "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        self.last = self.writer.save(self.iteration, record, self.metrics_files())
-
-    def metrics_files(self) -> dict[str, str]:
-        """The unfinished members' CSVs, by a name unique in the checkpoint."""
-        return {f"m{run.index}__{name}": path for run in self.runs if not run.finished
-                for name, path in run_checkpoints.metrics_files(run.layout).items()}
+        """One checkpoint of the whole population, at this iteration."""
+        finished = self.iteration >= self.config.training.num_iterations or not any(run.active for run in self.runs)
+        self.checkpoints.save(self.iteration, finished, self.time_step)
 
     def restore(self, found: checkpointing.Found) -> tuple[Any, Any]:
-        """Loads `found` into the pipeline and every unfinished member; returns a fresh time step."""
-        pipeline, saved = self.pipeline, found.state
-        self.writer.restore(found)
-        self.restored, self.iteration = found, found.iteration
-        self.clock.continue_from(float(saved["wall_s"]))
-        for run in self.runs:
-            if run.finished:
-                run.hold()
-                continue
-            seed_saved = saved["seeds"][str(run.seed)]
-            run.state.resume_from(seed_saved, found.iteration)
-            run.state.resumed_from = found.path
-            run.state.stop = bool(seed_saved.get("stop"))
-            run.held = bool(seed_saved.get("held"))
-            run_checkpoints.adopt_best_on_disk(run.layout.best_policy, run.state)
-        run_checkpoints.restore_rng_state(saved["rng"])
-        self.reseed(found.iteration)
-        time_step = pipeline.tf_env.reset()
-        self.time_step = time_step
-        pipeline.replay.write_seam(np.asarray(saved["stream"]["observation"]), saved["stream"]["held"])
-        checkpointing.restore_metrics(found, self.metrics_files())
+        """Loads `found`: the population and every unfinished member; returns a fresh time step and policy state."""
+        self.iteration = found.iteration
+        self.time_step = self.checkpoints.restore(found)
         self.progress.message(f"Resumed from {found.name}: iteration {found.iteration} of "
                               f"{self.config.training.num_iterations}, "
                               f"{sum(not run.finished for run in self.runs)} of {len(self.runs)} seeds to go.")
-        return time_step, pipeline.agent.collect_policy.get_initial_state(len(self.runs))
-
-    def reseed(self, iteration: int) -> None:
-        """TF ops' streams and the envs' episodes restart from seeds derived from (seed, iteration), as a single
-        run's do (`checkpoints.resume_seed`)."""
-        seeds = [run_checkpoints.resume_seed(seed, iteration) for seed in self.manifest.seeds]
-        tf.random.set_seed(seeds[0])
-        collect = self.pipeline.collect
-        collect.reset()
-        collect.gym_env.reset(seed=seeds)
-        for run, seed in zip(self.runs, seeds):
-            evaluate = run.pipeline.envs.evaluate
-            evaluate.reset()
-            evaluate.gym_env.reset(seed=seed + build.EVAL_SEED_OFFSET)
+        return self.time_step, self.pipeline.agent.collect_policy.get_initial_state(len(self.runs))
 
     # -- the end
     def finish(self) -> None:
@@ -309,7 +249,7 @@ class PopulationRun:
         self.evaluate_active([run for run in open_runs if run.wants_final_evaluation(stopped)])
         for run in open_runs:
             run.score_final(stopped)
-        if open_runs and self.pipeline is not None and hasattr(self, "time_step"):
+        if open_runs and self.time_step is not None:
             self.save()
         for run in open_runs:
             if stopped and run.state.iteration < self.config.training.num_iterations:

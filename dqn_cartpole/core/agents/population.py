@@ -17,7 +17,7 @@ The train step returns each seed's loss ([K]), the mean over its B rows: a singl
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
