@@ -1,0 +1,46 @@
+"""The population's pipeline: every seed's env steps once per iteration (the lockstep driver), each seed's counts
+are its own, and the view agent holds the selected seed's weights."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import tensorflow as tf
+
+from dqn_cartpole.config import load_config
+from dqn_cartpole.core import ensemble
+from dqn_cartpole.training.population_pipeline import build_population_pipeline
+
+SMOKE = "dqn_cartpole/configs/smoke.yaml"
+
+
+def test_each_seed_steps_once_per_iteration_and_counts_its_own_steps():
+    config = load_config(SMOKE)
+    with contextlib.ExitStack() as stack:
+        pipeline = build_population_pipeline(config, [0, 1, 2], stack)
+        tf.function(pipeline.initial_driver.run, autograph=False)(pipeline.tf_env.reset(), ())
+        inserts = pipeline.replay.seed_inserts()
+        iterations = pipeline.make_iterations(config)
+        policy_state = pipeline.agent.collect_policy.get_initial_state(3)
+        _, _, losses = iterations(pipeline.tf_env.current_time_step(), policy_state, tf.constant(200))
+        assert losses.shape == (200, 3)
+        # One batched step per iteration (one more only when every seed crossed an episode's end at once). The
+        # library's rule (steps counted over all copies) would step every seed again whenever any seed crossed one.
+        assert 200 <= pipeline.replay.seed_inserts() - inserts <= 202
+        steps = [pipeline.env_steps_of(k) for k in range(3)]
+        assert sum(steps) == int(pipeline.env_steps.result().numpy())
+        assert all(config.training.initial_collect_steps + 150 <= n <= config.training.initial_collect_steps + 202
+                   for n in steps), steps
+
+
+def test_select_gives_the_view_agent_one_seed_weights_and_step_count():
+    config = load_config(SMOKE)
+    with contextlib.ExitStack() as stack:
+        pipeline = build_population_pipeline(config, [4, 5], stack)
+        pipeline.agent.tf_agent.seed_train_steps.assign([7, 9])
+        pipeline.select(1)
+        for view, seed_weights in zip(pipeline.view.q_network.variables,
+                                      ensemble.seed_values(pipeline.agent.online_variables(), 1)):
+            np.testing.assert_array_equal(view.numpy(), seed_weights)
+        assert int(pipeline.view.train_step_counter.numpy()) == 9
