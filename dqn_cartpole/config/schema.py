@@ -163,6 +163,10 @@ class CollectionConfig:
 
     driver: str = _f("compiled (a TF driver inside the compiled loop, fastest) or py (the tutorial's PyDriver + "
                      "PyTFEagerPolicy in Python, then a compiled train step)", choices=("compiled", "py"))
+    graph_env: bool = _f("CartPole-v0/v1 under the compiled driver: step the env in TensorFlow ops inside the "
+                         "compiled loop (the same episodes as gymnasium's, bit for bit, from the same seed; "
+                         "faster) instead of gymnasium through a Python callback; other envs always use gymnasium",
+                         when=When("driver", ("compiled",)))
 
 
 @dataclass(frozen=True)

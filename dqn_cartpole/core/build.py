@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 from tf_agents.drivers import dynamic_step_driver, py_driver
 from tf_agents.environments import tf_py_environment
@@ -24,6 +24,8 @@ from dqn_cartpole.console.quiet import NativeStderrFilter
 from dqn_cartpole.core import envs
 from dqn_cartpole.core.agents import ValueAgent, build_agent, window_length_for
 from dqn_cartpole.core.py_collect import CompiledPyPolicy, StepCounter, StepStash
+from dqn_cartpole.core.step_driver import UnrolledStepDriver
+from dqn_cartpole.core.tf_cartpole import TFCartPole, is_plain_cartpole, max_episode_steps
 from dqn_cartpole.replay import reverb_tables
 from dqn_cartpole.replay.base import Replay
 from dqn_cartpole.replay.uniform import PyUniformReplay, TFUniformReplay
@@ -34,10 +36,11 @@ EVAL_SEED_OFFSET, SOLVE_SEED_OFFSET, VIDEO_SEED_OFFSET = 10_000, 20_000, 30_000
 
 @dataclass(frozen=True)
 class Envs:
-    """The collection envs (as a Python env and its TF wrapper) and the evaluation envs."""
+    """The collection envs (as a Python env and its TF env: the TF wrapper, or CartPole in TF ops over it) and the
+    evaluation envs."""
 
     collect: envs.BatchedGymnasiumEnvironment
-    tf_env: tf_py_environment.TFPyEnvironment
+    tf_env: Union[tf_py_environment.TFPyEnvironment, TFCartPole]
     evaluate: envs.BatchedGymnasiumEnvironment
 
 
@@ -49,12 +52,23 @@ def make_env_copies(config: Config, copies: int, seed: int, stack: contextlib.Ex
     return env
 
 
-def make_envs(config: Config, stack: contextlib.ExitStack) -> Envs:
-    """`env.num_envs` collection envs and one evaluation env per evaluation episode."""
+def uses_graph_env(config: Config) -> bool:
+    """Whether the compiled driver steps the collection envs in TF ops (`collection.graph_env`: CartPole only)."""
+    collection = config.collection
+    return collection.driver == "compiled" and collection.graph_env and is_plain_cartpole(config.env.id)
+
+
+def make_envs(config: Config, stack: contextlib.ExitStack, graph_env: bool = False) -> Envs:
+    """`env.num_envs` collection envs and one evaluation env per evaluation episode. With `graph_env` (see
+    `uses_graph_env`), the TF env steps the collection envs' CartPole in TF ops (`tf_cartpole.TFCartPole`)."""
     seed = config.training.seed
     collect = make_env_copies(config, config.env.num_envs, seed, stack)
     evaluate = make_env_copies(config, config.evaluation.num_eval_episodes, seed + EVAL_SEED_OFFSET, stack)
-    return Envs(collect, tf_py_environment.TFPyEnvironment(collect), evaluate)
+    if graph_env:
+        tf_env = TFCartPole(collect, max_episode_steps(config.env.id, config.env.max_episode_steps))
+    else:
+        tf_env = tf_py_environment.TFPyEnvironment(collect)
+    return Envs(collect, tf_env, evaluate)
 
 
 def make_agent(config: Config, tf_env: tf_py_environment.TFPyEnvironment) -> ValueAgent:
@@ -210,8 +224,9 @@ def make_replay(config: Config, agent: ValueAgent, stack: contextlib.ExitStack, 
 
 def make_collect_driver(tf_env: tf_py_environment.TFPyEnvironment, policy: Any, observers: Sequence[Callable],
                         num_steps: int) -> dynamic_step_driver.DynamicStepDriver:
-    """A TF-Agents driver that steps `policy` in `tf_env` for `num_steps` env steps per `run`."""
-    return dynamic_step_driver.DynamicStepDriver(tf_env, policy, list(observers), num_steps=num_steps)
+    """A TF-Agents driver that steps `policy` in `tf_env` for `num_steps` env steps per `run` (a `DynamicStepDriver`
+    whose few steps per run are written out: `step_driver.UnrolledStepDriver`)."""
+    return UnrolledStepDriver(tf_env, policy, list(observers), num_steps=num_steps)
 
 
 def make_random_driver(tf_env: tf_py_environment.TFPyEnvironment, observers: Sequence[Callable],

@@ -75,7 +75,10 @@ class GymnasiumStarts:
         return self.states()
 
     def reset_some(self, mask: np.ndarray) -> np.ndarray:
-        """Resets the copies in `mask` (continuing their generators): states [copies, 4], those rows new."""
+        """Resets the copies in `mask` (continuing their generators): states [copies, 4], those rows new. Before
+        the first reset, resets them all (`reset_all`: a step before any reset starts every episode)."""
+        if not self.env.steps.seeded:
+            return self.reset_all()
         vector = self.env.gym_env
         if self.vectorised:
             env = vector.unwrapped
@@ -127,10 +130,9 @@ class TFCartPole(tf_environment.TFEnvironment):
                                        4.0 / 3.0], dtype=tf.float64, trainable=False, name="cartpole_constants")
         self._state = tf.Variable(tf.zeros([n, 4], tf.float64), trainable=False, name="cartpole_state")
         self._elapsed = tf.Variable(tf.zeros([n], tf.int32), trainable=False, name="cartpole_elapsed")
-        # Copies that ended on the last step; NEXT_STEP autoreset: the next step starts their new episode.
-        self._resetting = tf.Variable(tf.zeros([n], tf.bool), trainable=False, name="cartpole_resetting")
-        # Before the first reset, a step starts every episode (as TFPyEnvironment does).
-        self._started = tf.Variable(False, trainable=False, name="cartpole_started")
+        # Copies that ended on the last step; NEXT_STEP autoreset: the next step starts their new episode. Before
+        # the first reset, every copy: a first step starts every episode (as TFPyEnvironment's does).
+        self._resetting = tf.Variable(tf.ones([n], tf.bool), trainable=False, name="cartpole_resetting")
         self._time_step = tf.nest.map_structure(
             lambda spec: tf.Variable(tf.zeros([n, *spec.shape], spec.dtype), trainable=False), time_step_spec)
 
@@ -147,8 +149,7 @@ class TFCartPole(tf_environment.TFEnvironment):
         return tf.ensure_shape(states, [self.batch_size, 4])
 
     def _store(self, state: tf.Tensor, elapsed: tf.Tensor, resetting: tf.Tensor, time_step: ts.TimeStep) -> Any:
-        assigns = [self._state.assign(state), self._elapsed.assign(elapsed), self._resetting.assign(resetting),
-                   self._started.assign(True)]
+        assigns = [self._state.assign(state), self._elapsed.assign(elapsed), self._resetting.assign(resetting)]
         assigns += [v.assign(t) for v, t in zip(tf.nest.flatten(self._time_step), tf.nest.flatten(time_step))]
         with tf.control_dependencies(assigns):
             return tf.nest.map_structure(tf.identity, time_step)
@@ -161,9 +162,6 @@ class TFCartPole(tf_environment.TFEnvironment):
         return self._store(state, tf.zeros([n], tf.int32), tf.zeros([n], tf.bool), time_step)
 
     def _step(self, action: tf.Tensor) -> ts.TimeStep:
-        return tf.cond(self._started.read_value(), lambda: self._step_started(action), self._reset)
-
-    def _step_started(self, action: tf.Tensor) -> ts.TimeStep:
         action = tf.reshape(tf.cast(action, tf.int64), [self.batch_size])
         resetting = self._resetting.read_value()
         stepped, terminated = physics(self._state.read_value(), action, self._constants.read_value())

@@ -53,7 +53,7 @@ def single_process_parts() -> Parts:
 def build_pipeline(config: Config, stack: contextlib.ExitStack, announce: Callable[[str], None],
                    replay_checkpoint_dir: Optional[str] = None) -> Pipeline:
     """Builds envs, agent, replay and drivers; `stack` closes everything they open."""
-    envs = build.make_envs(config, stack)
+    envs = build.make_envs(config, stack, graph_env=build.uses_graph_env(config))
     agent = build.make_agent(config, envs.tf_env)
     replay = build.make_replay(config, agent, stack, replay_checkpoint_dir, announce)
     env_steps = tf_metrics.EnvironmentSteps()
