@@ -24,6 +24,7 @@ from dqn_cartpole.core.agents.population import PopulationAgent, build_populatio
 from dqn_cartpole.core.episode_returns import EpisodeReturnsPerEnv
 from dqn_cartpole.core.evaluation import make_episode_runner
 from dqn_cartpole.core.policies import greedy_policy
+from dqn_cartpole.core.tf_cartpole import TFCartPole, max_episode_steps
 from dqn_cartpole.replay.population import SeedReplay, make_population_replay
 from dqn_cartpole.training.loop import compile_iterations, repeat_steps
 from dqn_cartpole.training.pipeline import Pipeline
@@ -71,7 +72,7 @@ class PopulationPipeline:
 
     seeds: tuple
     collect: envs.BatchedGymnasiumEnvironment  # copy k: seed k's env
-    tf_env: tf_py_environment.TFPyEnvironment
+    tf_env: Any  # a TFPyEnvironment over `collect`, or CartPole in TF ops over it (`tf_cartpole.TFCartPole`)
     agent: PopulationAgent
     view: ValueAgent  # a single-seed agent: holds one seed's weights at a time (`select`)
     replay: Any  # replay.population's PopulationReplay (tf_uniform) or PopulationPyReplay (py_uniform)
@@ -133,7 +134,10 @@ def build_population_pipeline(config: Config, seeds: Sequence[int], stack: conte
     collect = envs.make_batched_env(config.env.id, k, seed=list(seeds), max_episode_steps=config.env.max_episode_steps,
                                     seed_per_copy=True)
     stack.callback(collect.close)
-    tf_env = tf_py_environment.TFPyEnvironment(collect)
+    if build.uses_graph_env(config):  # CartPole in TF ops (`collection.graph_env`): copy k from seed k's generator
+        tf_env = TFCartPole(collect, max_episode_steps(config.env.id, config.env.max_episode_steps))
+    else:
+        tf_env = tf_py_environment.TFPyEnvironment(collect)
     agent = build_population_agent(config.agent, config.network, tf_env.time_step_spec(), tf_env.action_spec(), k)
     view = build.make_agent(config, tf_env)
     replay = make_population_replay(agent.collect_data_spec, k, config.replay)
