@@ -107,6 +107,8 @@ def make_gymnasium(env_id: str, render_mode: Optional[str], max_episode_steps: O
     kwargs: dict[str, Any] = {"disable_env_checker": True}
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
+        if render_mode == "rgb_array":  # drawn off-screen: pygame needs no display (a headless notebook, CI)
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
     # Passing the EnvSpec (not the id string) skips gymnasium's version lookup,
