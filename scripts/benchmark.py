@@ -7,6 +7,7 @@ Usage: python scripts/benchmark.py [--seeds 0,1,2,3,4] [--sb3-python PATH [--sb3
        python scripts/benchmark.py --tracking [--seeds 0,1]
        python scripts/benchmark.py --scale-out 1,2 [--iterations 3000] [--seeds 1,2,3]
        python scripts/benchmark.py --sweep [--seeds 0-7]
+       python scripts/benchmark.py --population [--seeds 0-15] [--single-seeds 0-4] [--fixed-budget]
        python scripts/benchmark.py --fixed-budget N [--seeds 100-109] [--topology local --collectors 2] [--jobs 2]
 
 Prints markdown tables (and with --markdown writes them into that page between its benchmark.py markers, naming the
@@ -427,6 +428,9 @@ def main() -> None:
                              "over 100 fresh episodes")
     parser.add_argument("--sweep", action="store_true",
                         help="only the sweep section (scripts/benchmark_sweep.py): sweep --ray against --jobs 2")
+    parser.add_argument("--population", action="store_true",
+                        help="only the population section (scripts/benchmark_population.py): train --population 16 "
+                             "against one seed's train and sweep --jobs 2 over the same seeds")
     # The sections of their own, imported only when asked for (scripts/ is on the path when this file runs).
     if "--scale-out" in sys.argv[1:] or any(a.startswith("--scale-out=") for a in sys.argv[1:]):
         import benchmark_scale_out
@@ -437,6 +441,11 @@ def main() -> None:
         import benchmark_sweep
 
         benchmark_sweep.main(sys.argv[1:])
+        return
+    if "--population" in sys.argv[1:]:  # before --fixed-budget, which it takes as a switch of its own
+        import benchmark_population
+
+        benchmark_population.main(sys.argv[1:])
         return
     if any(a == "--fixed-budget" or a.startswith("--fixed-budget=") for a in sys.argv[1:]):
         import benchmark_fixed_budget

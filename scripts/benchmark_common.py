@@ -53,23 +53,28 @@ def stopped_with_benchmark(process: subprocess.Popen) -> Iterator[subprocess.Pop
         stop_runs([process])
 
 
-def run_timed(args: list[str], **popen: Any) -> tuple[subprocess.CompletedProcess, float]:
+def run_timed(args: list[str], timeout: Optional[float] = None,
+              **popen: Any) -> tuple[subprocess.CompletedProcess, float]:
     """`subprocess.run(args, capture_output=True, text=True)` in the repository (or `popen`'s cwd), whose process a
     stopped benchmark stops and waits for (`stopped_with_benchmark`); also when that process started (Unix time,
-    where a run's `solved_wall_s` counts from)."""
+    where a run's `solved_wall_s` counts from). Still running after `timeout` seconds, it is stopped the same way
+    and the benchmark ends with one line saying so."""
     from dqn_cartpole.processes.start_time import process_start_time
 
     process = subprocess.Popen(args, **{"cwd": REPO, **popen}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     with stopped_with_benchmark(process):
         created = process_start_time(process.pid)
-        stdout, stderr = process.communicate()
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"{' '.join(args[:4])} ...: still running after {timeout:.0f} s; stopped") from None
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr), created
 
 
-def run_stoppable(args: list[str], **popen: Any) -> subprocess.CompletedProcess:
+def run_stoppable(args: list[str], timeout: Optional[float] = None, **popen: Any) -> subprocess.CompletedProcess:
     """`run_timed` without the start time."""
-    return run_timed(args, **popen)[0]
+    return run_timed(args, timeout, **popen)[0]
 
 
 def run_train(config: Optional[str], out: str, overrides: list[str], options: tuple = ()) -> dict:
@@ -86,9 +91,9 @@ def run_train(config: Optional[str], out: str, overrides: list[str], options: tu
         return json.load(handle)
 
 
-def reference_rate(reference: str, iterations: int) -> float:
-    """Steady-state iterations/s of the tutorial loop (after its first 1,000 iterations)."""
-    result = run_stoppable([sys.executable, reference, str(iterations)])
+def reference_rate(reference: str, iterations: int, timeout: Optional[float] = None) -> float:
+    """Steady-state iterations/s of the tutorial loop (after its first 1,000 iterations); `timeout`: run_timed's."""
+    result = run_stoppable([sys.executable, reference, str(iterations)], timeout)
     lines = re.findall(r"iter (\d+) return \S+ loss \S+ wall_s (\S+) eval_s (\S+)", result.stdout)
     if len(lines) < 2:
         raise SystemExit(f"reference loop failed:\n{result.stdout[-1000:]}\n{result.stderr[-2000:]}")
