@@ -37,6 +37,9 @@ class PopulationCheckpoints:
     def save(self, iteration: int, finished: bool, time_step: Any) -> None:
         """Checkpoint `iteration` (`time_step`: where each env's stored stream stands, for the resume seam)."""
         pipeline = self.pipeline
+        for run in self.runs:
+            if not run.finished:
+                run.exporter.flush()  # policy/best on disk is the checkpoint's best (a resume adopts a later one)
         seeds = {str(run.seed): {"run_state": run.state.resumed_fields(), "held": run.held, "stop": run.state.stop,
                                  "finished": run.finished, "train_steps": run.pipeline.train_step_count(),
                                  "env_steps": run.pipeline.env_step_count()} for run in self.runs}
