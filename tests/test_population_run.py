@@ -6,6 +6,9 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
+import subprocess
+import sys
 import pytest
 
 from helpers import REPO, cli_env, rows, run_cli
@@ -104,3 +107,24 @@ def test_what_a_population_cannot_run_is_refused_in_one_line(tmp_path, args, say
     assert refused.returncode == 2
     assert refused.stderr.strip().count("\n") == 0 and says in refused.stderr, refused.stderr
     assert not pop.exists()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_a_full_disk_is_one_line_with_the_resume_command(tmp_path):
+    """A 3 MB tmpfs (in a private mount namespace) fills up under the population's replay and checkpoints."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    probe = subprocess.run(["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o size=3m tmpfs {mount}"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {probe.stderr.strip()}")
+    pop = mount / "pop"
+    train = (f"{sys.executable} -m dqn_cartpole train --quiet --population 2 --config {SMOKE} "
+             f"--set video.enabled=false --set replay.capacity=100000 --output-dir {pop}")
+    proc = subprocess.run(["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o size=3m tmpfs {mount} && exec {train}"],
+                          cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, SDL_AUDIODRIVER="dummy"),
+                          capture_output=True, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert len(errors) == 1 and "disk full" in errors[0] and f"train --resume {pop}" in errors[0], proc.stderr

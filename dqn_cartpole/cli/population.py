@@ -14,6 +14,7 @@ from typing import Optional
 
 from dqn_cartpole.cli.args import config_overrides, print_preset_note
 from dqn_cartpole.config import MAX_SEED, dump_written, load, locate_config, population_problem, to_dict
+from dqn_cartpole.console.exit_status import EXIT_FAILED
 from dqn_cartpole.console.imports import heavy_imports
 from dqn_cartpole.console.progress import Progress
 from dqn_cartpole.errors import UserError
@@ -115,6 +116,13 @@ def run_population(manifest: population_folder.Manifest, progress: Progress,
         status = PopulationRun(manifest, progress, plan).run()
     except checkpointing.CheckpointError as exc:
         raise UserError(str(exc)) from None
+    except Exception as exc:  # pylint: disable=broad-except
+        if not (isinstance(exc, checkpointing.DiskFullError) or checkpointing.is_disk_full(exc)):
+            raise
+        progress.close()
+        print(f"error: disk full while training the population {manifest.folder} (no space left on device). "
+              f"Free some space, then resume with: {resume_command(manifest.folder)}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         progress.close()
     print("\n".join(population_lines(manifest)))
