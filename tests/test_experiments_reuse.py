@@ -57,16 +57,16 @@ def test_a_run_in_a_reused_worker_is_the_run_a_fresh_process_trains(tmp_path):
     slots, baseline = train_worker.WorkerSlots(2, str(tmp_path / "logs")), None
     try:
         # the fresh process trains beside the worker (the test's wall time: the worker's)
-        baseline = slots.start(fresh, child_command(train_argv(DEFAULT, [*SHORT, "training.seed=7"], fresh)),
+        baseline = slots.start(fresh, child_command(train_argv(DEFAULT, [*SHORT, "training.seed=12"], fresh)),
                                str(tmp_path / "logs" / "fresh.log"), reuse=False)
-        first, pid = run_in(slots, str(tmp_path / "first"), 7)
+        first, pid = run_in(slots, str(tmp_path / "first"), 12)
         assert psutil.Process(pid).environ()["OMP_NUM_THREADS"] == "1", "as Ray sets it in a one-CPU worker"
         other, pid_other = run_in(slots, str(tmp_path / "other"), 1, "training.num_iterations=100")
-        again, pid_again = run_in(slots, str(tmp_path / "again"), 7)
+        again, pid_again = run_in(slots, str(tmp_path / "again"), 12)
         assert (first, other, again) == (0, 0, 0)
         assert pid == pid_other == pid_again, "the three runs share one worker"
         (tmp_path / "bad").write_text("a file where the run folder would go")
-        bad, pid_bad = run_in(slots, str(tmp_path / "bad"), 7)
+        bad, pid_bad = run_in(slots, str(tmp_path / "bad"), 12)
         assert bad == 2 and pid_bad == pid
         assert psutil.Process(pid).wait(timeout=30) == 2, "a failed run ends its worker, with the run's status"
         assert (tmp_path / "bad").read_text() == "a file where the run folder would go"
@@ -78,7 +78,7 @@ def test_a_run_in_a_reused_worker_is_the_run_a_fresh_process_trains(tmp_path):
         slots.close()
         if baseline is not None:
             baseline.stop(10)
-    assert summary(fresh)["solved_env_steps"] == 1250
+    assert summary(fresh)["solved_env_steps"] == 1750  # seed 12 solves early: the test stays short
     for reused in ("first", "again"):
         run_dir = str(tmp_path / reused)
         same_rows(fresh, run_dir, "train_metrics.csv")

@@ -183,7 +183,8 @@ def test_compare_groups_by_learning_rate_with_confidence_intervals(sweep, tmp_pa
     header = (out / "table.csv").read_text().splitlines()[0]
     assert "best evaluation (IQM) ci_low" in header and "solve checked,solved fraction" in header
     assert "agent.learning_rate=0.001" in proc.stdout and f"page: {out / 'report.html'}" in proc.stdout
-    assert "- agent.learning_rate=0.002 vs agent.learning_rate=0.001: final policy score: " in proc.stdout
+    verdicts = " ".join(proc.stdout.split())  # (the verdict lines wrap where their words end)
+    assert "- agent.learning_rate=0.002 vs agent.learning_rate=0.001: final policy score: " in verdicts
     assert_page_links_resolve(str(out / "report.html"), expected_links=4)
     browser = find_chromium()
     if browser:  # CI always has one (.ci/run installs it)

@@ -257,7 +257,7 @@ def test_the_python_apis_population_sweep_is_refused_on_ray_naming_its_argument(
 
 
 def test_the_spawned_check_refuses_what_a_population_cannot_run():
-    checked = SPAWNED_CHECK(SMOKE, [["network.noisy=true"], ["replay.backend=py_uniform"],
+    checked = SPAWNED_CHECK(SMOKE, [["network.noisy=true"], ["replay.backend=reverb"],
                                     ["env.num_envs=2", "training.collect_steps_per_iteration=2"],
                                     ["collection.driver=py"], ["agent.kind=double_dqn"]], population=True)
     assert [str(c).split(": ")[1] if isinstance(c, UserError) else c["agent"]["kind"] for c in checked] == [
