@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import tensorflow as tf
 from tf_agents.networks import sequential
@@ -102,11 +102,6 @@ class EnsembleDense(tf.keras.layers.Layer):
         return dict(super().get_config(), seeds=self.seeds, units=self.units)
 
 
-def supports(network_config: Any) -> bool:
-    """Whether the population can batch this network: plain Dense layers (no dueling head, no noisy layers)."""
-    return not network_config.dueling and not network_config.noisy
-
-
 def build_population_q_network(fc_layer_params: Sequence[int], num_actions: int, seeds: int) -> sequential.Sequential:
     """`seeds` copies of `networks.build_q_network`'s plain MLP (its layers and initializers), as one network."""
     single = networks.build_q_network(fc_layer_params, num_actions)
@@ -124,10 +119,3 @@ def assign_seed(single_variables: Sequence[tf.Variable], population_variables: S
     """Gives a single-seed network (its `variables`) seed `seed_index`'s weights."""
     for single, population in zip(single_variables, population_variables):
         single.assign(population[seed_index])
-
-
-def assign_into_population(population_variables: Sequence[tf.Variable], single_variables: Sequence[Any],
-                           seed_index: int) -> None:
-    """Puts a single-seed network's weights (variables or arrays) in as seed `seed_index`'s."""
-    for population, single in zip(population_variables, single_variables):
-        population.scatter_nd_update([[seed_index]], tf.convert_to_tensor(single)[tf.newaxis])

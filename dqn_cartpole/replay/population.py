@@ -18,10 +18,10 @@ import tensorflow as tf
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
 
 from dqn_cartpole.config import ReplayConfig
+from dqn_cartpole.config.population import BACKENDS  # the replay backends a population runs on
 from dqn_cartpole.replay.base import Replay, to_numpy
 from dqn_cartpole.replay.uniform import PyUniformReplay, TFUniformReplay, VectorizedPyUniformReplayBuffer
 
-BACKENDS = ("tf_uniform", "py_uniform")  # the replay backends a population runs on
 
 
 def sample_per_seed(buffer: tf_uniform_replay_buffer.TFUniformReplayBuffer, sample_batch_size: int,

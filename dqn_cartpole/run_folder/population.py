@@ -23,6 +23,7 @@ from dqn_cartpole.run_folder import layout
 from dqn_cartpole.run_folder.atomic import write_text_atomic
 
 MANIFEST_FILE = "population.yaml"
+DONE_STATUSES = (0, 1)  # a member whose summary's exit status is one of these has ended (a stopped one resumes)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def member_finished(run_dir: str) -> bool:
 
     if not os.path.isfile(os.path.join(run_dir, layout.SUMMARY_FILE)):
         return False
-    return read_run(run_dir).get("exit_status") in (0, 1)
+    return read_run(run_dir).get("exit_status") in DONE_STATUSES
 
 
 def member_of(run_dir: str) -> Optional[str]:

@@ -41,9 +41,6 @@ from dqn_cartpole.training.population_pipeline import PopulationPipeline, build_
 from dqn_cartpole.training.population_seed import SeedRun
 from dqn_cartpole.training.triggers import Clock, every
 
-DONE_STATUSES = (EXIT_OK, EXIT_FAILED)  # a member whose summary says so is finished (a stopped one resumes)
-
-
 def chunk_losses(chunk: Any, seeds: int) -> np.ndarray:
     """A chunk's losses per iteration and seed, [size, K] (the loop splits a vector output into loss and extras)."""
     if chunk.extras is None:
@@ -102,7 +99,7 @@ class PopulationRun:
         pipeline = self.pipeline = build_population_pipeline(cfg, manifest.seeds, self.stack)
         self.evaluation = PopulationEvaluation(pipeline, cfg, self.stack)
         self.make_runs()
-        self.checkpoints = PopulationCheckpoints(manifest, pipeline, self.runs, self.clock,
+        self.checkpoints = PopulationCheckpoints(manifest, pipeline, self.evaluation, self.runs, self.clock,
                                                  cfg.training.keep_checkpoints)
         self.plotter = plotter.start_plotter(on_wrote=self.plots_written.append)
         found = self.prepare_folder()
@@ -176,7 +173,7 @@ class PopulationRun:
             for run in self.runs:
                 with self.phases("finishing seeds"):
                     self.finish_if_stopped(run)
-            with self.phases("checkpoints"):
+            with self.phases(phase.CHECKPOINTS):
                 checkpoint(self.iteration)
             self.show_progress()
         self.time_step = time_step
@@ -279,7 +276,7 @@ class PopulationRun:
     def exit_status(self) -> int:
         statuses = [read_run(run.layout.root).get("exit_status") if os.path.isfile(run.layout.summary) else None
                     for run in self.runs]
-        stopped = [s for s in statuses if s not in DONE_STATUSES and s is not None]
+        stopped = [s for s in statuses if s not in population_folder.DONE_STATUSES and s is not None]
         if stopped:
             return stopped[0]
         return EXIT_FAILED if any(s != EXIT_OK for s in statuses) else EXIT_OK

@@ -13,9 +13,9 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from dqn_cartpole.core import build
 from dqn_cartpole.run_folder import checkpointing, population as population_folder
 from dqn_cartpole.training import checkpoints as run_checkpoints
+from dqn_cartpole.training.population_evaluation import PopulationEvaluation
 from dqn_cartpole.training.population_pipeline import PopulationPipeline
 from dqn_cartpole.training.triggers import Clock
 
@@ -23,9 +23,9 @@ from dqn_cartpole.training.triggers import Clock
 class PopulationCheckpoints:
     """Writes and restores the population's checkpoints (see the module docstring)."""
 
-    def __init__(self, manifest: population_folder.Manifest, pipeline: PopulationPipeline, runs: list,
-                 clock: Clock, keep: int):
-        self.manifest, self.pipeline, self.runs, self.clock = manifest, pipeline, runs, clock
+    def __init__(self, manifest: population_folder.Manifest, pipeline: PopulationPipeline,
+                 evaluation: PopulationEvaluation, runs: list, clock: Clock, keep: int):
+        self.manifest, self.pipeline, self.evaluation, self.runs, self.clock = manifest, pipeline, evaluation, runs, clock
         self.writer = checkpointing.CheckpointWriter(population_folder.checkpoints_dir(manifest.folder),
                                                      pipeline.agent, pipeline.env_steps, pipeline.replay, keep)
         self.last: Optional[checkpointing.Saved] = None  # the last one this process wrote
@@ -83,13 +83,10 @@ class PopulationCheckpoints:
 
     def reseed(self, iteration: int) -> None:
         """TF ops' streams and the envs' episodes restart from seeds derived from (seed, iteration), as a single
-        run's do (`checkpoints.resume_seed`)."""
+        run's do (`checkpoints.resume_seed`): the seeds' own envs and the shared evaluation envs."""
         seeds = [run_checkpoints.resume_seed(seed, iteration) for seed in self.manifest.seeds]
         tf.random.set_seed(seeds[0])
         collect = self.pipeline.collect
         collect.reset()
         collect.gym_env.reset(seed=seeds)
-        for run, seed in zip(self.runs, seeds):
-            evaluate = run.pipeline.envs.evaluate
-            evaluate.reset()
-            evaluate.gym_env.reset(seed=seed + build.EVAL_SEED_OFFSET)
+        self.evaluation.reseed(seeds[0])

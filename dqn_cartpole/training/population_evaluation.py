@@ -53,6 +53,7 @@ class PopulationEvaluation:
 
     def __init__(self, pipeline: PopulationPipeline, config: Config, stack: contextlib.ExitStack):
         self.pipeline, self.config, self.stack = pipeline, config, stack
+        self.seed = pipeline.seeds[0] + POPULATION_EVAL_SEED_OFFSET  # the envs' seeds derive from it
         self.episodes = config.evaluation.num_eval_episodes
         self.envs: dict[int, VectorSteps] = {}  # by the number of seeds played together, made once
         self.minimum_action = int(np.asarray(pipeline.tf_env.action_spec().minimum))
@@ -61,11 +62,19 @@ class PopulationEvaluation:
         if seeds not in self.envs:
             cfg = self.config
             env = make_vector_steps(cfg.env.id, seeds * self.episodes,
-                                    seed=self.pipeline.seeds[0] + POPULATION_EVAL_SEED_OFFSET + seeds,
+                                    seed=self.seed + seeds,
                                     max_episode_steps=cfg.env.max_episode_steps)
             self.stack.callback(env.close)
             self.envs[seeds] = env
         return self.envs[seeds]
+
+    def reseed(self, seed: int) -> None:
+        """The envs' episodes from `seed` on (a resumed population's: `checkpoints.resume_seed`); those made before are
+        closed, the next `play` makes them anew."""
+        self.seed = seed + POPULATION_EVAL_SEED_OFFSET
+        for env in self.envs.values():
+            env.close()
+        self.envs.clear()
 
     def play(self, indices: Sequence[int]) -> tuple[list[EvalResult], float]:
         """One evaluation of each seed of `indices` (its `evaluation.num_eval_episodes` episodes); and the seconds

@@ -22,8 +22,6 @@ from dqn_cartpole.core import build, ensemble, envs
 from dqn_cartpole.core.agents import ValueAgent
 from dqn_cartpole.core.agents.population import PopulationAgent, build_population_agent
 from dqn_cartpole.core.episode_returns import EpisodeReturnsPerEnv
-from dqn_cartpole.core.evaluation import make_episode_runner
-from dqn_cartpole.core.policies import greedy_policy
 from dqn_cartpole.core.tf_cartpole import TFCartPole, max_episode_steps
 from dqn_cartpole.replay.population import SeedReplay, make_population_replay
 from dqn_cartpole.training.loop import compile_iterations, repeat_steps
@@ -153,18 +151,15 @@ def build_population_pipeline(config: Config, seeds: Sequence[int], stack: conte
 
 
 class SeedPipeline(Pipeline):
-    """One seed's run as the single run's triggers see it (`triggers.LogTrain`, `Evaluate`, `SolveCheck`,
+    """One seed's run as the single run's triggers see it (`triggers.LogTrain`, `Evaluate.record`, `SolveCheck`,
     `PolicyExport`): the view agent (holding this seed's weights once `select`ed), its replay's counts, its env steps
-    and train steps, its own evaluation envs."""
+    and train steps. It has no evaluation envs of its own: the population plays every seed's evaluation episodes
+    at once (`population_evaluation`), so `Evaluate`'s own episodes (`evaluate_greedy`) are never played."""
 
-    def __init__(self, population: PopulationPipeline, index: int, config: Config, stack: contextlib.ExitStack):
-        seed = population.seeds[index]
-        evaluate = build.make_env_copies(config, config.evaluation.num_eval_episodes, seed + build.EVAL_SEED_OFFSET,
-                                         stack)
-        super().__init__(build.Envs(population.collect, population.tf_env, evaluate), population.view,
-                         SeedReplay(population.replay), population.env_steps, None, None, None,
-                         make_episode_runner(greedy_policy(population.view), evaluate, gamma=config.agent.gamma),
-                         stack, SeedReturns(population.returns, index))
+    def __init__(self, population: PopulationPipeline, index: int, stack: contextlib.ExitStack):
+        super().__init__(build.Envs(population.collect, population.tf_env, None), population.view,
+                         SeedReplay(population.replay), population.env_steps, None, None, None, None, stack,
+                         SeedReturns(population.returns, index))
         self.population, self.index = population, index
 
     def env_step_count(self) -> int:

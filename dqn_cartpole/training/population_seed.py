@@ -27,7 +27,6 @@ from dqn_cartpole.run_folder.metrics import TRAIN_COLUMNS
 from dqn_cartpole.run_folder.tensorboard import Scalars
 from dqn_cartpole.training import final_policy, local, phases as phase, triggers
 from dqn_cartpole.training.phases import Phases
-from dqn_cartpole.training.state import RunState
 from dqn_cartpole.training.population_pipeline import PopulationPipeline, SeedPipeline
 from dqn_cartpole.training.state import RunState
 
@@ -89,7 +88,7 @@ class SeedRun:
         self.config, self.layout, self.clock, self.phases = config, layout, clock, phases
         self.progress = SeedConsole(progress, self.seed)
         self.stack = contextlib.ExitStack()  # its logs (closed when it finishes)
-        self.pipeline = SeedPipeline(population, index, config, population.stack)
+        self.pipeline = SeedPipeline(population, index, population.stack)
         self.state = RunState()
         self.exporter = DeferredBestExport(self.pipeline, config, self.state, phases, layout.best_policy)
         self.exporter.saver = saver  # one SavedModel graph for every seed (the view agent's policy)

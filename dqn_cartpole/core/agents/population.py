@@ -24,11 +24,11 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from dqn_cartpole.config import AgentConfig, NetworkConfig
+from dqn_cartpole.config.population import KINDS  # the agent kinds a population batches
 from dqn_cartpole.core import ensemble
 from dqn_cartpole.core.agents.common import TfAgentAdapter, agent_args
-from dqn_cartpole.core.agents.dqn import TD_LOSSES, DdqnAgent, DqnAgent, DqnFamilyAgent
+from dqn_cartpole.core.agents.dqn import TD_LOSSES, DdqnAgent, DqnAgent
 
-KINDS = ("dqn", "double_dqn")  # the agent kinds a population can batch
 
 
 def clip_per_seed(grads: Sequence[tf.Tensor], clip_norm: float) -> list:
@@ -97,8 +97,6 @@ class PopulationAgent(TfAgentAdapter):
         super().__init__(agent, agent._q_network, None)  # pylint: disable=protected-access
         self.seeds = agent.seeds
 
-    item_priorities = staticmethod(DqnFamilyAgent.item_priorities)
-
     def seed_train_steps(self) -> list[int]:
         return [int(n) for n in self.tf_agent.seed_train_steps.numpy()]
 
@@ -111,9 +109,6 @@ class PopulationAgent(TfAgentAdapter):
             first_moment = agent._optimizer.get_slot(variable, "m")  # pylint: disable=protected-access
             first_moment.scatter_nd_update([[seed_index]], tf.zeros([1, *variable.shape[1:]]))
 
-    def seed_rates(self) -> list[float]:
-        return [float(r) for r in self.tf_agent.seed_rates.numpy()]
-
     def online_variables(self) -> list:
         """The online network's variables, [K, ...] each, in a single-seed network's order."""
         return list(self.q_network.variables)
@@ -122,7 +117,7 @@ class PopulationAgent(TfAgentAdapter):
 def build_population_agent(agent_config: AgentConfig, network_config: NetworkConfig, time_step_spec: ts.TimeStep,
                            action_spec: tensor_spec.BoundedTensorSpec, seeds: int) -> PopulationAgent:
     """`seeds` independent agents of `agent_config` (`kind` dqn or double_dqn, a plain network) as one."""
-    if agent_config.kind not in KINDS or not ensemble.supports(network_config):
+    if agent_config.kind not in KINDS or network_config.dueling or network_config.noisy:
         raise ValueError(f"a population batches dqn and double_dqn over plain networks, not {agent_config.kind}")
     num_actions = int(action_spec.maximum - action_spec.minimum + 1)
     base = PopulationDdqnAgent if agent_config.kind == "double_dqn" else PopulationDqnAgent
