@@ -21,6 +21,8 @@ def test_each_seed_steps_once_per_iteration_and_counts_its_own_steps():
         pipeline = build_population_pipeline(config, [0, 1, 2], stack)
         tf.function(pipeline.initial_driver.run, autograph=False)(pipeline.tf_env.reset(), ())
         inserts = pipeline.replay.seed_inserts()
+        for k in range(3):
+            pipeline.returns.take_env(k)  # the random fill's episodes
         iterations = pipeline.make_iterations(config)
         policy_state = pipeline.agent.collect_policy.get_initial_state(3)
         _, _, losses = iterations(pipeline.tf_env.current_time_step(), policy_state, tf.constant(200))
@@ -28,6 +30,11 @@ def test_each_seed_steps_once_per_iteration_and_counts_its_own_steps():
         # One batched step per iteration (one more only when every seed crossed an episode's end at once). The
         # library's rule (steps counted over all copies) would step every seed again whenever any seed crossed one.
         assert 200 <= pipeline.replay.seed_inserts() - inserts <= 202
+        # each seed's collect episodes, counted in its own env copy: its episodes' steps add up to at most its steps
+        episodes = [pipeline.returns.take_env(k) for k in range(3)]
+        assert all(count > 0 and 8 <= mean <= 500 for mean, count in episodes), episodes
+        assert all(mean * count <= 202 + 500 for mean, count in episodes), episodes  # + one started in the fill
+        assert pipeline.returns.take_env(0) == (None, 0)  # taken: the next interval starts empty
         steps = [pipeline.env_steps_of(k) for k in range(3)]
         assert sum(steps) == int(pipeline.env_steps.result().numpy())
         assert all(config.training.initial_collect_steps + 150 <= n <= config.training.initial_collect_steps + 202

@@ -15,19 +15,24 @@ import tensorflow as tf
 
 
 class EpisodeReturns:
-    """Observer of a driver's trajectories ([num_envs] batches); see the module docstring."""
+    """Observer of a driver's trajectories ([num_envs] batches); see the module docstring. With `per_env` the total and
+    count are kept per env copy (a population's copy k is seed k's env), read with `take_env(k)`."""
 
-    def __init__(self, num_envs: int):
+    def __init__(self, num_envs: int, per_env: bool = False):
+        totals = [num_envs] if per_env else []
         self.running = tf.Variable(tf.zeros([num_envs], tf.float64), trainable=False)
-        self.total = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-        self.count = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.total = tf.Variable(tf.zeros(totals, tf.float64), trainable=False)
+        self.count = tf.Variable(tf.zeros(totals, tf.int64), trainable=False)
         self._observe = tf.function(self._update, autograph=False)
 
     def _update(self, is_first: tf.Tensor, is_last: tf.Tensor, reward: tf.Tensor) -> None:
         running = tf.where(is_first, tf.zeros_like(self.running), self.running) + tf.cast(reward, tf.float64)
         self.running.assign(running)
-        self.total.assign_add(tf.reduce_sum(tf.where(is_last, running, tf.zeros_like(running))))
-        self.count.assign_add(tf.reduce_sum(tf.cast(is_last, tf.int64)))
+        ended, episodes = tf.where(is_last, running, tf.zeros_like(running)), tf.cast(is_last, tf.int64)
+        if self.total.shape.rank == 0:  # (read when traced) one total for all the copies
+            ended, episodes = tf.reduce_sum(ended), tf.reduce_sum(episodes)
+        self.total.assign_add(ended)
+        self.count.assign_add(episodes)
 
     def __call__(self, trajectory: Any) -> Any:
         self._observe(trajectory.is_first(), trajectory.is_last(), trajectory.reward)
@@ -35,33 +40,14 @@ class EpisodeReturns:
 
     def take(self) -> tuple[Optional[float], int]:
         """(mean return, episodes) of the episodes that ended since the last call; (None, 0) if none did."""
-        count = int(self.count.numpy())
-        mean = float(self.total.numpy()) / count if count else None
-        self.total.assign(0.0)
-        self.count.assign(0)
+        count = int(tf.reduce_sum(self.count).numpy())
+        mean = float(tf.reduce_sum(self.total).numpy()) / count if count else None
+        self.total.assign(tf.zeros_like(self.total))
+        self.count.assign(tf.zeros_like(self.count))
         return mean, count
 
-
-class EpisodeReturnsPerEnv(EpisodeReturns):
-    """`EpisodeReturns` kept per env copy: a population's copy k is seed k's env, and `take_env(k)` its mean."""
-
-    def __init__(self, num_envs: int):
-        super().__init__(num_envs)
-        self.total = tf.Variable(tf.zeros([num_envs], tf.float64), trainable=False)
-        self.count = tf.Variable(tf.zeros([num_envs], tf.int64), trainable=False)
-        self._observe = tf.function(self._update_per_env, autograph=False)
-
-    def _update_per_env(self, is_first: tf.Tensor, is_last: tf.Tensor, reward: tf.Tensor) -> None:
-        running = tf.where(is_first, tf.zeros_like(self.running), self.running) + tf.cast(reward, tf.float64)
-        self.running.assign(running)
-        self.total.assign_add(tf.where(is_last, running, tf.zeros_like(running)))
-        self.count.assign_add(tf.cast(is_last, tf.int64))
-
-    def take(self) -> tuple[Optional[float], int]:
-        raise TypeError("a population's collect returns are taken per env: take_env(k)")
-
     def take_env(self, index: int) -> tuple[Optional[float], int]:
-        """(mean return, episodes) of env `index`'s episodes that ended since its last call; (None, 0) if none did."""
+        """`take`, for env copy `index` alone (`per_env`)."""
         count = int(self.count[index].numpy())
         mean = float(self.total[index].numpy()) / count if count else None
         self.total.scatter_nd_update([[index]], [0.0])

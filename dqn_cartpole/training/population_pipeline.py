@@ -21,7 +21,7 @@ from dqn_cartpole.config import Config
 from dqn_cartpole.core import build, ensemble, envs
 from dqn_cartpole.core.agents import ValueAgent
 from dqn_cartpole.core.agents.population import PopulationAgent, build_population_agent
-from dqn_cartpole.core.episode_returns import EpisodeReturnsPerEnv
+from dqn_cartpole.core.episode_returns import EpisodeReturns
 from dqn_cartpole.core.tf_cartpole import TFCartPole, max_episode_steps
 from dqn_cartpole.replay.population import SeedReplay, make_population_replay
 from dqn_cartpole.training.loop import compile_iterations, repeat_steps
@@ -75,7 +75,7 @@ class PopulationPipeline:
     view: ValueAgent  # a single-seed agent: holds one seed's weights at a time (`select`)
     replay: Any  # replay.population's PopulationReplay (tf_uniform) or PopulationPyReplay (py_uniform)
     env_steps: EnvStepsPerEnv
-    returns: EpisodeReturnsPerEnv
+    returns: EpisodeReturns
     initial_driver: Any
     collect_driver: Any
     stack: contextlib.ExitStack
@@ -140,7 +140,7 @@ def build_population_pipeline(config: Config, seeds: Sequence[int], stack: conte
     view = build.make_agent(config, tf_env)
     replay = make_population_replay(agent.collect_data_spec, k, config.replay)
     stack.callback(replay.close)
-    env_steps, returns = EnvStepsPerEnv(k), EpisodeReturnsPerEnv(k)
+    env_steps, returns = EnvStepsPerEnv(k), EpisodeReturns(k, per_env=True)
     observers = [replay.add_batch, env_steps, returns]
     random_policy = random_tf_policy.RandomTFPolicy(tf_env.time_step_spec(), tf_env.action_spec())
     initial_driver = LockstepDriver(tf_env, random_policy, observers, config.training.initial_collect_steps)
@@ -175,7 +175,7 @@ class SeedPipeline(Pipeline):
 class SeedReturns:
     """One seed's collect episodes' returns (`EpisodeReturns.take`'s answer, for env copy `index`)."""
 
-    def __init__(self, returns: EpisodeReturnsPerEnv, index: int):
+    def __init__(self, returns: EpisodeReturns, index: int):
         self.returns, self.index = returns, index
 
     def take(self) -> tuple:
