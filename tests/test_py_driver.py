@@ -87,10 +87,12 @@ def test_py_driver_trains_on_prioritized_replay(backend):
 
 @pytest.mark.slow
 def test_tutorial_py_driver_reaches_195_on_cartpole_v0(tmp_path):
-    # configs/tutorial.yaml runs the tutorial's own PyDriver loop on Reverb.
+    # configs/tutorial.yaml runs the tutorial's own PyDriver loop on Reverb, on the tutorial's own budget (20,000
+    # iterations). Reverb's sampling is not reproducible, so each run learns differently: most reach 200 by iteration
+    # 3,000, but one in six measured here first did at 10,000 and a CI run's best over 10,000 was 181.3.
     run_dir = str(tmp_path / "run")
     result = run_cli("train", "--config", os.path.join(CONFIGS, "tutorial.yaml"), "--output-dir", run_dir,
-                     "--quiet", "--set", "training.num_iterations=10000", "--set", "video.enabled=false",
+                     "--quiet", "--set", "video.enabled=false",
                      # it stops at a confirmed solve (100 fresh episodes); one never confirmed runs the whole budget
                      "--set", "evaluation.stop_when_solved=true",
                      timeout=900)
