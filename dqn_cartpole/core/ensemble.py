@@ -1,4 +1,4 @@
-"""The population's Q-network: K independent copies of the tutorial's MLP in one Keras `Sequential`, one einsum per
+"""The population's Q-network: K independent copies of the tutorial's MLP in one Keras `Sequential`, one batched matmul per
 layer (`EnsembleDense`), with the seeds in the batch dimension.
 
 TF-Agents' `DqnAgent` wants a network whose output is `(num_actions,)` per row, so the seed axis cannot be an output
@@ -95,7 +95,7 @@ class EnsembleDense(tf.keras.layers.Layer):
                 # every seed sees that row, and the probe gets seed 0's output (only its shape is used).
                 return self.call(tf.tile(inputs, [self.seeds, 1]))[:1]
         per_seed = tf.reshape(inputs, [seeds, -1, inputs.shape[-1]])  # [K, N/K, in]
-        outputs = tf.einsum("kni,kio->kno", per_seed, kernel) + bias[:, tf.newaxis, :]
+        outputs = tf.matmul(per_seed, kernel) + bias[:, tf.newaxis, :]  # (an einsum: ~10% slower)
         return self.activation(tf.reshape(outputs, [-1, self.units]))
 
     def get_config(self) -> dict:
