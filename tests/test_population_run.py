@@ -93,6 +93,34 @@ def test_a_seed_that_solves_stops_training_while_the_others_go_on(tmp_path):
     assert max(int(r["train_step"]) for r in rows(os.path.join(pop, "s0", "train_metrics.csv"))) <= 250
 
 
+@pytest.mark.parametrize("overlap, taken_in", [("process", 300), ("inline", 250)])
+def test_an_evaluation_beside_the_training_decides_a_fixed_number_of_iterations_later(tmp_path, overlap, taken_in):
+    """With `evaluation.overlap: process` (the default) the seeds' episodes are played in a child process while the
+    population trains on, and each outcome is taken in 50 iterations later (`evaluation_lag`): seeds 0 and 1 reach
+    the target with the weights of iteration 250, which are policy/final and the solve's, and stop at 300. In line,
+    they stop at 250."""
+    pop = str(tmp_path / "pop")
+    done = run_cli("train", "--population", "3", "--set", "training.num_iterations=1000",
+                   "--set", "evaluation.solve_return=200", "--set", "evaluation.solve_margin=0",
+                   "--set", "evaluation.solve_episodes=20", "--set", "video.enabled=false",
+                   "--set", f"evaluation.overlap={overlap}", "--output-dir", pop, "--quiet", timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    solved = [summary(os.path.join(pop, f"s{seed}")) for seed in (0, 1)]
+    assert [s["solved_at_iteration"] for s in solved] == [250, 250]
+    assert [s["train_steps"] for s in solved] == [taken_in, taken_in]
+    for seed, done in zip((0, 1), solved):
+        with open(os.path.join(pop, f"s{seed}", "policy", "final", "policy_info.json"), encoding="utf-8") as handle:
+            info = json.load(handle)
+        assert info["train_step"] == 250 and info["iteration"] == 250 and info["solved"], info
+        evaluated = rows(os.path.join(pop, f"s{seed}", "eval_metrics.csv"))
+        # each row names its copy's train step and env steps, not those of the iteration it was taken in at
+        assert [int(row["train_step"]) for row in evaluated] == [0, 250]
+        assert done["solved_env_steps"] == int(evaluated[-1]["env_steps"]) == info["env_steps"]
+        assert (done["env_steps"] > done["solved_env_steps"]) == (taken_in > 250)
+    where = solved[0]["population"]["phases"]["parallel"]
+    assert ("evaluations (another process)" in where) == (overlap == "process"), where
+
+
 @pytest.mark.parametrize("args, says", [
     (["--set", "agent.kind=c51"], "--population: agent.kind: c51"),
     (["--set", "replay.backend=reverb"], "--population: replay.backend: reverb"),

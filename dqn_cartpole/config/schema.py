@@ -223,7 +223,8 @@ class EvaluationConfig:
     overlap: str = _f("where the evaluations and the solve check run: process (a child process on the other core, "
                       "on a copy of the weights, while the training goes on; the result is taken in one eval_interval "
                       "later, so a solve stops the run there and policy/final is the copy that passed), thread (the "
-                      "same in a thread, which shares the trainer's GIL) or inline (training waits for each)",
+                      "same in a thread, which shares the trainer's GIL) or inline (training waits for each); a "
+                      "population (train --population) takes each outcome in 50 iterations later instead",
                       choices=("process", "thread", "inline"))
 
 

@@ -46,6 +46,13 @@ class EpisodeReturns:
         self.count.assign(tf.zeros_like(self.count))
         return mean, count
 
+    def take_each(self) -> list[tuple[Optional[float], int]]:
+        """`take`, for every env copy at once (`per_env`): each copy's (mean return, episodes)."""
+        totals, counts = self.total.numpy(), self.count.numpy()
+        self.total.assign(tf.zeros_like(self.total))
+        self.count.assign(tf.zeros_like(self.count))
+        return [(float(total) / int(count) if count else None, int(count)) for total, count in zip(totals, counts)]
+
     def take_env(self, index: int) -> tuple[Optional[float], int]:
         """`take`, for env copy `index` alone (`per_env`)."""
         count = int(self.count[index].numpy())

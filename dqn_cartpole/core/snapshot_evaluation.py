@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from dqn_cartpole.core.numpy_episodes import EvalResult, greedy_act, mean_max_q, run_episodes
 from dqn_cartpole.core.vector_env import VectorSteps, make_vector_steps
@@ -104,8 +104,10 @@ class ProcessWorker:
 
     where = "another process"
 
-    def __init__(self, spec: EvaluationSpec):
-        self.child = WorkerChild(__name__, what="the evaluator process")
+    def __init__(self, spec: Any, module: str = __name__):
+        """`spec`: what `module`'s `serve_child` builds its evaluator from (here an `EvaluationSpec`; a population's
+        evaluator is `core.population_episodes`')."""
+        self.child = WorkerChild(module, what="the evaluator process")
         self.child.send(spec)
 
     @property
@@ -128,13 +130,14 @@ class ProcessWorker:
 
 
 class ThreadWorker:
-    """The evaluator in a thread of this process (it shares this process's GIL)."""
+    """An evaluator (a callable from a job to its outcome, with `close`: a `SnapshotEvaluator`, or a population's)
+    in a thread of this process (it shares this process's GIL)."""
 
     where = "a thread"
     peak_rss_mb = None
 
-    def __init__(self, spec: EvaluationSpec):
-        self.evaluator = SnapshotEvaluator(spec)
+    def __init__(self, evaluator: Any):
+        self.evaluator = evaluator
         self.jobs: queue.Queue = queue.Queue()
         self.outcomes: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._work, daemon=True)
@@ -162,7 +165,7 @@ class ThreadWorker:
         self.evaluator.close()
 
 
-WORKERS = {"process": ProcessWorker, "thread": ThreadWorker}
+WORKERS = {"process": ProcessWorker, "thread": lambda spec: ThreadWorker(SnapshotEvaluator(spec))}
 
 
 def serve_child() -> int:

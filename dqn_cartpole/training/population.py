@@ -2,7 +2,9 @@
 
 The story is the single run's (`session`): build, fill replay (or resume), iterate in compiled chunks, finish. What
 differs is that one compiled chunk trains every seed (`population_pipeline`), and after it each seed does its own
-periodic work (`population_seed.SeedRun`: logs, evaluations, solve check, policies). A seed that solves is held (its
+periodic work (`population_seed.SeedRun`: logs, evaluations, solve check, policies). The evaluations are played
+beside the loop and taken in a fixed number of iterations later (`population_evaluation`, `evaluation_lag`). A seed
+that solves is held (its
 rows no longer change its weights) and, when its run stops on its solve, finished at once: its summary.json is
 written and its plots drawn while the others train on. One checkpoint (POP/checkpoints) holds the whole population;
 the members' metrics are kept in it as a single run's are, so a resumed population loses at most one interval.
@@ -28,7 +30,7 @@ from dqn_cartpole.report.run_page import write_run_report
 from dqn_cartpole.run_folder import checkpointing, read_run
 from dqn_cartpole.run_folder import population as population_folder
 from dqn_cartpole.run_folder.layout import RunLayout
-from dqn_cartpole.training import checkpoints as run_checkpoints
+from dqn_cartpole.training import checkpoints as run_checkpoints, local
 from dqn_cartpole.training.artifacts import ArtifactWorkers
 from dqn_cartpole.training.host import Host, own_process
 from dqn_cartpole.training.loop import ChunkedLoop, run_ops_on_one_thread
@@ -38,8 +40,19 @@ from dqn_cartpole.training.phases import Phases
 from dqn_cartpole.training.population_checkpoints import PopulationCheckpoints
 from dqn_cartpole.training.population_evaluation import PopulationEvaluation
 from dqn_cartpole.training.population_pipeline import PopulationPipeline, build_population_pipeline
-from dqn_cartpole.training.population_seed import SeedRun
+from dqn_cartpole.training.population_seed import PopulationProbe, SeedRun
 from dqn_cartpole.training.triggers import Clock, every
+
+EVALUATION_LAG = 50  # iterations between an evaluation handed over and its outcome taken in, at most
+
+
+def evaluation_lag(eval_interval: int) -> int:
+    """The iterations after an evaluation at which its outcome is taken in (waiting for it if it is not in yet): a
+    fixed number, so every decision (a solve, a hold) falls at an iteration the config fixes, whatever the timing; the
+    largest divisor of `eval_interval` up to `EVALUATION_LAG` (chunks end there). Equal to `eval_interval`: at the
+    next evaluation. In line, the outcome is taken in at once."""
+    return max(d for d in range(1, min(EVALUATION_LAG, eval_interval) + 1) if eval_interval % d == 0)
+
 
 def chunk_losses(chunk: Any, seeds: int) -> np.ndarray:
     """A chunk's losses per iteration and seed, [size, K] (the loop splits a vector output into loss and extras)."""
@@ -97,7 +110,8 @@ class PopulationRun:
             run_ops_on_one_thread()
         seed_everything(manifest.seeds[0])
         pipeline = self.pipeline = build_population_pipeline(cfg, manifest.seeds, self.stack)
-        self.evaluation = PopulationEvaluation(pipeline, cfg, self.stack)
+        target = local.solve_return(cfg)
+        self.evaluation = PopulationEvaluation(pipeline, cfg, self.stack, None if target == float("inf") else target)
         self.make_runs()
         self.checkpoints = PopulationCheckpoints(manifest, pipeline, self.evaluation, self.runs, self.clock,
                                                  cfg.training.keep_checkpoints)
@@ -115,11 +129,11 @@ class PopulationRun:
     def make_runs(self) -> None:
         """Each member's `SeedRun`, sharing one SavedModel exporter; a member finished before is held."""
         pipeline, manifest = self.pipeline, self.manifest
-        saver = None
+        saver, probe = None, PopulationProbe(pipeline, self.member_configs)
         for index, run_dir in enumerate(manifest.members):
             os.makedirs(run_dir, exist_ok=True)
             run = SeedRun(pipeline, index, self.member_configs[index], RunLayout(run_dir), self.progress, self.clock,
-                          saver, self.phases)
+                          saver, self.phases, probe)
             if saver is None:
                 run.exporter.prepare()  # traced once, ahead of the first evaluation's export
                 saver = run.exporter.saver
@@ -151,7 +165,8 @@ class PopulationRun:
         cfg, pipeline = self.config, self.pipeline
         total = cfg.training.num_iterations
         intervals = [cfg.training.log_interval, cfg.evaluation.eval_interval, cfg.training.checkpoint_interval]
-        loop = self.loop = ChunkedLoop(pipeline.make_iterations(cfg), intervals)
+        lag = evaluation_lag(cfg.evaluation.eval_interval)
+        loop = self.loop = ChunkedLoop(pipeline.make_iterations(cfg), intervals + [lag])
         checkpoint = every(cfg.training.checkpoint_interval, self.periodic_checkpoint, self.iteration)
         evaluate = every(cfg.evaluation.eval_interval, self.evaluate_active, self.iteration)
         if self.checkpoints.restored is None:
@@ -165,11 +180,14 @@ class PopulationRun:
             self.time_step = time_step
             self.iteration += chunk.size
             losses = chunk_losses(chunk, len(self.runs))
-            for run in self.runs:
-                if run.active:
-                    with self.phases("seeds"):
-                        run.after_chunk(self.iteration, losses[:, run.index])
-            evaluate(self.iteration)
+            with pipeline.counts_read_once():
+                for run in self.runs:
+                    if run.active:
+                        with self.phases("seeds"):
+                            run.after_chunk(self.iteration, losses[:, run.index])
+                evaluate(self.iteration)
+            if self.iteration % cfg.evaluation.eval_interval == lag:  # (lag < eval_interval)
+                self.settle_evaluation()
             for run in self.runs:
                 with self.phases("finishing seeds"):
                     self.finish_if_stopped(run)
@@ -179,16 +197,39 @@ class PopulationRun:
         self.time_step = time_step
 
     def evaluate_active(self, runs: Optional[list] = None) -> None:
-        """Every seed still training (or `runs`) evaluated at once, each result taken in by its own run."""
+        """The evaluation in flight taken in, then every seed still training (or `runs`) handed over at once: beside
+        the training, taken in at the next evaluation (`evaluation.overlap` process or thread), or now (inline)."""
+        self.settle_evaluation()
         runs = [run for run in self.runs if run.active] if runs is None else runs
         if not runs:
             return
         with self.phases(phase.EVALUATIONS):
-            results, seconds = self.evaluation.play([run.index for run in runs])
-            for run, result in zip(runs, results):
-                run.take_evaluation(result, seconds)
+            weights = [variable.numpy() for variable in self.pipeline.agent.online_variables()]  # [K, ...] each
+            self.evaluation.submit(self.iteration, [run.index for run in runs], [run.checks_solves() for run in runs],
+                                   [(run, run.snapshot(weights)) for run in runs])
+        if not self.evaluation.beside:
+            self.settle_evaluation()
+
+    def settle_evaluation(self) -> None:
+        """The evaluation in flight, if any, waiting for it: each seed's result through its own run."""
+        with self.phases(phase.EVALUATIONS):
+            settled = self.evaluation.settle()
+        if settled is None:
+            return
+        _, kept, outcome = settled
+        if self.evaluation.beside:
+            self.phases.add_parallel(f"evaluations ({self.evaluation.where})", outcome.seconds * len(kept))
+        with self.phases(phase.EVALUATIONS):
+            for (run, snapshot), seed_outcome in zip(kept, outcome.seeds):
+                if not run.finished:
+                    run.take_evaluation(seed_outcome, snapshot, outcome.seconds)
 
     def periodic_checkpoint(self) -> None:
+        """The evaluation in flight taken in (so the checkpoint holds its rows), the seeds it stopped finished, then
+        the checkpoint."""
+        self.settle_evaluation()
+        for run in self.runs:
+            self.finish_if_stopped(run)
         if self.iteration < self.config.training.num_iterations and any(run.active for run in self.runs):
             self.save()
 
@@ -200,8 +241,10 @@ class PopulationRun:
                              float(np.mean(returns)) if returns else None)
 
     def finish_if_stopped(self, run: SeedRun) -> None:
-        """A seed that stopped (on its solve, or diverged) is finished now: the others are not waited for."""
+        """A seed that stopped (on its solve, or diverged) is finished now: the others are not waited for. (One that
+        diverged first has its evaluation in flight taken in.)"""
         if run.state.stop and not run.finished:
+            self.settle_evaluation()
             self.finish_member(run, None)
 
     def finish_member(self, run: SeedRun, signum: Optional[int]) -> None:
@@ -242,8 +285,10 @@ class PopulationRun:
         """The final evaluations and checkpoint, then every member still open finished; plots, videos, reports."""
         stopped = self.stop_request.requested
         signum = self.stop_request.signum if stopped else None
+        self.settle_evaluation()
         open_runs = [run for run in self.runs if not run.finished]
         self.evaluate_active([run for run in open_runs if run.wants_final_evaluation(stopped)])
+        self.settle_evaluation()
         for run in open_runs:
             run.score_final(stopped)
         if open_runs and self.time_step is not None:

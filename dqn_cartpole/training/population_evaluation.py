@@ -1,90 +1,112 @@
-"""The population's periodic evaluation, every seed at once: each seed's `evaluation.num_eval_episodes` greedy
-episodes are played side by side in one vector env (K' x E copies), its actions computed in NumPy from its slice of
-the ensemble's weights, one batched matmul per layer for all seeds (`ensemble_greedy`). Each seed's result then goes to its
-own `Evaluate` trigger (`SeedRun.take_evaluation`): its eval row, policy/best and, past the solve return, its solve
-check. One seed's evaluation alone (`numpy_episodes.run_episodes` through its `NumpyGreedy`) plays the same episodes
-at about K times the Python cost per step.
+"""The population's periodic evaluation, every seed at once, beside its training loop.
+
+At an evaluation (iteration k) the seeds still training hand over a copy of their weights (`submit`), which
+`core.population_episodes` plays: each seed's `evaluation.num_eval_episodes` greedy episodes side by side with the
+others', and a solve check for a seed whose evaluation reaches the solve return.
+
+By default (`evaluation.overlap: process`) they are played in a child process on the other core while the population
+trains on, and their outcome is taken in at the next evaluation (k + eval_interval), before a checkpoint, or at the
+end (`settle`), as a single run's evaluator's is (`training.overlap`): its eval row names the copy's train step and env
+steps, a confirmed solve stops the seed there and policy/final is the copy that passed. `thread` plays them in a
+thread of this process instead (it shares the GIL, which the compiled loop needs at every episode's reset), `inline`
+at once, the training waiting.
 
 A single run's evaluation env draws every copy's episodes from one generator too (gymnasium's vector CartPole); here
 one generator per number of seeds evaluated together, seeded from the first seed, so a seed's evaluation episodes
-are not its single run's, though they come from the same distribution.
+are not its single run's, though they come from the same distribution. Its solve check's are its single run's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
-from typing import Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
+import dqn_cartpole.env_ids as env_ids
 from dqn_cartpole.config import Config
-from dqn_cartpole.core.numpy_episodes import ACTIVATIONS, ActFn, EvalResult, run_episodes
-from dqn_cartpole.core.vector_env import VectorSteps, make_vector_steps
+from dqn_cartpole.core import build, population_episodes
+from dqn_cartpole.core.population_episodes import CheckSpec, Job, PopulationEvaluator, PopulationSpec
+from dqn_cartpole.core.snapshot_evaluation import ProcessWorker, ThreadWorker
 from dqn_cartpole.training.population_pipeline import PopulationPipeline
 
 POPULATION_EVAL_SEED_OFFSET = 50_000  # the shared evaluation envs' seeds: neither training nor the checks use them
 
 
-def ensemble_greedy(layers: Sequence[tuple], copies: int, minimum_action: int) -> ActFn:
-    """act(observations [K' * copies, d], seed-major) -> actions: per seed, argmax_a Q(s, a) under its own layers
-    (`layers`: (kernel [K', in, out], bias [K', out], activation name) each)."""
-    def act(observations: np.ndarray) -> np.ndarray:
-        x = np.asarray(observations, np.float32).reshape(len(layers[0][0]), copies, -1)
-        for kernel, bias, activation in layers:
-            x = ACTIVATIONS[activation](np.matmul(x, kernel) + bias[:, np.newaxis, :])  # (np.einsum: 10x slower)
-        return np.argmax(x, axis=-1).reshape(-1).astype(np.int64) + minimum_action
-
-    return act
-
-
-def seed_layers(pipeline: PopulationPipeline, indices: Sequence[int]) -> list[tuple]:
-    """The online network's layers of seeds `indices` as arrays."""
-    layers = []
-    for layer in pipeline.agent.q_network.layers:
-        activation = tf.keras.activations.serialize(layer.activation)
-        layers.append((layer.kernel.numpy()[list(indices)], layer.bias.numpy()[list(indices)], activation))
-    return layers
+def population_spec(config: Config, pipeline: PopulationPipeline, seed: int,
+                    solve_return: Optional[float]) -> PopulationSpec:
+    """What the population's evaluations play (`seed`: the first seed's, or a resumed population's resume seed)."""
+    cfg = config.evaluation
+    check = None if solve_return is None else CheckSpec(
+        cfg.solve_episodes, solve_return, env_ids.max_return(config.env.id, config.env.max_episode_steps),
+        build.SOLVE_SEED_OFFSET)
+    return PopulationSpec(config.env.id, config.env.max_episode_steps, cfg.num_eval_episodes,
+                          seed + POPULATION_EVAL_SEED_OFFSET, config.agent.gamma,
+                          int(np.asarray(pipeline.tf_env.action_spec().minimum)), tuple(pipeline.seeds), check)
 
 
 class PopulationEvaluation:
-    """Plays the greedy episodes of any set of seeds at once (see the module docstring)."""
+    """Hands the seeds' weights to the evaluator (a child process, a thread, or played here: `evaluation.overlap`)
+    and takes its outcome in (see the module docstring)."""
 
-    def __init__(self, pipeline: PopulationPipeline, config: Config, stack: contextlib.ExitStack):
-        self.pipeline, self.config, self.stack = pipeline, config, stack
-        self.seed = pipeline.seeds[0] + POPULATION_EVAL_SEED_OFFSET  # the envs' seeds derive from it
-        self.episodes = config.evaluation.num_eval_episodes
-        self.envs: dict[int, VectorSteps] = {}  # by the number of seeds played together, made once
-        self.minimum_action = int(np.asarray(pipeline.tf_env.action_spec().minimum))
+    def __init__(self, pipeline: PopulationPipeline, config: Config, stack: contextlib.ExitStack,
+                 solve_return: Optional[float]):
+        self.pipeline, self.config, self.solve_return = pipeline, config, solve_return
+        self.overlap = config.evaluation.overlap
+        self.worker: Any = None  # a ProcessWorker or ThreadWorker (None: inline)
+        self.evaluator: Optional[PopulationEvaluator] = None  # inline
+        self.pending: Optional[tuple] = None  # (the job, what the caller keeps with it, its outcome if played here)
+        self.peak_rss_mb: Optional[float] = None  # the evaluator process's, once it ended
+        self.reseed(pipeline.seeds[0])
+        stack.callback(self.close)
 
-    def env_for(self, seeds: int) -> VectorSteps:
-        if seeds not in self.envs:
-            cfg = self.config
-            env = make_vector_steps(cfg.env.id, seeds * self.episodes,
-                                    seed=self.seed + seeds,
-                                    max_episode_steps=cfg.env.max_episode_steps)
-            self.stack.callback(env.close)
-            self.envs[seeds] = env
-        return self.envs[seeds]
+    @property
+    def beside(self) -> bool:
+        return self.worker is not None
+
+    @property
+    def where(self) -> str:
+        return self.worker.where if self.worker is not None else "in line"
 
     def reseed(self, seed: int) -> None:
-        """The envs' episodes from `seed` on (a resumed population's: `checkpoints.resume_seed`); those made before are
-        closed, the next `play` makes them anew."""
-        self.seed = seed + POPULATION_EVAL_SEED_OFFSET
-        for env in self.envs.values():
-            env.close()
-        self.envs.clear()
+        """The evaluations' episodes from `seed` on (a resumed population's: `checkpoints.resume_seed`), and the
+        solve checks' copies made anew at their next check. Nothing may be in flight."""
+        assert self.pending is None, "reseeded with an evaluation in flight"
+        self.close()
+        spec = population_spec(self.config, self.pipeline, seed, self.solve_return)
+        if self.overlap == "process":
+            self.worker = ProcessWorker(spec, population_episodes.__name__)
+        elif self.overlap == "thread":
+            self.worker = ThreadWorker(PopulationEvaluator(spec))
+        else:
+            self.evaluator = PopulationEvaluator(spec)
 
-    def play(self, indices: Sequence[int]) -> tuple[list[EvalResult], float]:
-        """One evaluation of each seed of `indices` (its `evaluation.num_eval_episodes` episodes); and the seconds
-        it took, each seed's share."""
-        started = time.perf_counter()
-        act = ensemble_greedy(seed_layers(self.pipeline, indices), self.episodes, self.minimum_action)
-        result = run_episodes(act, self.env_for(len(indices)), gamma=self.config.agent.gamma)
-        e = self.episodes
-        results = [EvalResult(result.returns[i * e:(i + 1) * e], result.lengths[i * e:(i + 1) * e],
-                              result.discounted_returns[i * e:(i + 1) * e],
-                              result.first_observations[i * e:(i + 1) * e]) for i in range(len(indices))]
-        return results, (time.perf_counter() - started) / max(1, len(indices))
+    def submit(self, iteration: int, indices: Sequence[int], check: Sequence[bool], keep: object) -> None:
+        """Seeds `indices`' weights as they are now (between two compiled chunks), to be evaluated; `keep` comes
+        back with the outcome (`settle`)."""
+        assert self.pending is None, "an evaluation is still in flight"
+        job = Job(iteration, tuple(indices), self.pipeline.seed_layers(indices), tuple(check))
+        if self.worker is not None:
+            self.worker.submit(job)
+            self.pending = (job, keep, None)
+        else:
+            self.pending = (job, keep, self.evaluator(job))
 
+    def settle(self) -> Optional[tuple]:
+        """The evaluation in flight, waiting for it: (its job, `keep`, its outcome), or None."""
+        if self.pending is None:
+            return None
+        job, keep, outcome = self.pending
+        self.pending = None
+        return job, keep, (outcome if outcome is not None else self.worker.result())
+
+    def close(self) -> None:
+        """Ends the worker (an evaluation in flight is dropped) and closes the envs."""
+        self.pending = None
+        if self.worker is not None:
+            self.worker.close()
+            self.peak_rss_mb = self.worker.peak_rss_mb or self.peak_rss_mb
+            self.worker = None
+        if self.evaluator is not None:
+            self.evaluator.close()
+            self.evaluator = None

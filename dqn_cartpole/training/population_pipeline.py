@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import tensorflow as tf
 from tf_agents.drivers import dynamic_step_driver
@@ -60,9 +60,6 @@ class EnvStepsPerEnv(tf.Module):
     def result(self) -> tf.Tensor:
         return tf.reduce_sum(self.steps)
 
-    def of(self, index: int) -> int:
-        return int(self.steps[index].numpy())
-
 
 @dataclass
 class PopulationPipeline:
@@ -82,10 +79,16 @@ class PopulationPipeline:
 
     def env_steps_of(self, index: int) -> int:
         """Seed `index`'s env steps, counted as a single run counts its own."""
-        return self.env_steps.of(index)
+        return int(self.count("env_steps", self.env_steps.steps.numpy)[index])
+
+    def train_steps_of(self, index: int) -> int:
+        """Seed `index`'s train steps (those of the updates it took part in)."""
+        return int(self.count("train_steps", self.agent.tf_agent.seed_train_steps.numpy)[index])
 
     def __post_init__(self):
         self.selected: Any = None  # (seed index, train step) the view agent holds
+        self.weights_changed = 0  # `put_back`s so far
+        self.frozen: Optional[dict] = None  # the counts read in this `counts_read_once` block
 
         @tf.function(autograph=False, input_signature=[tf.TensorSpec([], tf.int32)])
         def select_seed(index):
@@ -102,6 +105,45 @@ class PopulationPipeline:
         if self.selected != (index, step):
             self._select(tf.constant(index, tf.int32))
             self.selected = (index, step)
+
+    @contextlib.contextmanager
+    def counts_read_once(self) -> Iterator[None]:
+        """Inside (between two compiled chunks, where nothing changes them), the seeds' counts (`count`) are read
+        once for all seeds, not once per seed: a population's train rows read them K times."""
+        self.frozen = {}
+        try:
+            yield
+        finally:
+            self.frozen = None
+
+    def count(self, name: str, read: Callable[[], Any]) -> Any:
+        """`read()`, once per `counts_read_once` block (each call outside one reads)."""
+        if self.frozen is None:
+            return read()
+        if name not in self.frozen:
+            self.frozen[name] = read()
+        return self.frozen[name]
+
+    def put_back(self, index: int, values: Sequence[Any]) -> None:
+        """Seed `index`'s online weights become `values` (a single-seed network's, in its variables' order: a
+        `seed_values` copy), between compiled chunks."""
+        for variable, value in zip(self.agent.online_variables(), values):
+            variable[index].assign(value)
+        self.selected = None
+        self.weights_changed += 1
+
+    def weights_version(self) -> tuple:
+        """Changes whenever any seed's online weights may have changed (a train step, a `put_back`)."""
+        return int(self.agent.train_step_counter.numpy()), self.weights_changed
+
+    def seed_layers(self, indices: Sequence[int]) -> list[tuple]:
+        """The online network's layers of seeds `indices` as arrays, (kernel [K', in, out], bias [K', out],
+        activation name) each: a copy, NumPy's to play (`core.population_episodes.ensemble_q_values`)."""
+        layers, indices = [], list(indices)
+        for layer in self.agent.q_network.layers:
+            activation = tf.keras.activations.serialize(layer.activation)
+            layers.append((layer.kernel.numpy()[indices], layer.bias.numpy()[indices], activation))
+        return layers
 
     def make_train(self, config: Config) -> Any:
         """One iteration's gradient step(s): per seed that still trains, a batch from its own replay, through the
@@ -158,25 +200,28 @@ class SeedPipeline(Pipeline):
 
     def __init__(self, population: PopulationPipeline, index: int, stack: contextlib.ExitStack):
         super().__init__(build.Envs(population.collect, population.tf_env, None), population.view,
-                         SeedReplay(population.replay), population.env_steps, None, None, None, None, stack,
-                         SeedReturns(population.returns, index))
+                         SeedReplay(population.replay, population), population.env_steps, None, None, None, None,
+                         stack, SeedReturns(population, index))
         self.population, self.index = population, index
 
     def env_step_count(self) -> int:
         return self.population.env_steps_of(self.index)
 
     def train_step_count(self) -> int:
-        return int(self.population.agent.tf_agent.seed_train_steps[self.index].numpy())
+        return self.population.train_steps_of(self.index)
 
     def epsilon(self) -> float:
-        return self.population.agent.epsilon()
+        return self.population.count("epsilon", self.population.agent.epsilon)
 
 
 class SeedReturns:
     """One seed's collect episodes' returns (`EpisodeReturns.take`'s answer, for env copy `index`)."""
 
-    def __init__(self, returns: EpisodeReturns, index: int):
-        self.returns, self.index = returns, index
+    def __init__(self, population: PopulationPipeline, index: int):
+        self.population, self.index = population, index
 
     def take(self) -> tuple:
-        return self.returns.take_env(self.index)
+        """Inside `counts_read_once`, every seed's are taken at once, at the first seed's call."""
+        if self.population.frozen is None:
+            return self.population.returns.take_env(self.index)
+        return self.population.count("returns", self.population.returns.take_each)[self.index]

@@ -2,8 +2,10 @@
 and summary, made by the single run's own triggers (`triggers.LogTrain`, `local.make_evaluation`'s `Evaluate` and
 `SolveCheck`, `PolicyExport`, `final_policy`) on the seed's view of the population (`SeedPipeline`).
 
-Every call here comes between two compiled chunks, after `PopulationPipeline.select` gave the view agent this seed's
-weights: the triggers read and export them as a single run's read its live weights.
+Every call here comes between two compiled chunks. A train row reads the seed's counts (once for all seeds:
+`PopulationPipeline.counts_read_once`) and its Q-value probe (all seeds' at once: `PopulationProbe`); an evaluation's
+row, policy/best and solve are those of the copy of the seed's weights it played (`triggers.Snapshot`); the final
+policy is exported from the live weights once `PopulationPipeline.select` gave them to the view agent.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 
 from dqn_cartpole.config import Config, dump_yaml
 from dqn_cartpole.console.progress import Progress
-from dqn_cartpole.core.numpy_episodes import EvalResult
+from dqn_cartpole.core.population_episodes import SeedOutcome, ensemble_q_values
 from dqn_cartpole.core.q_probe import QProbe
 from dqn_cartpole.run_folder import policy_files
 from dqn_cartpole.run_folder.atomic import write_text_atomic
@@ -49,6 +51,26 @@ class SeedConsole:
 
     def artifact_progress(self, done: int, total: int) -> None:
         pass
+
+
+class PopulationProbe:
+    """Every seed's train-row Q-value probe (`QProbe`: mean max-Q on its own fixed random-policy states), for all
+    seeds in one batched NumPy pass per weights version, from the population's weights: no view agent is selected
+    for a train row."""
+
+    def __init__(self, population: PopulationPipeline, configs: list):
+        self.population = population
+        self.states = np.stack([QProbe.states_of(cfg.env.id, cfg.training.seed, cfg.env.max_episode_steps)
+                                for cfg in configs])  # [K, S, d]
+        self.values: Optional[tuple] = None  # (weights version, [K] mean max-Q)
+
+    def __call__(self, index: int) -> float:
+        version = self.population.weights_version()
+        if self.values is None or self.values[0] != version:
+            seeds, states, dims = self.states.shape
+            q_values = ensemble_q_values(self.population.seed_layers(range(seeds)), states)
+            self.values = (version, q_values(self.states.reshape(-1, dims)).max(axis=-1).mean(axis=-1))
+        return float(self.values[1][index])
 
 
 class DeferredBestExport(triggers.PolicyExport):
@@ -83,8 +105,9 @@ class SeedRun:
     """Seed `index` of `population`: its run folder `layout`, its config (its own seed), its state."""
 
     def __init__(self, population: PopulationPipeline, index: int, config: Config, layout: RunLayout,
-                 progress: Progress, clock: triggers.Clock, saver: Any, phases: Phases):
+                 progress: Progress, clock: triggers.Clock, saver: Any, phases: Phases, probe: PopulationProbe):
         self.population, self.index, self.seed = population, index, population.seeds[index]
+        self.probe = probe
         self.config, self.layout, self.clock, self.phases = config, layout, clock, phases
         self.progress = SeedConsole(progress, self.seed)
         self.stack = contextlib.ExitStack()  # its logs (closed when it finishes)
@@ -105,24 +128,38 @@ class SeedRun:
         train_log = self.stack.enter_context(contextlib.closing(CsvLog(layout.train_metrics, TRAIN_COLUMNS)))
         scalars = self.stack.enter_context(contextlib.closing(
             Scalars(layout.tensorboard if cfg.output.tensorboard else None)))
-        q_probe = QProbe.for_agent(self.pipeline.agent, cfg.env.id, self.seed, cfg.env.max_episode_steps)
         self.evaluate = local.make_evaluation(self.pipeline, cfg, state, self.exporter, layout, scalars, self.clock,
                                               self.progress, self.stack, self.phases)
-        log_train = triggers.LogTrain(self.pipeline, cfg, state, train_log, scalars, q_probe, self.clock)
+        log_train = triggers.LogTrain(self.pipeline, cfg, state, train_log, scalars, lambda: self.probe(self.index),
+                                      self.clock)
         # (its evaluations are the population's, every seed's episodes at once: `take_evaluation`)
         self.due = [triggers.every(cfg.training.log_interval, self.phases.timed(phase.TRAIN_ROWS, log_train), iteration)]
         state.iteration = iteration
 
-    def take_evaluation(self, result: EvalResult, seconds: float) -> None:
-        """This seed's greedy episodes, played with the others' (`PopulationEvaluation`), through its `Evaluate`
-        trigger as a single run's own: the eval row, policy/best, and past the solve return its solve check."""
-        cfg, state, evaluate = self.config, self.state, self.evaluate
-        self.population.select(self.index)
+    def snapshot(self, weights: list) -> triggers.Snapshot:
+        """Where this seed's training stands, and its weights (the values of a single-seed network's variables, in
+        their order) out of `weights`, a copy of the population's online variables ([K, ...] arrays, in order), for
+        the evaluation that plays them (`PopulationEvaluation.submit`)."""
+        return triggers.Snapshot(self.state.iteration, self.pipeline.train_step_count(),
+                                 self.pipeline.env_step_count(), self.clock.wall(), None,
+                                 tuple(values[self.index] for values in weights))
+
+    def checks_solves(self) -> bool:
+        """Whether an evaluation of the weights as they are now, reaching the solve return, starts the solve check."""
+        return triggers.checks_solves(self.config, self.state, self.pipeline.train_step_count())
+
+    def take_evaluation(self, outcome: SeedOutcome, at: triggers.Snapshot, seconds: float) -> None:
+        """This seed's greedy episodes of the weights `at` copied, played with the others' (`PopulationEvaluation`),
+        through its `Evaluate` trigger as a single run's own: the eval row and policy/best of those weights, and,
+        when its solve check ran, the solve it confirmed (policy/final is that copy). A run that trains on holds that
+        copy's weights from then on (agent.solved_learning_rate 0), as a single run does (`final_policy.AfterSolve`)."""
+        state, evaluate = self.state, self.evaluate
         state.eval_s += seconds
-        evaluate.record(result, triggers.Snapshot.now(self.pipeline, state, self.clock))
-        if triggers.checks_solves(cfg, state, self.pipeline.train_step_count()) and \
-                result.average_return >= evaluate.solve_check.solve_return:
-            evaluate.solve_check()
+        evaluate.record(outcome.result, at, max_q=outcome.max_q_at_reset)
+        if outcome.check is not None and evaluate.solve_check.conclude(outcome.check, at) and not state.stop:
+            self.population.put_back(self.index, at.values)
+            self.progress.message(f"iteration {state.iteration}: the weights that passed the solve check (iteration "
+                                  f"{at.iteration}) are held to the last step (agent.solved_learning_rate)")
         if state.solved_at_iteration is not None and not self.held:
             self.hold()  # stopped on its solve, or (agent.solved_learning_rate 0) held from it to the last step
 
@@ -143,7 +180,6 @@ class SeedRun:
                 return
             state.add_losses(losses)
         if iteration % self.config.training.log_interval == 0:  # (chunks end on every multiple: only then is it due)
-            self.population.select(self.index)
             for trigger in self.due:
                 trigger(iteration)
 
