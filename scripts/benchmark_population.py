@@ -146,9 +146,10 @@ def steps_of(summary: dict) -> float:
     return float(steps) if steps is not None else float("inf")
 
 
-def peak_rss(result: dict) -> float:
-    """The process's peak RSS: each member's summary reads it when that member ends, so the largest is the peak."""
-    return max(s["peak_rss_mb"] or 0.0 for s in result["runs"].values())
+def peak_rss(result: dict, key: str = "peak_rss_mb") -> float:
+    """The process's peak RSS: each member's summary reads it when that member ends, so the largest is the peak
+    (`key` evaluator_peak_rss_mb: the population's evaluator process's, in the summaries written at its end)."""
+    return max(s.get(key) or 0.0 for s in result["runs"].values())
 
 
 def commands_table(found: dict, seeds: list[int], args: argparse.Namespace) -> list[str]:
@@ -262,7 +263,7 @@ def seeds_table(found: dict, seeds: list[int]) -> list[str]:
 
 def memory_table(found: dict) -> list[str]:
     """Peak RSS of each kind of process (the training process's own; a single run's evaluator and video renderer
-    are processes of their own, a population evaluates in line)."""
+    are processes of their own, and so is a population's evaluator)."""
     runs = [s for r in found["single"] for s in r["runs"].values()]
 
     def spread(key: str) -> str:
@@ -274,6 +275,7 @@ def memory_table(found: dict) -> list[str]:
              f"| its evaluator process, beside it | {spread('evaluator_peak_rss_mb')} |",
              f"| its video renderer process, beside it | {spread('renderer_peak_rss_mb')} |",
              f"| `train --population` | {peak_rss(found['population']):.0f} MB |",
+             f"| its evaluator process, beside it | {peak_rss(found['population'], 'evaluator_peak_rss_mb'):.0f} MB |",
              f"| `sweep --population`'s population process | {peak_rss(found['sweep_population']):.0f} MB |"]
     if "fixed" in found:
         lines.append(f"| `train --population`, fixed budget | {peak_rss(found['fixed']):.0f} MB |")

@@ -297,6 +297,7 @@ class PopulationRun:
             if stopped and run.state.iteration < self.config.training.num_iterations:
                 run.state.stopped_by = signals.signal_name(signum)
             self.finish_member(run, signum if stopped else None)
+        self.evaluation.close()  # (its process's peak memory, in the summaries rewritten next)
         self.write_artifacts()
 
     def write_artifacts(self) -> None:
@@ -315,6 +316,7 @@ class PopulationRun:
             summary["artifacts"].update({os.path.basename(path): path for path in self.plots_written
                                          if os.path.abspath(path).startswith(root)})
             summary["artifacts"]["report"] = run.layout.report
+            summary["evaluator_peak_rss_mb"] = self.evaluation.peak_rss_mb
             write_run_summary(summary, run.layout.summary)
             write_run_report(run.layout.root)
 
