@@ -21,7 +21,7 @@ import numpy as np
 
 from dqn_cartpole.core.numpy_episodes import ACTIVATIONS, EvalResult, greedy_act, run_episodes
 from dqn_cartpole.core.vector_env import VectorSteps, make_vector_steps
-from dqn_cartpole.processes.child import serve
+from dqn_cartpole.core.snapshot_evaluation import serve_evaluator
 
 
 def ensemble_q_values(layers: Sequence[tuple], copies: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -144,17 +144,4 @@ class PopulationEvaluator:
 
 def serve_child() -> int:
     """The population's evaluator process: the spec, then an outcome for each job."""
-    evaluator: Optional[PopulationEvaluator] = None
-
-    def answer(message, reply) -> None:
-        nonlocal evaluator
-        if evaluator is None:
-            evaluator = PopulationEvaluator(message)
-        else:
-            reply(evaluator(message))
-
-    try:
-        return serve(answer, failure="the population's evaluator failed: ")
-    finally:
-        if evaluator is not None:
-            evaluator.close()
+    return serve_evaluator(PopulationEvaluator, "the population's evaluator failed: ")

@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from dqn_cartpole.core.numpy_episodes import EvalResult, greedy_act, mean_max_q, run_episodes
 from dqn_cartpole.core.vector_env import VectorSteps, make_vector_steps
@@ -168,15 +168,25 @@ class ThreadWorker:
 WORKERS = {"process": ProcessWorker, "thread": lambda spec: ThreadWorker(SnapshotEvaluator(spec))}
 
 
-def serve_child() -> int:
-    """The evaluator's process: the spec, then an outcome for each job."""
-    evaluator: Optional[SnapshotEvaluator] = None
+def serve_evaluator(make: Callable[[Any], Any], failure: str) -> int:
+    """An evaluator's process: its first message is the spec, `make(spec)` the evaluator (a callable from a job to
+    its outcome, with `close`); then an outcome for each job. `failure` begins its one line if it fails."""
+    evaluator: Any = None
 
     def answer(message, reply) -> None:
         nonlocal evaluator
         if evaluator is None:
-            evaluator = SnapshotEvaluator(message)
+            evaluator = make(message)
         else:
             reply(evaluator(message))
 
-    return serve(answer, failure="the evaluator failed: ")
+    try:
+        return serve(answer, failure=failure)
+    finally:
+        if evaluator is not None:
+            evaluator.close()
+
+
+def serve_child() -> int:
+    """The evaluator's process: the spec, then an outcome for each job."""
+    return serve_evaluator(SnapshotEvaluator, "the evaluator failed: ")
