@@ -139,17 +139,15 @@ def make_population_replay(data_spec: Any, seeds: int, config: ReplayConfig) -> 
 class SeedReplay:
     """One seed's view of the population's replay, with the counts a run's train row reads (`triggers.LogTrain`)."""
 
-    def __init__(self, replay: PopulationReplay, counts: Any = None):
-        """`counts`: what reads the counts once for all seeds (`PopulationPipeline.count`), if any."""
+    def __init__(self, replay: PopulationReplay, counts: Any):
+        """`counts`: what reads the counts once for all seeds (`PopulationPipeline.count`)."""
         self.replay, self.counts = replay, counts
 
     def samples(self) -> Optional[int]:
         return None  # a train step samples one batch per seed, as a single run's
 
     def size(self) -> int:
-        return self.replay.seed_size() if self.counts is None else self.counts.count("size", self.replay.seed_size)
+        return self.counts.count("size", self.replay.seed_size)
 
     def inserts(self) -> int:
-        if self.counts is None:
-            return self.replay.seed_inserts()
         return self.counts.count("inserts", self.replay.seed_inserts)

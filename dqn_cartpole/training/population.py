@@ -157,8 +157,7 @@ class PopulationRun:
         """Fills every seed's replay with the random policy's steps."""
         pipeline = self.pipeline
         tf.function(pipeline.initial_driver.run, autograph=False)(pipeline.tf_env.reset(), ())
-        for index in range(len(self.runs)):
-            pipeline.returns.take_env(index)  # the random policy's episodes are not the collect policy's
+        pipeline.returns.take_each()  # the random policy's episodes are not the collect policy's
         return pipeline.tf_env.current_time_step(), pipeline.agent.collect_policy.get_initial_state(len(self.runs))
 
     def run_loop(self, time_step: Any, policy_state: Any) -> None:
@@ -198,7 +197,8 @@ class PopulationRun:
 
     def evaluate_active(self, runs: Optional[list] = None) -> None:
         """The evaluation in flight taken in, then every seed still training (or `runs`) handed over at once: beside
-        the training, taken in at the next evaluation (`evaluation.overlap` process or thread), or now (inline)."""
+        the training, taken in `evaluation_lag` iterations later (`evaluation.overlap` process or thread), or now
+        (inline)."""
         self.settle_evaluation()
         runs = [run for run in self.runs if run.active] if runs is None else runs
         if not runs:
@@ -214,12 +214,11 @@ class PopulationRun:
         """The evaluation in flight, if any, waiting for it: each seed's result through its own run."""
         with self.phases(phase.EVALUATIONS):
             settled = self.evaluation.settle()
-        if settled is None:
-            return
-        _, kept, outcome = settled
-        if self.evaluation.beside:
-            self.phases.add_parallel(f"evaluations ({self.evaluation.where})", outcome.seconds * len(kept))
-        with self.phases(phase.EVALUATIONS):
+            if settled is None:
+                return
+            _, kept, outcome = settled
+            if self.evaluation.beside:
+                self.phases.add_parallel(f"evaluations ({self.evaluation.where})", outcome.seconds * len(kept))
             for (run, snapshot), seed_outcome in zip(kept, outcome.seeds):
                 if not run.finished:
                     run.take_evaluation(seed_outcome, snapshot, outcome.seconds)

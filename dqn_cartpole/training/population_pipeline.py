@@ -86,7 +86,7 @@ class PopulationPipeline:
         return int(self.count("train_steps", self.agent.tf_agent.seed_train_steps.numpy)[index])
 
     def __post_init__(self):
-        self.selected: Any = None  # (seed index, train step) the view agent holds
+        self.selected: Any = None  # (seed index, weights version) the view agent holds
         self.weights_changed = 0  # `put_back`s so far
         self.frozen: Optional[dict] = None  # the counts read in this `counts_read_once` block
 
@@ -101,10 +101,10 @@ class PopulationPipeline:
     def select(self, index: int) -> None:
         """The view agent holds seed `index`'s online weights and train-step count (between compiled chunks: one
         compiled call, skipped when it holds them already)."""
-        step = int(self.agent.train_step_counter.numpy())
-        if self.selected != (index, step):
+        version = self.weights_version()
+        if self.selected != (index, version):
             self._select(tf.constant(index, tf.int32))
-            self.selected = (index, step)
+            self.selected = (index, version)
 
     @contextlib.contextmanager
     def counts_read_once(self) -> Iterator[None]:
@@ -125,12 +125,18 @@ class PopulationPipeline:
         return self.frozen[name]
 
     def put_back(self, index: int, values: Sequence[Any]) -> None:
-        """Seed `index`'s online weights become `values` (a single-seed network's, in its variables' order: a
-        `seed_values` copy), between compiled chunks."""
+        """Seed `index`'s online weights become `values` (a single-seed network's, in its variables' order:
+        `SeedRun.snapshot`'s copy), between compiled chunks."""
         for variable, value in zip(self.agent.online_variables(), values):
             variable[index].assign(value)
-        self.selected = None
         self.weights_changed += 1
+
+    def take_returns(self, index: int) -> tuple[Optional[float], int]:
+        """Seed `index`'s collect episodes since its last take (`EpisodeReturns.take_env`); inside `counts_read_once`,
+        every seed's are taken at once, at the first seed's call."""
+        if self.frozen is None:
+            return self.returns.take_env(index)
+        return self.count("returns", self.returns.take_each)[index]
 
     def weights_version(self) -> tuple:
         """Changes whenever any seed's online weights may have changed (a train step, a `put_back`)."""
@@ -221,7 +227,4 @@ class SeedReturns:
         self.population, self.index = population, index
 
     def take(self) -> tuple:
-        """Inside `counts_read_once`, every seed's are taken at once, at the first seed's call."""
-        if self.population.frozen is None:
-            return self.population.returns.take_env(self.index)
-        return self.population.count("returns", self.population.returns.take_each)[self.index]
+        return self.population.take_returns(self.index)

@@ -11,7 +11,6 @@ policy is exported from the live weights once `PopulationPipeline.select` gave t
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from typing import Any, Optional
 
@@ -85,12 +84,10 @@ class DeferredBestExport(triggers.PolicyExport):
 
     def save(self, path: str, average_return: Optional[float], episodes: Optional[int] = None,
              keep_solved: bool = False, snapshot: Optional[triggers.Snapshot] = None, **where: int) -> str:
-        if path != self.best_policy or snapshot is None or episodes is not None or keep_solved or where:
+        deferred = path == self.best_policy and snapshot is not None and snapshot.values is not None
+        if not deferred or episodes is not None or keep_solved or where:
             return super().save(path, average_return, episodes, keep_solved, snapshot, **where)
-        at = snapshot
-        if at.values is None:  # the live weights (the view agent holds this seed's): a copy of them
-            at = dataclasses.replace(at, values=tuple(v.numpy() for v in self.pipeline.agent.policy.variables()))
-        self.pending = (average_return, at)
+        self.pending = (average_return, snapshot)  # (a copy of the weights: the evaluation's)
         return path
 
     def flush(self) -> None:
